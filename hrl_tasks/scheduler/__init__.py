@@ -1,0 +1,38 @@
+"""The engine: resource-aware tasks, nested tasks and stateful workers on Dask."""
+
+from hrl_tasks.scheduler.engine import Engine, current_engine
+from hrl_tasks.scheduler.errors import EngineError, ObjectStartError, ResourceError, WorkerLostError
+from hrl_tasks.scheduler.resources import Ledger
+from hrl_tasks.scheduler.retry import RetryPolicy
+from hrl_tasks.scheduler.stateful import WorkerHandle
+from hrl_tasks.scheduler.sync import SyncEngine
+from hrl_tasks.scheduler.taskref import TaskRef
+from hrl_tasks.scheduler.worker_side import TaskContext, current_task
+
+__all__ = [
+    "Engine",
+    "EngineError",
+    "Ledger",
+    "ObjectStartError",
+    "ResourceError",
+    "RetryPolicy",
+    "SyncEngine",
+    "TaskContext",
+    "TaskRef",
+    "WorkerHandle",
+    "WorkerLostError",
+    "current_engine",
+    "task_context",
+]
+
+
+def task_context() -> TaskContext:
+    """What the running task knows about itself (name, attempt, resources).
+
+    Raises:
+        RuntimeError: outside an engine task.
+    """
+    ctx = current_task()
+    if ctx is None:
+        raise RuntimeError("task_context() is only available inside a task run by the engine")
+    return ctx

@@ -1,0 +1,679 @@
+"""The Dask backend: an :class:`Engine` on a ``distributed.Client``.
+
+Tasks run through Dask's scheduler as ordinary tasks with fresh keys; the
+engine watches each attempt from the driver and decides, with the pure rules
+of :mod:`~hrl_tasks.scheduler.retry`, whether to run it again. Stateful workers
+(:mod:`~hrl_tasks.scheduler.stateful`) live inside worker processes and are
+called through tasks pinned to their worker.
+
+Resources:
+    Each worker declares resources (``CPU``, ``GPU``, ``memory``, any custom
+    name). A task's request is enforced by Dask on the worker it runs on. A
+    stateful worker holds its request for its whole life: the engine's ledger
+    records it and lowers what the worker advertises to the scheduler, so
+    tasks that would need those resources go elsewhere or wait. A request no
+    worker could ever meet raises :class:`ResourceError` at submit.
+
+Nesting:
+    Inside a task, ``current_engine()`` returns an engine on the worker's own
+    client. Blocking waits inside a task leave the worker's thread pool while
+    they wait, and a waiting task lends its resources to its worker until it
+    ends: a parent never starves its own children (Dask keeps a seceded task's
+    resources, distributed issue 6565), and a tree deeper than the number of
+    threads finishes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextvars
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+
+import dask
+import psutil
+from distributed import Client, Future
+from distributed.scheduler import KilledWorker
+
+from hrl_tasks.scheduler import retry as retry_rules
+from hrl_tasks.scheduler.errors import EngineError, WorkerLostError
+from hrl_tasks.scheduler.resources import Ledger, normalize_request
+from hrl_tasks.scheduler.retry import RetryPolicy
+from hrl_tasks.scheduler.stateful import ObjectRecord, WorkerHandle, object_keeper
+from hrl_tasks.scheduler.stats import EngineStats
+from hrl_tasks.scheduler.taskref import TaskRef
+from hrl_tasks.scheduler.worker_side import (
+    WorkerRuntime,
+    current_task,
+    in_task_thread,
+    local_resources,
+    run_task,
+    task_wait,
+)
+
+logger = logging.getLogger(__name__)
+_ACTIVE_ENGINE: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
+    "hrl_tasks_active_engine", default=None
+)
+RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
+
+
+def current_engine() -> Engine:
+    """The engine to submit to from here.
+
+    Inside a task, an engine on the worker's own client (nested tasks); in the
+    driver, the engine most recently opened in this context.
+
+    Raises:
+        EngineError: if there is none.
+    """
+    if in_task_thread():
+        from distributed import get_worker
+
+        return WorkerRuntime.of(get_worker()).nested_engine()
+    engine = _ACTIVE_ENGINE.get()
+    if engine is None or engine.closed:
+        raise EngineError(
+            "no engine is open here: create one with hrl_tasks.Engine.local() "
+            "(or Engine.connect(address)) before calling current_engine()"
+        )
+    return engine
+
+
+def _count_gpus() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+class Engine:
+    """Resource-aware tasks, nested tasks and stateful workers on a Dask cluster.
+
+    Example::
+
+        with hrl_tasks.Engine.local(n_workers=2, threads_per_worker=1) as engine:
+            refs = engine.map(simulate, range(8), retries=2)
+            print(engine.gather(refs), engine.stats())
+
+    Args:
+        client: the ``distributed.Client`` to run on.
+        cluster: a cluster object to close with the engine (``Engine.local``).
+        owns_client: whether :meth:`close` closes the client.
+        retries: the default retry policy (an int or a :class:`RetryPolicy`).
+        lost_worker_timeout: seconds within which a call pinned to a worker
+            that disappeared is moved or failed.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        cluster=None,
+        owns_client: bool = True,
+        retries: RetryPolicy | int | None = None,
+        lost_worker_timeout: float = 10.0,
+    ):
+        self.client = client
+        self.cluster = cluster
+        self.owns_client = owns_client
+        self.default_retries = RetryPolicy.coerce(retries, RetryPolicy())
+        self.lost_worker_timeout = float(lost_worker_timeout)
+        self.closed = False
+        self.topic = f"hrl-tasks-{uuid.uuid4().hex[:12]}"
+        self._stats = EngineStats()
+        self._stats_lock = threading.Lock()
+        self._attempts: dict[str, TaskRef] = {}
+        self.ledger = Ledger()
+        self.ledger_changed = threading.Condition()
+        self.objects: dict[str, ObjectRecord] = {}
+        self._events: queue.Queue = queue.Queue()
+        self._refresh_ledger()
+        client.subscribe_topic(self.topic, self._on_reports)
+        if not in_task_thread():  # nested engines find lost workers by their sweep
+            client.subscribe_topic("all", self._on_cluster_event)
+        self._keeper = threading.Thread(
+            target=object_keeper, args=(self,), name=f"{self.topic}-keeper", daemon=True
+        )
+        self._keeper.start()
+        self._active_token = _ACTIVE_ENGINE.set(self) if not in_task_thread() else None
+
+    # --- construction -------------------------------------------------------
+
+    @classmethod
+    def local(
+        cls,
+        n_workers: int | None = None,
+        threads_per_worker: int | None = None,
+        resources: dict | list[dict] | None = None,
+        **cluster_kwargs,
+    ) -> Engine:
+        """Start an embedded ``distributed.LocalCluster`` with worker processes.
+
+        Args:
+            n_workers: worker processes (default: one per core, at most 4).
+            threads_per_worker: threads in each (default 1).
+            resources: what each worker declares. Default: ``CPU`` = its
+                threads, ``GPU`` = the devices visible, ``memory`` = its
+                memory limit in bytes. A list gives one dict per worker, for a
+                heterogeneous cluster (its length sets ``n_workers``).
+            **cluster_kwargs: passed to ``LocalCluster`` (e.g. ``dashboard_address``).
+        """
+        from distributed import LocalCluster, Nanny
+
+        per_worker = resources if isinstance(resources, list) else None
+        if per_worker is not None:
+            n_workers = len(per_worker)
+        n_workers = n_workers or max(1, min(4, os.cpu_count() or 1))
+        threads = threads_per_worker or 1
+        memory = int(psutil.virtual_memory().total // n_workers)
+
+        def declared(extra: dict | None) -> dict:
+            base = {"CPU": threads, "memory": memory}
+            gpus = _count_gpus()
+            if gpus:
+                base["GPU"] = gpus
+            return {**base, **(extra or {})}
+
+        cluster_kwargs.setdefault("dashboard_address", ":0")
+        cluster_kwargs.setdefault("silence_logs", logging.CRITICAL)  # errors reach you as exceptions
+        # Every lost worker reaches the engine, which retries within each task's budget.
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            cluster = LocalCluster(
+                n_workers=0 if per_worker else n_workers,
+                threads_per_worker=threads,
+                processes=True,
+                memory_limit=memory,
+                resources=None if per_worker else declared(resources),
+                **cluster_kwargs,
+            )
+        try:
+            if per_worker:
+                for i, extra in enumerate(per_worker):
+                    nthreads = int(extra.get("CPU", threads))
+                    cluster.worker_spec[f"hrl-{i}"] = {
+                        "cls": Nanny,
+                        "options": {
+                            "nthreads": nthreads,
+                            "memory_limit": memory,
+                            "resources": {**declared(None), "CPU": nthreads, **extra},
+                        },
+                    }
+                cluster.sync(cluster._correct_state)
+            client = Client(cluster)
+            client.wait_for_workers(n_workers, timeout=120)
+        except BaseException:
+            cluster.close()
+            raise
+        return cls(client, cluster=cluster)
+
+    @classmethod
+    def connect(cls, address: str, timeout: float = 30, **engine_kwargs) -> Engine:
+        """Use an existing cluster by its scheduler address, e.g. ``tcp://host:8786``.
+
+        The package must be importable on the workers; versions are checked.
+
+        Args:
+            address: the scheduler's address.
+            timeout: seconds to wait for the scheduler to answer.
+            **engine_kwargs: as for :class:`Engine` (``retries``, ``lost_worker_timeout``).
+
+        Raises:
+            OSError: if no scheduler answers at ``address`` within ``timeout``.
+            EngineError: if the workers lack this package or have another version.
+        """
+        client = Client(address, timeout=timeout)
+        try:
+            check_versions(client)
+        except BaseException:
+            client.close()
+            raise
+        return cls(client, **engine_kwargs)
+
+    @classmethod
+    def from_cluster(cls, cluster, **engine_kwargs) -> Engine:
+        """Use any Dask cluster object (``LocalCluster``, dask-jobqueue's ``SLURMCluster``...).
+
+        The cluster stays open when the engine closes; close it yourself.
+        """
+        client = Client(cluster)
+        return cls(client, **engine_kwargs)
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The address of the Dask dashboard."""
+        return self.client.dashboard_link
+
+    def close(self) -> None:
+        """Close the engine; a local engine also stops its worker processes."""
+        if self.closed:
+            return
+        self.closed = True
+        self._events.put(None)
+        for topic in (self.topic, "all"):
+            if topic in self.client._event_handlers:
+                self.client.unsubscribe_topic(topic)
+        if self._active_token is not None:
+            try:
+                _ACTIVE_ENGINE.reset(self._active_token)
+            except ValueError:
+                _ACTIVE_ENGINE.set(None)
+        if self.owns_client:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- tasks --------------------------------------------------------------
+
+    def submit(
+        self,
+        fn,
+        *args,
+        resources: dict | None = None,
+        retries: RetryPolicy | int | None = None,
+        speculative: bool = False,
+        name: str | None = None,
+        **kwargs,
+    ) -> TaskRef:
+        """Run ``fn(*args, **kwargs)`` on a worker.
+
+        Args:
+            fn: the function. TaskRefs among the arguments (also inside
+                lists, tuples and dicts) become dependencies.
+            resources: what the task needs while it runs, e.g. ``{"GPU": 1}``.
+            retries: an int or a :class:`RetryPolicy`; covers exceptions and
+                lost workers. Each attempt has a fresh key and can read its
+                number from ``hrl_tasks.task_context().attempt``.
+            speculative: allow backup copies when this task straggles.
+            name: groups statistics and the dashboard; default ``fn``'s name.
+
+        Raises:
+            ResourceError: if no worker could ever meet ``resources``.
+        """
+        if not callable(fn):
+            raise TypeError(f"submit needs a callable, got {fn!r}")
+        request = normalize_request(resources)
+        self.check_resources(request)
+        policy = RetryPolicy.coerce(retries, self.default_retries)
+        name = name or getattr(fn, "__name__", "task")
+        deps: list[TaskRef] = []
+        collect_refs((args, kwargs), deps)
+
+        def launch(attempt: int):
+            real_args, used = resolve_refs(args)
+            real_kwargs, used_kw = resolve_refs(kwargs)
+            future = self.run(
+                fn, real_args, real_kwargs, name=name, attempt=attempt,
+                resources=request, announce=bool(speculative),
+            )  # fmt: skip
+            return future, {**used, **used_kw}
+
+        ref = TaskRef(self, name, launch, deps)
+        ref.policy = policy
+        self._count("submitted")
+        ref._start_attempt(0)
+        return ref
+
+    def run(
+        self,
+        fn,
+        args: tuple,
+        kwargs: dict,
+        *,
+        name: str,
+        attempt: int = 0,
+        resources: dict | None = None,
+        announce: bool = False,
+        worker: str | None = None,
+    ) -> Future:
+        """Submit one attempt through :func:`run_task` with a fresh key; a Dask future.
+
+        The building block of tasks and stateful-worker calls; users call :meth:`submit`.
+        """
+        key = f"{name}-{uuid.uuid4().hex}"
+        parent = current_task()  # nested tasks report their durations to the root engine
+        spec = {
+            "key": key,
+            "name": name,
+            "attempt": attempt,
+            "resources": resources or {},
+            "topic": self.topic if parent is None else parent.topic,
+            "announce": announce,
+        }
+        pin = {} if worker is None else {"workers": [worker], "allow_other_workers": False}
+        return self.client.submit(
+            run_task,
+            fn,
+            spec,
+            args,
+            kwargs,
+            key=key,
+            pure=False,
+            resources=resources or None,
+            **pin,
+        )
+
+    def map(self, fn, *iterables, **submit_kwargs) -> list[TaskRef]:
+        """``[submit(fn, *args, **submit_kwargs) for args in zip(*iterables, strict=True)]``."""
+        return [self.submit(fn, *args, **submit_kwargs) for args in zip(*iterables, strict=True)]
+
+    def gather(self, refs: Iterable[TaskRef], timeout: float | None = None) -> list:
+        """The results of ``refs``, in order, fetched in one batch."""
+        refs = list(refs)
+        with task_wait():
+            deadline = None if timeout is None else time.monotonic() + timeout
+            futures = []
+            for ref in refs:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                futures.append(ref._wait_outcome(left))
+            return self.client.gather(futures)
+
+    def wait(
+        self,
+        refs: Iterable[TaskRef],
+        timeout: float | None = None,
+        return_when: str = "ALL_COMPLETED",
+    ) -> tuple[set[TaskRef], set[TaskRef]]:
+        """Wait for ``refs``; returns the sets ``(done, not_done)``.
+
+        Args:
+            return_when: ``"ALL_COMPLETED"`` or ``"FIRST_COMPLETED"``.
+        """
+        if return_when not in RETURN_WHEN:
+            raise ValueError(
+                f"return_when must be one of {sorted(RETURN_WHEN)}, got {return_when!r}"
+            )
+        by_outcome = {ref._outcome: ref for ref in refs}
+        with task_wait():
+            done, not_done = cf.wait(by_outcome, timeout, RETURN_WHEN[return_when])
+        return {by_outcome[f] for f in done}, {by_outcome[f] for f in not_done}
+
+    def as_completed(
+        self, refs: Iterable[TaskRef], timeout: float | None = None
+    ) -> Iterator[TaskRef]:
+        """Yield ``refs`` as they finish, first finished first."""
+        by_outcome = {ref._outcome: ref for ref in refs}
+        finished = cf.as_completed(by_outcome, timeout)
+        while True:
+            with task_wait():
+                outcome = next(finished, None)
+            if outcome is None:
+                return
+            yield by_outcome[outcome]
+
+    # --- stateful workers ---------------------------------------------------
+
+    def create_worker(
+        self,
+        cls_or_factory,
+        *args,
+        resources: dict | None = None,
+        strategy: str = "spread",
+        name: str | None = None,
+        max_restarts: int = 3,
+        reissue_calls: bool = False,
+        **kwargs,
+    ) -> WorkerHandle:
+        """Create a stateful worker: an object living in one worker process.
+
+        ``handle.call("method", *args)`` returns a TaskRef. Calls run in the
+        order they were made, one at a time unless the class sets
+        ``thread_safe = True``. If the worker process dies the object is built
+        again elsewhere from ``cls_or_factory(*args, **kwargs)``; if it has
+        ``get_state()``/``restore_state(state)``, the state is snapshotted
+        after each call and restored (a call whose result you hold is never
+        lost).
+
+        Args:
+            cls_or_factory: a class or a function returning the object.
+            resources: held for the object's whole life (placement and ledger).
+            strategy: ``"spread"`` over workers or ``"pack"`` onto few.
+            name: for errors and the dashboard; default the class name.
+            max_restarts: re-creations after worker deaths before giving up.
+            reissue_calls: re-issue calls that were in flight when the worker
+                died (safe for idempotent methods); otherwise they fail with
+                :class:`WorkerLostError`.
+
+        Raises:
+            ResourceError: if no worker could ever meet ``resources``.
+        """
+        record = ObjectRecord(
+            engine=self,
+            obj_id=f"{name or getattr(cls_or_factory, '__name__', 'object')}-{uuid.uuid4().hex[:8]}",
+            name=name or getattr(cls_or_factory, "__name__", "object"),
+            factory=cls_or_factory,
+            args=args,
+            kwargs=kwargs,
+            request=normalize_request(resources),
+            strategy=strategy,
+            max_restarts=max_restarts,
+            reissue_calls=reissue_calls,
+        )
+        self.check_resources(record.request)
+        record.start()
+        self.objects[record.obj_id] = record
+        return WorkerHandle(record)
+
+    # --- resources ----------------------------------------------------------
+
+    def check_resources(self, request: dict) -> None:
+        """Raise :class:`ResourceError` if no worker could ever meet ``request``."""
+        if request:
+            with self.ledger_changed:
+                if not self.ledger.capacity:
+                    self._refresh_ledger()
+                self.ledger.check(request)
+
+    def resources(self) -> dict:
+        """Per worker: what it declared, what stateful workers hold, what is free now."""
+        free_now = self.client.run(local_resources)
+        with self.ledger_changed:
+            return {
+                w: {
+                    "declared": dict(cap),
+                    "held_by_objects": self.ledger.held_on(w),
+                    "available": free_now.get(w, {}),
+                }
+                for w, cap in self.ledger.capacity.items()
+            }
+
+    def _refresh_ledger(self) -> None:
+        """Read the workers and what they declare from the scheduler."""
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        held = self.client.get_metadata(["hrl-tasks", "held"], default={}) or {}
+        with self.ledger_changed:
+            for addr in set(self.ledger.capacity) - set(workers):
+                self.ledger.remove_worker(addr)
+            for addr, info in workers.items():
+                declared = dict(info.get("resources") or {})
+                for request in (held.get(addr) or {}).values():
+                    for k, v in request.items():
+                        declared[k] = declared.get(k, 0.0) + v
+                self.ledger.capacity[addr] = declared
+            self.ledger_changed.notify_all()
+
+    # --- statistics ---------------------------------------------------------
+
+    def stats(self) -> dict:
+        """Counters (submitted, finished, failed, retried, cancelled, workers_lost)
+        and, per task name, the count and quantiles of execution durations.
+
+        Durations are measured on the workers and arrive in batches every 0.1 s;
+        they include the nested tasks that this engine's tasks submitted, while
+        the counters count what this engine submitted itself.
+        """
+        with self._stats_lock:
+            return self._stats.snapshot()
+
+    def _count(self, counter: str, n: int = 1) -> None:
+        with self._stats_lock:
+            self._stats.count(counter, n)
+
+    def _note_cancelled(self, ref: TaskRef) -> None:
+        self._count("cancelled")
+        if ref.call_info is not None:
+            ref.call_info[0].skip(ref.call_info[1])
+
+    def _on_reports(self, event) -> None:
+        _, events = event
+        with self._stats_lock:
+            for item in events:
+                if item[0] == "end":
+                    self._stats.record_duration(item[2], item[3])
+
+    def _on_cluster_event(self, event) -> None:
+        msg = event[1]
+        if isinstance(msg, dict) and msg.get("action") in ("add-worker", "remove-worker"):
+            self._events.put(msg)
+
+    # --- attempt supervision (runs in Dask's callback thread) -----------------
+
+    def _on_attempt_done(self, future: Future) -> None:
+        try:
+            self._settle_attempt(future)
+        except Exception:  # never lose a task silently: fail it with the bug
+            logger.exception("hrl_tasks: error while settling %s", future.key)
+            ref = self._attempts.pop(future.key, None)
+            if ref is not None:
+                ref._fail(EngineError(f"internal error settling {future.key}; see the log"))
+
+    def _settle_attempt(self, future: Future) -> None:
+        ref = self._attempts.pop(future.key, None)
+        if ref is None:
+            return
+        with ref._lock:
+            entry = ref._live.pop(future.key, None)
+            others_live = bool(ref._live)
+        if entry is None or ref.done():
+            return
+        _, attempt, deps_used = entry
+        if future.status == "finished":
+            if ref.call_info is not None:
+                ref.call_info[0].call_succeeded(ref, future)
+            elif ref._finish(future):
+                self._count("finished")
+        elif future.status == "cancelled":
+            if not others_live and ref._fail(cf.CancelledError(f"task {ref.name!r} was cancelled")):
+                self._count("cancelled")
+        elif not others_live:
+            self._attempt_failed(ref, attempt, future.exception(), deps_used)
+
+    def _attempt_failed(self, ref: TaskRef, attempt: int, error: BaseException, deps_used) -> None:
+        stale = [d for d in ref.deps if not d.done() or deps_used.get(id(d)) is not d._future]
+        if not stale:
+            self._inputs_settled(ref, attempt, error, rerun=False)
+            return
+        # An input was being retried when this attempt started: wait for it,
+        # then run again on its new value (not counted as a retry).
+        remaining = [len(stale)]
+        lock = threading.Lock()
+
+        def input_done(_):
+            with lock:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
+            self._inputs_settled(ref, attempt, error, rerun=True)
+
+        for dep in stale:
+            dep.add_done_callback(input_done)
+
+    def _inputs_settled(self, ref: TaskRef, attempt: int, error: BaseException, rerun: bool):
+        failed_inputs = [d for d in ref.deps if d.exception(timeout=0) is not None]
+        if failed_inputs:
+            if ref._fail(failed_inputs[0].exception(timeout=0)):
+                self._count("failed")
+            if ref.call_info is not None:
+                ref.call_info[0].skip(ref.call_info[1])
+        elif rerun:
+            ref._start_attempt(attempt)
+        elif ref.call_info is not None:
+            ref.call_info[0].call_failed(ref, error)
+        else:
+            self._apply_retry_policy(ref, attempt, error)
+
+    def _apply_retry_policy(self, ref: TaskRef, attempt: int, error: BaseException) -> None:
+        lost = isinstance(error, (KilledWorker, WorkerLostError))
+        decision = retry_rules.decide(ref.policy, attempt, error, worker_lost=lost)
+        if isinstance(decision, retry_rules.GiveUp):
+            if lost:
+                error = WorkerLostError(
+                    f"task {ref.name!r} lost its worker and has no retries left "
+                    f"({ref.attempts} attempts): {error}"
+                )
+            if ref._fail(error):
+                self._count("failed")
+            return
+        self._count("retried")
+        if decision.delay > 0:
+            timer = threading.Timer(decision.delay, ref._start_attempt, (decision.attempt,))
+            timer.daemon = True
+            timer.start()
+        else:
+            ref._start_attempt(decision.attempt)
+
+
+def collect_refs(obj, found: list) -> None:
+    """Append every TaskRef inside ``obj`` (lists, tuples, sets, dicts) to ``found``."""
+    if isinstance(obj, TaskRef):
+        if obj not in found:
+            found.append(obj)
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        for item in obj:
+            collect_refs(item, found)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            collect_refs(item, found)
+
+
+def resolve_refs(obj):
+    """Replace TaskRefs by their current Dask futures; returns (new obj, {id(ref): future})."""
+    used: dict = {}
+
+    def walk(item):
+        if isinstance(item, TaskRef):
+            used[id(item)] = item._future
+            return item._future
+        if isinstance(item, (list, tuple, set, frozenset)):
+            return type(item)(walk(x) for x in item)
+        if isinstance(item, dict):
+            return {k: walk(v) for k, v in item.items()}
+        return item
+
+    return walk(obj), used
+
+
+def check_versions(client: Client) -> None:
+    """Check that the workers can import this package, at this version."""
+    import hrl_tasks
+
+    def version():
+        try:
+            import hrl_tasks as remote
+
+            return remote.__version__
+        except ImportError:
+            return None
+
+    found = client.run(version)
+    wrong = {w: v for w, v in found.items() if v != hrl_tasks.__version__}
+    if wrong:
+        detail = ", ".join(f"{w}: {v or 'not installed'}" for w, v in sorted(wrong.items()))
+        raise EngineError(
+            f"hrl_tasks {hrl_tasks.__version__} is needed on every worker, found {detail}. "
+            "Install the same version in the workers' environment."
+        )

@@ -1,0 +1,28 @@
+"""Errors the engine raises instead of hanging."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class of every error raised by the engine itself."""
+
+
+class ResourceError(EngineError):
+    """A resource request that no worker of the cluster could ever satisfy.
+
+    Raised at submit time, so a typo such as ``{"GPU": 1}`` on a CPU-only
+    cluster fails at once instead of waiting forever.
+    """
+
+
+class WorkerLostError(EngineError):
+    """A worker process died and took something with it that cannot be redone.
+
+    Raised for a task whose retry budget is spent after worker losses, and for
+    a stateful-worker call that was in flight when its worker died and whose
+    handle does not allow re-issuing calls.
+    """
+
+
+class ObjectStartError(EngineError):
+    """A stateful worker's factory raised, or the object could not be placed."""

@@ -1,0 +1,161 @@
+"""Resource requests and the ledger of what is held where.
+
+The ledger is plain state with pure steps, tested without a cluster.
+
+State:
+    capacity[worker]  what each worker declared (``CPU``, ``GPU``, ``memory``,
+                      any custom name), recorded when the worker joins.
+    holdings[holder]  (worker, request) for everything that holds resources:
+                      stateful workers for their lifetime, and tasks with an
+                      explicit request while they run.
+
+Selection policy of :meth:`Ledger.choose`: among the workers where the request
+fits in what is free now, ``"spread"`` takes the one holding the fewest
+things (ties: most free of the requested resources, then address), ``"pack"``
+takes the one holding the most (ties: least free, then address), so a group of
+stateful workers either spreads over the cluster or fills one machine first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from hrl_tasks.scheduler.errors import ResourceError
+
+Request = dict[str, float]
+STRATEGIES = ("spread", "pack")
+
+
+def normalize_request(resources: Mapping[str, float] | None) -> Request:
+    """Check a resource request and return it as a plain dict without zeros.
+
+    Args:
+        resources: resource name to amount, e.g. ``{"CPU": 1, "GPU": 0.5}``.
+
+    Returns:
+        The request with float amounts; ``{}`` for ``None``.
+
+    Raises:
+        TypeError: if it is not a mapping of names to numbers.
+        ValueError: if an amount is negative.
+    """
+    if resources is None:
+        return {}
+    if not isinstance(resources, Mapping):
+        raise TypeError(
+            f"resources must be a mapping such as {{'CPU': 1}}, got {type(resources).__name__}"
+        )
+    request: Request = {}
+    for name, amount in resources.items():
+        if not isinstance(name, str):
+            raise TypeError(f"resource names must be strings, got {name!r}")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise TypeError(f"resource {name!r} must be a number, got {amount!r}")
+        if amount < 0:
+            raise ValueError(f"resource {name!r} must be >= 0, got {amount}")
+        if amount > 0:
+            request[name] = float(amount)
+    return request
+
+
+def fits(request: Mapping[str, float], available: Mapping[str, float]) -> bool:
+    """Whether every resource of ``request`` is present in ``available`` in that amount."""
+    return all(available.get(name, 0.0) >= amount - 1e-9 for name, amount in request.items())
+
+
+def describe(capacity: Mapping[str, Mapping[str, float]]) -> str:
+    """One line per worker listing its resources, for error messages."""
+    if not capacity:
+        return "  (no workers)"
+    lines = []
+    for worker, res in sorted(capacity.items()):
+        shown = ", ".join(f"{k}={v:g}" for k, v in sorted(res.items())) or "no resources"
+        lines.append(f"  {worker}: {shown}")
+    return "\n".join(lines)
+
+
+def check_satisfiable(
+    request: Mapping[str, float], capacity: Mapping[str, Mapping[str, float]]
+) -> None:
+    """Raise :class:`ResourceError` if no worker could ever meet ``request``.
+
+    An empty cluster is not judged: workers may still be starting (an adaptive
+    or batch-queue cluster), so the request waits for them.
+    """
+    if not request or not capacity:
+        return
+    if any(fits(request, res) for res in capacity.values()):
+        return
+    wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(request.items()))
+    raise ResourceError(
+        f"no worker can ever satisfy the resource request {{{wanted}}}. "
+        f"The workers declare:\n{describe(capacity)}\n"
+        "Ask for less, or start workers that declare it "
+        "(Engine.local(resources={...}) or `dask worker --resources NAME=N`)."
+    )
+
+
+@dataclass
+class Ledger:
+    """What each worker declared and what is held on it, by holder id."""
+
+    capacity: dict[str, Request] = field(default_factory=dict)
+    holdings: dict[str, tuple[str, Request]] = field(default_factory=dict)
+
+    def add_worker(self, worker: str, resources: Mapping[str, float]) -> None:
+        self.capacity[worker] = {k: float(v) for k, v in resources.items()}
+
+    def remove_worker(self, worker: str) -> list[str]:
+        """Forget a worker; returns the holders that were on it (now released)."""
+        self.capacity.pop(worker, None)
+        lost = [h for h, (w, _) in self.holdings.items() if w == worker]
+        for holder in lost:
+            del self.holdings[holder]
+        return lost
+
+    def held_on(self, worker: str) -> Request:
+        total: Request = {}
+        for w, request in self.holdings.values():
+            if w == worker:
+                for name, amount in request.items():
+                    total[name] = total.get(name, 0.0) + amount
+        return total
+
+    def free(self, worker: str) -> Request:
+        held = self.held_on(worker)
+        return {k: v - held.get(k, 0.0) for k, v in self.capacity.get(worker, {}).items()}
+
+    def count_on(self, worker: str) -> int:
+        return sum(1 for w, _ in self.holdings.values() if w == worker)
+
+    def check(self, request: Mapping[str, float]) -> None:
+        """Raise :class:`ResourceError` if no worker could ever meet ``request``."""
+        check_satisfiable(request, self.capacity)
+
+    def choose(
+        self, request: Mapping[str, float], strategy: str = "spread", exclude: Iterable[str] = ()
+    ) -> str | None:
+        """The worker to place ``request`` on now, or ``None`` if none has room."""
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        excluded = set(exclude)
+        candidates = [w for w in self.capacity if w not in excluded and fits(request, self.free(w))]
+        if not candidates:
+            return None
+
+        def room(worker: str) -> float:
+            free = self.free(worker)
+            return sum(free.get(name, 0.0) for name in request) if request else 0.0
+
+        if strategy == "spread":
+            return min(candidates, key=lambda w: (self.count_on(w), -room(w), w))
+        return min(candidates, key=lambda w: (-self.count_on(w), room(w), w))
+
+    def acquire(self, holder: str, worker: str, request: Mapping[str, float]) -> None:
+        if holder in self.holdings:
+            raise KeyError(f"{holder!r} already holds resources")
+        self.holdings[holder] = (worker, dict(request))
+
+    def release(self, holder: str) -> tuple[str, Request] | None:
+        return self.holdings.pop(holder, None)

@@ -1,0 +1,68 @@
+"""Engine counters and per-name duration statistics (plain state, no I/O)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+COUNTERS = ("submitted", "finished", "failed", "retried", "cancelled", "workers_lost")
+
+
+@dataclass
+class DurationWindow:
+    """The last ``size`` durations of one task name, in seconds."""
+
+    size: int = 1000
+    values: deque = field(default_factory=deque)
+    count: int = 0
+
+    def add(self, seconds: float) -> None:
+        self.values.append(seconds)
+        self.count += 1
+        while len(self.values) > self.size:
+            self.values.popleft()
+
+    def quantile(self, q: float) -> float | None:
+        if not self.values:
+            return None
+        return float(np.quantile(np.fromiter(self.values, float), q))
+
+    def summary(self) -> dict:
+        if not self.values:
+            return {"count": self.count}
+        arr = np.fromiter(self.values, float)
+        p50, p90, p99 = np.quantile(arr, [0.5, 0.9, 0.99])
+        return {
+            "count": self.count,
+            "mean": float(arr.mean()),
+            "p50": float(p50),
+            "p90": float(p90),
+            "p99": float(p99),
+            "max": float(arr.max()),
+        }
+
+
+@dataclass
+class EngineStats:
+    """What ``engine.stats()`` reports: counters and durations per task name.
+
+    Durations are execution times measured on the worker, from the start of
+    the function to its end, not from submission.
+    """
+
+    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    durations: dict[str, DurationWindow] = field(default_factory=dict)
+
+    def count(self, counter: str, n: int = 1) -> None:
+        self.counters[counter] = self.counters.get(counter, 0) + n
+
+    def record_duration(self, name: str, seconds: float) -> None:
+        self.durations.setdefault(name, DurationWindow()).add(seconds)
+
+    def snapshot(self) -> dict:
+        return {
+            **self.counters,
+            "by_name": {name: w.summary() for name, w in sorted(self.durations.items())},
+        }

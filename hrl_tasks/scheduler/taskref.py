@@ -1,0 +1,181 @@
+"""TaskRef: the future the engine hands out, and the supervision of its attempts.
+
+A TaskRef stands for one logical task. Underneath it are one or more Dask
+futures, one per attempt (a retry, or a backup copy of a straggler); each has
+a fresh key. The TaskRef resolves when one attempt succeeds, or when the
+retry policy gives up. ``ref.result()`` then fetches the value of the winning
+attempt; passed to ``engine.submit`` a TaskRef becomes a dependency, so the
+value moves worker to worker without passing through the driver.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from typing import TYPE_CHECKING, Any
+
+from hrl_tasks.scheduler.worker_side import task_wait
+
+if TYPE_CHECKING:
+    from distributed import Future
+
+    from hrl_tasks.scheduler.engine import Engine
+
+
+class TaskRef:
+    """A handle on a task submitted through the engine; an ordinary future.
+
+    Example::
+
+        ref = engine.submit(rollout, seed, name="rollout", retries=2)
+        batch = ref.result(timeout=60)
+
+    Attributes:
+        name: the task name (statistics and the Dask dashboard group by it).
+    """
+
+    def __init__(self, engine: Engine, name: str, launch, deps: list[TaskRef]):
+        self.engine = engine
+        self.name = name
+        self.deps = deps
+        self._launch = launch  # attempt number -> (dask future, deps snapshot)
+        self._outcome: cf.Future = cf.Future()
+        self._lock = threading.RLock()
+        self._future: Future | None = None
+        self._live: dict[str, tuple[Future, int, dict]] = {}
+        self.attempts = 0
+        self.call_info = None  # (object record, seq) for a stateful-worker call
+        self.policy = None  # RetryPolicy of a plain task
+
+    # --- user API -----------------------------------------------------------
+
+    @property
+    def key(self) -> str | None:
+        """The Dask key of the current (or winning) attempt."""
+        future = self._future
+        return None if future is None else future.key
+
+    @property
+    def future(self) -> Future | None:
+        """The Dask future of the current (or winning) attempt."""
+        return self._future
+
+    def done(self) -> bool:
+        """Whether the task has finished: succeeded, failed for good, or cancelled."""
+        return self._outcome.done()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the task and return its value, or raise its final error.
+
+        Args:
+            timeout: seconds to wait; ``None`` waits as long as it takes.
+
+        Raises:
+            TimeoutError: if it is not done within ``timeout``.
+            Exception: what the task raised in its last attempt.
+        """
+        with task_wait():
+            future = self._wait_outcome(timeout)
+            return future.result()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait for the task and return its final error, or ``None`` if it succeeded."""
+        with task_wait():
+            try:
+                self._wait_outcome(timeout)
+            except TimeoutError:
+                raise
+            except BaseException as exc:  # the task's own error
+                return exc
+            return None
+
+    def cancel(self) -> bool:
+        """Cancel the task. A running attempt runs to its end but its result is dropped.
+
+        Returns:
+            ``True`` if the task was not finished and is now cancelled.
+        """
+        with self._lock:
+            if self._outcome.done():
+                return False
+            live = [f for f, _, _ in self._live.values()]
+            self._live.clear()
+            self._outcome.set_exception(cf.CancelledError(f"task {self.name!r} was cancelled"))
+        self.engine._note_cancelled(self)
+        if live:
+            self.engine.client.cancel(live)
+        return True
+
+    def add_done_callback(self, fn) -> None:
+        """Call ``fn(ref)`` in a background thread once the task is done."""
+        self._outcome.add_done_callback(lambda _: fn(self))
+
+    def __repr__(self) -> str:
+        state = "pending"
+        if self._outcome.done():
+            state = (
+                "cancelled"
+                if self._outcome.cancelled()
+                else ("error" if self._outcome.exception() is not None else "finished")
+            )
+        return f"<TaskRef {self.name} key={self.key} {state}>"
+
+    def __reduce__(self):
+        raise TypeError(
+            "a TaskRef cannot be pickled; pass it as an argument of engine.submit or "
+            "handle.call (it becomes a dependency), or pass ref.result()"
+        )
+
+    # --- engine side ----------------------------------------------------------
+
+    def _wait_outcome(self, timeout: float | None):
+        try:
+            return self._outcome.result(timeout)
+        except cf.TimeoutError:
+            raise TimeoutError(f"task {self.name!r} not done within {timeout} s") from None
+
+    def _start_attempt(self, attempt: int) -> None:
+        """Launch attempt number ``attempt`` and watch it."""
+        future, deps_used = self._launch(attempt)
+        with self._lock:
+            if self._outcome.done():
+                self.engine.client.cancel([future])
+                return
+            self._live[future.key] = (future, attempt, deps_used)
+            self._future = future
+            self.attempts += 1
+            self.engine._attempts[future.key] = self
+        future.add_done_callback(self.engine._on_attempt_done)
+
+    def _restart(self) -> None:
+        """Drop the live attempts (their worker is gone) and launch a new one."""
+        with self._lock:
+            old = [f for f, _, _ in self._live.values()]
+            self._live.clear()
+        if old:
+            self.engine.client.cancel(old)
+        self._start_attempt(self.attempts)
+
+    def _finish(self, future: Future) -> bool:
+        """Resolve with a successful attempt; others are cancelled. False if already done."""
+        with self._lock:
+            if self._outcome.done():
+                return False
+            others = [f for k, (f, _, _) in self._live.items() if k != future.key]
+            self._live.clear()
+            self._future = future
+            self._outcome.set_result(future)
+        if others:
+            self.engine.client.cancel(others)
+        return True
+
+    def _fail(self, error: BaseException) -> bool:
+        with self._lock:
+            if self._outcome.done():
+                return False
+            live = [f for f, _, _ in self._live.values()]
+            self._live.clear()
+            self._outcome.set_exception(error)
+        if live:
+            self.engine.client.cancel(live)
+        return True

@@ -1,0 +1,346 @@
+"""What runs inside the worker processes.
+
+Every engine task runs through :func:`run_task`, which gives the function its
+:class:`TaskContext` (name, attempt, resources), times it, and makes blocking
+waits inside it safe (see :func:`task_wait`). Stateful workers are plain
+Python objects kept in a :class:`WorkerRuntime` attached to the Dask worker;
+their methods are called through ordinary tasks pinned to that worker
+(:func:`call_object`), so every call is a real future.
+
+Ordering of calls to one object: the driver numbers the calls of a handle
+(creation is 0); a call runs only after every lower number has finished,
+failed or been cancelled, so ``set_weights`` followed by ``sample`` never runs
+the other way round even when the first waits for its argument to arrive.
+Calls run one at a time unless the object's class sets ``thread_safe = True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed import get_client, get_worker, rejoin, secede
+from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.threadpoolexecutor import secede as pool_secede
+
+from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
+
+RUNTIME_NAME = "hrl-tasks-runtime"
+FLUSH_INTERVAL_S = 0.1
+
+
+@dataclass
+class TaskContext:
+    """What a running task knows about itself: ``hrl_tasks.task_context()``.
+
+    Attributes:
+        key: the Dask key of this attempt.
+        name: the task name given at submit (used for statistics).
+        attempt: 0 for the first run, 1 for the first retry, ... (for reseeding).
+        resources: the resources this task asked for.
+        topic: where the task reports its timing (the submitting engine's topic).
+    """
+
+    key: str
+    name: str
+    attempt: int
+    resources: dict
+    topic: str
+    seceded: bool = False  # lent its resources to the worker while waiting
+
+
+_CURRENT_TASK: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar(
+    "hrl_tasks_current_task", default=None
+)
+
+
+def current_task() -> TaskContext | None:
+    """The context of the engine task running in this thread, or ``None``."""
+    return _CURRENT_TASK.get()
+
+
+def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
+    """Run one attempt of an engine task on a worker."""
+    worker = get_worker()
+    ctx = TaskContext(
+        key=spec["key"],
+        name=spec["name"],
+        attempt=spec["attempt"],
+        resources=spec["resources"],
+        topic=spec["topic"],
+    )
+    runtime = WorkerRuntime.of(worker)
+    if spec.get("announce"):
+        runtime.report(ctx.topic, ("start", ctx.key, time.time()))
+    token = _CURRENT_TASK.set(ctx)
+    start = time.perf_counter()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        elapsed = time.perf_counter() - start
+        _CURRENT_TASK.reset(token)
+        if ctx.seceded and ctx.resources:
+            runtime.adjust_available(ctx.resources, -1)
+        runtime.report(ctx.topic, ("end", ctx.key, ctx.name, elapsed))
+
+
+def in_task_thread() -> bool:
+    """Whether the calling thread runs a task of a Dask worker's thread pool."""
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    from distributed.threadpoolexecutor import thread_state as pool_state
+    from distributed.utils import thread_state
+
+    return getattr(thread_state, "key", None) is not None and hasattr(pool_state, "executor")
+
+
+@contextlib.contextmanager
+def task_wait():
+    """Wrap a blocking wait so that it cannot deadlock the worker.
+
+    Inside a task, the thread leaves the worker's pool for the wait and comes
+    back afterwards, so a tree of waiting parents deeper than the thread count
+    still finishes. The first wait also lends the task's resources back to its
+    worker until the task ends (Dask keeps a seceded task's resources held,
+    distributed issue 6565): a parent never starves its own children. Outside
+    a task this does nothing.
+    """
+    if not in_task_thread():
+        yield
+        return
+    from distributed.utils import thread_state
+
+    if getattr(thread_state, "hrl_seceded", None) != thread_state.key:
+        # First wait of this task: tell the worker (Dask allows one secede per task).
+        thread_state.hrl_seceded = thread_state.key
+        ctx = current_task()
+        if ctx is not None and ctx.resources:
+            ctx.seceded = True
+            WorkerRuntime.of(get_worker()).adjust_available(ctx.resources, +1)
+        secede()
+    else:
+        pool_secede(adjust=True)
+    try:
+        yield
+    finally:
+        rejoin()
+
+
+@dataclass
+class ObjectEntry:
+    """One stateful worker object living in this worker process."""
+
+    obj_id: str
+    obj: Any = None
+    error: BaseException | None = None
+    thread_safe: bool = False
+    finished: set = field(default_factory=set)
+    watermark: int = -1
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    call_lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def mark_finished(self, seq: int) -> None:
+        with self.cond:
+            if seq <= self.watermark:
+                return
+            self.finished.add(seq)
+            while self.watermark + 1 in self.finished:
+                self.watermark += 1
+                self.finished.discard(self.watermark)
+            self.cond.notify_all()
+
+    def wait_created(self) -> None:
+        """Block until the factory has run (or failed)."""
+        with self.cond:
+            if self.obj is not None or self.error is not None:
+                return
+        with task_wait(), self.cond:
+            self.cond.wait_for(lambda: self.obj is not None or self.error is not None)
+
+    def wait_turn(self, seq: int) -> None:
+        """Block until all calls numbered below ``seq`` have finished."""
+        with self.cond:
+            if self.watermark >= seq - 1:
+                return
+        with task_wait(), self.cond:
+            self.cond.wait_for(lambda: self.watermark >= seq - 1)
+
+
+class WorkerRuntime(WorkerPlugin):
+    """The engine's state inside one worker process, attached lazily."""
+
+    name = RUNTIME_NAME
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.objects: dict[str, ObjectEntry] = {}
+        self.reports: dict[str, list] = {}
+        self.reports_lock = threading.Lock()
+        self.flushing = False
+        self.engine = None
+
+    @classmethod
+    def of(cls, worker) -> WorkerRuntime:
+        runtime = worker.plugins.get(RUNTIME_NAME)
+        if runtime is None:
+            runtime = worker.plugins.setdefault(RUNTIME_NAME, cls(worker))
+        return runtime
+
+    def entry(self, obj_id: str) -> ObjectEntry:
+        found = self.objects.get(obj_id)
+        if found is None:
+            found = self.objects.setdefault(obj_id, ObjectEntry(obj_id))
+        return found
+
+    def report(self, topic: str, event: tuple) -> None:
+        """Queue a timing event for the engine listening on ``topic``."""
+        with self.reports_lock:
+            self.reports.setdefault(topic, []).append(event)
+            start_flusher = not self.flushing
+            self.flushing = True
+        if start_flusher:
+            self.worker.loop.add_callback(self._flush_later)
+
+    async def _flush_later(self):
+        import asyncio
+
+        await asyncio.sleep(FLUSH_INTERVAL_S)
+        with self.reports_lock:
+            reports, self.reports = self.reports, {}
+            self.flushing = False
+        for topic, events in reports.items():
+            self.worker.log_event(topic, [list(e) for e in events])
+
+    def adjust_available(self, request: dict, sign: int) -> None:
+        """Lend (+1) or take back (-1) resources on this worker, from any thread."""
+
+        def adjust():
+            available = self.worker.state.available_resources
+            for name, amount in request.items():
+                available[name] = available.get(name, 0.0) + sign * amount
+
+        if threading.get_ident() == self.worker.thread_id:
+            adjust()
+        else:
+            self.worker.loop.add_callback(adjust)
+
+    def nested_engine(self):
+        """The engine that tasks on this worker get from ``current_engine()``."""
+        if self.engine is None:
+            from hrl_tasks.scheduler.engine import Engine
+
+            self.engine = Engine(get_client(), owns_client=False)
+        return self.engine
+
+    def teardown(self, worker):
+        for entry in list(self.objects.values()):
+            close = getattr(entry.obj, "close", None)
+            if callable(close):
+                with contextlib.suppress(Exception):
+                    close()
+        self.objects.clear()
+
+
+# --- stateful worker objects -------------------------------------------------
+
+
+def create_object(obj_id: str, seq: int, factory, args: tuple, kwargs: dict, state: Any):
+    """Build the object as call number ``seq`` and restore ``state`` if given."""
+    entry = WorkerRuntime.of(get_worker()).entry(obj_id)
+    with entry.cond:
+        entry.watermark = max(entry.watermark, seq - 1)
+    try:
+        obj = factory(*args, **kwargs)
+        has_state = callable(getattr(obj, "get_state", None)) and callable(
+            getattr(obj, "restore_state", None)
+        )
+        if has_state and state is not None:
+            obj.restore_state(state)
+        with entry.cond:
+            entry.thread_safe = bool(getattr(obj, "thread_safe", False))
+            entry.obj = obj
+        return {"has_state": has_state, "thread_safe": entry.thread_safe}
+    except BaseException as exc:
+        with entry.cond:
+            entry.error = exc
+        raise
+    finally:
+        entry.mark_finished(seq)
+
+
+def call_object(obj_id: str, seq: int, method: str, args: tuple, kwargs: dict):
+    """Run ``obj.method(*args, **kwargs)`` as call number ``seq`` of the object."""
+    entry = WorkerRuntime.of(get_worker()).entry(obj_id)
+    try:
+        entry.wait_created()
+        if not entry.thread_safe:
+            entry.wait_turn(seq)
+        if entry.error is not None:
+            raise ObjectStartError(f"stateful worker {obj_id} failed to start") from entry.error
+        if entry.obj is None:
+            raise WorkerLostError(
+                f"stateful worker {obj_id} is not on {get_worker().address}: its process "
+                "was restarted or the object was killed"
+            )
+        bound = getattr(entry.obj, method, None)
+        if not callable(bound):
+            public = sorted(m for m in dir(entry.obj) if not m.startswith("_"))
+            raise AttributeError(
+                f"{type(entry.obj).__name__} has no method {method!r}; it has: {', '.join(public)}"
+            )
+        lock = contextlib.nullcontext() if entry.thread_safe else entry.call_lock
+        with lock:
+            return bound(*args, **kwargs)
+    finally:
+        entry.mark_finished(seq)
+
+
+def skip_calls(obj_id: str, seqs: list[int]) -> None:
+    """Mark calls that will never run (cancelled, or their inputs failed) as finished."""
+    entry = WorkerRuntime.of(get_worker()).objects.get(obj_id)
+    if entry is not None:
+        for seq in seqs:
+            entry.mark_finished(seq)
+
+
+def destroy_object(obj_id: str, seq: int) -> bool:
+    """Drop the object after the calls before ``seq``, calling its ``close()`` if any."""
+    runtime = WorkerRuntime.of(get_worker())
+    entry = runtime.entry(obj_id)
+    entry.wait_turn(seq)
+    runtime.objects.pop(obj_id, None)
+    close = getattr(entry.obj, "close", None)
+    if callable(close):
+        close()
+    return entry.obj is not None
+
+
+async def change_supply(delta: dict, dask_worker=None) -> dict:
+    """Add ``delta`` to the resources this worker advertises (negative to hold them)."""
+    totals = dict(dask_worker.state.total_resources)
+    for name, amount in delta.items():
+        totals[name] = totals.get(name, 0.0) + amount
+    await dask_worker.set_resources(**totals)
+    return totals
+
+
+def schedule_unrunnable(worker: str, dask_scheduler=None) -> int:
+    """After a worker's supply grew, start waiting tasks that now fit on it."""
+    ws = dask_scheduler.workers.get(worker)
+    if ws is None:
+        return 0
+    recs = dask_scheduler.bulk_schedule_unrunnable_after_adding_worker(ws)
+    if recs:
+        dask_scheduler.transitions(recs, stimulus_id=f"hrl-tasks-supply-{time.time()}")
+    return len(recs)
+
+
+def local_resources(dask_worker) -> dict:
+    """The resources a worker has free right now (for ``engine.resources()``)."""
+    return dict(dask_worker.state.available_resources)

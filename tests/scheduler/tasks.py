@@ -1,0 +1,102 @@
+"""Functions and classes the engine tests run on workers (importable by reference)."""
+
+import os
+import time
+
+import hrl_tasks as hrl
+
+
+def inc(x):
+    return x + 1
+
+
+def add(a, b):
+    return a + b
+
+
+def total(values):
+    return sum(values)
+
+
+def sleep_then(value, seconds):
+    time.sleep(seconds)
+    return value
+
+
+def fail(message):
+    raise ValueError(message)
+
+
+def where_am_i():
+    from distributed import get_worker
+
+    return get_worker().address
+
+
+def pid_and_address():
+    from distributed import get_worker
+
+    return os.getpid(), get_worker().address
+
+
+def flaky(succeed_on_attempt):
+    attempt = hrl.task_context().attempt
+    if attempt < succeed_on_attempt:
+        raise ConnectionError(f"attempt {attempt} fails")
+    return attempt
+
+
+def tree(depth, fan_out, resources=None):
+    """A nested fan-out: every inner node waits on its children; returns the leaf count."""
+    if depth == 0:
+        return 1
+    engine = hrl.current_engine()
+    children = [
+        engine.submit(tree, depth - 1, fan_out, resources, resources=resources)
+        for _ in range(fan_out)
+    ]
+    return sum(engine.gather(children))
+
+
+class Counter:
+    """A stateful worker that snapshots its state."""
+
+    def __init__(self, start=0):
+        self.n = start
+
+    def add(self, k=1):
+        self.n += k
+        return self.n
+
+    def slow_add(self, k, seconds):
+        time.sleep(seconds)
+        self.n += k
+        return self.n
+
+    def value(self):
+        return self.n
+
+    def get_state(self):
+        return {"n": self.n}
+
+    def restore_state(self, state):
+        self.n = state["n"]
+
+
+class Box:
+    """A stateful worker without snapshots."""
+
+    def __init__(self):
+        self.item = None
+
+    def put(self, item):
+        self.item = item
+        return True
+
+    def get(self):
+        return self.item
+
+
+class Broken:
+    def __init__(self):
+        raise RuntimeError("factory exploded")

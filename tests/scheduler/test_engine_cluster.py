@@ -1,0 +1,121 @@
+"""The Dask backend on a real LocalCluster with worker processes."""
+
+import time
+
+import pytest
+
+import hrl_tasks as hrl
+from tests.scheduler import tasks
+from tests.scheduler.conformance import EngineConformance
+
+pytestmark = pytest.mark.cluster
+
+
+class TestDaskEngine(EngineConformance):
+    @pytest.fixture
+    def eng(self, engine):
+        return engine
+
+
+@pytest.mark.parametrize("resources", [None, {"CPU": 1}])
+def test_nested_tree_deeper_than_the_threads(engine, resources):
+    # depth 4, fan-out 3: 40 waiting parents on 2 workers with one thread each
+    ref = engine.submit(tasks.tree, 4, 3, resources, resources=resources)
+    assert ref.result(timeout=60) == 81
+
+
+def test_resource_error_is_fast_and_says_what_workers_have(engine):
+    start = time.monotonic()
+    with pytest.raises(hrl.ResourceError) as info:
+        engine.submit(tasks.inc, 1, resources={"GPU": 1})
+    assert time.monotonic() - start < 1.0
+    message = str(info.value)
+    assert "GPU=1" in message and "CPU=1" in message
+    for worker in engine.client.scheduler_info()["workers"]:
+        assert worker in message
+
+
+def test_a_request_that_fits_later_waits(engine):
+    # CPU=2 fits nowhere now but a worker declares 1 only: that is a ResourceError,
+    # while CPU=1 on a busy cluster just waits its turn.
+    with pytest.raises(hrl.ResourceError):
+        engine.submit(tasks.inc, 1, resources={"CPU": 2})
+    busy = [engine.submit(tasks.sleep_then, i, 0.3, resources={"CPU": 1}) for i in range(4)]
+    assert engine.gather(busy, timeout=30) == [0, 1, 2, 3]
+
+
+def test_task_ref_after_retry_feeds_its_dependents(engine):
+    upstream = engine.submit(tasks.flaky, 1, retries=2)
+    downstream = engine.submit(tasks.add, upstream, 100)
+    assert downstream.result(timeout=30) == 101
+    assert upstream.attempts == 2
+
+
+def test_retry_attempts_get_fresh_keys(engine):
+    ref = engine.submit(tasks.flaky, 2, retries=2)
+    keys = set()
+    while not ref.done():
+        keys.add(ref.key)
+        time.sleep(0.001)
+    keys.add(ref.key)
+    assert ref.result() == 2 and ref.attempts == 3
+    assert all(k.startswith("flaky-") for k in keys)
+
+
+def test_cancel(engine):
+    slow = engine.submit(tasks.sleep_then, 1, 1.0)
+    assert slow.cancel()
+    with pytest.raises(Exception, match="cancelled"):
+        slow.result(timeout=5)
+    assert not slow.cancel()
+
+
+def test_call_order_holds_when_an_argument_arrives_late(engine):
+    box = engine.create_worker(tasks.Box)
+    late = engine.submit(tasks.sleep_then, "payload", 0.5)
+    put = box.call("put", late)
+    got = box.call("get")
+    assert got.result(timeout=30) == "payload"
+    assert put.result() is True
+    box.kill()
+
+
+def test_call_results_are_dependencies(engine):
+    counter = engine.create_worker(tasks.Counter, start=1)
+    value = counter.call("add", 4)
+    assert engine.submit(tasks.add, value, 1000).result(timeout=30) == 1005
+    done, _ = engine.wait([value, engine.submit(tasks.inc, 1)], timeout=30)
+    assert value in done
+    counter.kill()
+
+
+def test_unknown_method_names_the_methods_there_are(engine):
+    counter = engine.create_worker(tasks.Counter)
+    with pytest.raises(AttributeError, match="no method 'ad'.*add"):
+        counter.call("ad", 1).result(timeout=30)
+    assert counter.call("add", 2).result(timeout=30) == 2
+    counter.kill()
+
+
+def test_broken_factory(engine):
+    handle = engine.create_worker(tasks.Broken)
+    with pytest.raises(hrl.ObjectStartError, match="exploded"):
+        handle.ready(timeout=30)
+    with pytest.raises(hrl.ObjectStartError):
+        handle.call("anything").result(timeout=30)
+
+
+def test_stats_have_durations_from_execution(engine):
+    engine.gather(engine.map(tasks.sleep_then, range(4), [0.2] * 4, name="sleepy"), timeout=30)
+    deadline = time.monotonic() + 5  # durations travel in batches, every 0.1 s
+    while time.monotonic() < deadline:
+        if engine.stats()["by_name"].get("sleepy", {}).get("count") == 4:
+            break
+        time.sleep(0.05)
+    sleepy = engine.stats()["by_name"]["sleepy"]
+    assert sleepy["count"] == 4
+    assert 0.19 < sleepy["p50"] < 0.5
+
+
+def test_current_engine_in_the_driver(engine):
+    assert hrl.current_engine() is engine

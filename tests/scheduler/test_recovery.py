@@ -1,0 +1,103 @@
+"""Worker processes killed with SIGKILL while work is under way."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import hrl_tasks as hrl
+from tests.scheduler import tasks
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def fresh():
+    """Its own cluster: these tests kill worker processes."""
+    with hrl.Engine.local(n_workers=2, threads_per_worker=1) as engine:
+        yield engine
+
+
+def worker_pids(engine):
+    return engine.client.run(os.getpid)
+
+
+def kill_worker(engine, address):
+    os.kill(worker_pids(engine)[address], signal.SIGKILL)
+
+
+def test_kill9_during_fanout_loses_and_doubles_nothing(fresh):
+    refs = [fresh.submit(tasks.sleep_then, i, 0.05, retries=2) for i in range(50)]
+    victim = sorted(worker_pids(fresh))[0]
+    threading.Timer(0.4, kill_worker, (fresh, victim)).start()
+    assert fresh.gather(refs, timeout=90) == list(range(50))
+    assert any(r.attempts > 1 for r in refs), "the kill hit no running task"
+    stats = fresh.stats()
+    assert stats["workers_lost"] >= 1
+    assert stats["finished"] == 50 and stats["failed"] == 0
+
+
+def test_no_retry_budget_means_worker_lost_error(fresh):
+    ref = fresh.submit(tasks.pid_and_address, retries=0)
+    _, address = ref.result(timeout=30)
+    slow = fresh.submit(tasks.sleep_then, 1, 30, retries=0)
+    time.sleep(0.5)
+    for pid in worker_pids(fresh).values():
+        os.kill(pid, signal.SIGKILL)
+    with pytest.raises(hrl.WorkerLostError, match="no retries left"):
+        slow.result(timeout=60)
+
+
+def test_stateful_counter_survives_its_worker(fresh):
+    counter = fresh.create_worker(tasks.Counter, start=100)
+    assert fresh.gather([counter.call("add", 1) for _ in range(5)], timeout=30)[-1] == 105
+    first_home = counter.address
+    kill_worker(fresh, first_home)
+    start = time.monotonic()
+    while counter.restarts == 0 and time.monotonic() - start < 30:
+        time.sleep(0.05)
+    assert counter.restarts == 1, "not re-created within 30 s"
+    assert counter.call("add", 1).result(timeout=30) == 106
+    assert counter.address != first_home
+
+
+def test_call_in_flight_fails_with_worker_lost(fresh):
+    counter = fresh.create_worker(tasks.Counter, start=0)
+    counter.ready(timeout=30)
+    in_flight = counter.call("slow_add", 1, 20)
+    time.sleep(0.5)
+    start = time.monotonic()
+    kill_worker(fresh, counter.address)
+    with pytest.raises(hrl.WorkerLostError, match="Counter.*reissue_calls"):
+        in_flight.result(timeout=30)
+    assert time.monotonic() - start < 30
+    assert counter.call("value").result(timeout=30) == 0
+
+
+def test_call_in_flight_is_reissued_when_allowed(fresh):
+    counter = fresh.create_worker(tasks.Counter, start=0, reissue_calls=True)
+    counter.ready(timeout=30)
+    in_flight = counter.call("slow_add", 5, 1.0)
+    queued = counter.call("add", 1)
+    time.sleep(0.3)
+    kill_worker(fresh, counter.address)
+    assert in_flight.result(timeout=30) == 5
+    assert queued.result(timeout=30) == 6
+
+
+def test_object_gives_up_after_max_restarts(fresh):
+    box = fresh.create_worker(tasks.Box, max_restarts=0)
+    box.ready(timeout=30)
+    kill_worker(fresh, box.address)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            box.call("get").result(timeout=30)
+        except hrl.WorkerLostError as exc:
+            assert "max_restarts" in str(exc)
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("calls still succeed on an object that may not restart")

@@ -1,0 +1,91 @@
+import pytest
+
+from hrl_tasks.scheduler.errors import ResourceError
+from hrl_tasks.scheduler.resources import Ledger, check_satisfiable, fits, normalize_request
+
+
+def make_ledger():
+    ledger = Ledger()
+    ledger.add_worker("a", {"CPU": 2, "memory": 8e9})
+    ledger.add_worker("b", {"CPU": 2, "GPU": 1, "memory": 8e9})
+    return ledger
+
+
+def test_normalize_drops_zeros_and_checks_types():
+    assert normalize_request(None) == {}
+    assert normalize_request({"CPU": 1, "GPU": 0}) == {"CPU": 1.0}
+    with pytest.raises(TypeError, match="mapping"):
+        normalize_request(["CPU"])
+    with pytest.raises(TypeError, match="'CPU' must be a number"):
+        normalize_request({"CPU": "1"})
+    with pytest.raises(ValueError, match=">= 0"):
+        normalize_request({"CPU": -1})
+
+
+def test_fits_needs_every_resource():
+    assert fits({"CPU": 1}, {"CPU": 1, "GPU": 1})
+    assert not fits({"GPU": 1}, {"CPU": 4})
+    assert not fits({"CPU": 2.5}, {"CPU": 2})
+
+
+def test_check_names_request_and_workers():
+    ledger = make_ledger()
+    ledger.check({"GPU": 1})
+    with pytest.raises(ResourceError) as info:
+        ledger.check({"GPU": 2})
+    message = str(info.value)
+    assert "GPU=2" in message and "b: CPU=2, GPU=1" in message and "a: CPU=2" in message
+
+
+def test_empty_cluster_is_not_judged():
+    check_satisfiable({"GPU": 8}, {})
+
+
+def test_spread_places_on_least_loaded_then_alternates():
+    ledger = make_ledger()
+    placed = []
+    for i in range(4):
+        worker = ledger.choose({"CPU": 1}, "spread")
+        ledger.acquire(f"obj{i}", worker, {"CPU": 1})
+        placed.append(worker)
+    assert sorted(placed) == ["a", "a", "b", "b"]
+    assert placed[0] != placed[1]
+    assert ledger.choose({"CPU": 1}, "spread") is None
+
+
+def test_pack_fills_one_worker_first():
+    ledger = make_ledger()
+    first = ledger.choose({"CPU": 1}, "pack")
+    ledger.acquire("x", first, {"CPU": 1})
+    assert ledger.choose({"CPU": 1}, "pack") == first
+
+
+def test_request_goes_only_where_it_fits():
+    ledger = make_ledger()
+    assert ledger.choose({"GPU": 1}) == "b"
+    ledger.acquire("learner", "b", {"GPU": 1})
+    assert ledger.choose({"GPU": 1}) is None
+    assert ledger.free("b") == {"CPU": 2, "GPU": 0, "memory": 8e9}
+    ledger.release("learner")
+    assert ledger.choose({"GPU": 1}) == "b"
+
+
+def test_exclude_and_remove_worker():
+    ledger = make_ledger()
+    ledger.acquire("obj", "a", {"CPU": 1})
+    assert ledger.choose({"CPU": 1}, exclude=["b"]) == "a"
+    assert ledger.remove_worker("a") == ["obj"]
+    assert "obj" not in ledger.holdings
+    assert ledger.choose({"CPU": 1}, exclude=["b"]) is None
+
+
+def test_double_acquire_is_an_error():
+    ledger = make_ledger()
+    ledger.acquire("obj", "a", {})
+    with pytest.raises(KeyError):
+        ledger.acquire("obj", "b", {})
+
+
+def test_unknown_strategy():
+    with pytest.raises(ValueError, match="spread"):
+        make_ledger().choose({}, "random")
