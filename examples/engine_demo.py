@@ -25,7 +25,9 @@ def fan_out(depth: int, width: int, seed: int, samples: int) -> list[float]:
         return [estimate_pi(seed, samples)]
     engine = hrl.current_engine()
     children = [
-        engine.submit(fan_out, depth - 1, width, seed * width + i, samples, name=f"level{depth - 1}")
+        engine.submit(
+            fan_out, depth - 1, width, seed * width + i, samples, name=f"level{depth - 1}"
+        )
         for i in range(width)
     ]
     return [x for child in engine.gather(children) for x in child]

@@ -25,8 +25,10 @@ Nesting:
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import contextvars
+import itertools
 import logging
 import os
 import queue
@@ -129,6 +131,11 @@ class Engine:
         self.lost_worker_timeout = float(lost_worker_timeout)
         self.closed = False
         self.topic = f"hrl-tasks-{uuid.uuid4().hex[:12]}"
+        self._key_prefix = uuid.uuid4().hex[:16]
+        self._key_counter = itertools.count()
+        self._watch_lock = threading.Lock()
+        self._to_watch: list[Future] = []
+        self._settled: queue.SimpleQueue = queue.SimpleQueue()
         self._stats = EngineStats()
         self._stats_lock = threading.Lock()
         self._attempts: dict[str, TaskRef] = {}
@@ -144,6 +151,10 @@ class Engine:
             target=object_keeper, args=(self,), name=f"{self.topic}-keeper", daemon=True
         )
         self._keeper.start()
+        self._settler = threading.Thread(
+            target=self._settle_loop, name=f"{self.topic}-settle", daemon=True
+        )
+        self._settler.start()
         self._active_token = _ACTIVE_ENGINE.set(self) if not in_task_thread() else None
 
     # --- construction -------------------------------------------------------
@@ -184,7 +195,8 @@ class Engine:
             return {**base, **(extra or {})}
 
         cluster_kwargs.setdefault("dashboard_address", ":0")
-        cluster_kwargs.setdefault("silence_logs", logging.CRITICAL)  # errors reach you as exceptions
+        # Task errors reach the caller as exceptions; the worker logs need not repeat them.
+        cluster_kwargs.setdefault("silence_logs", logging.CRITICAL)
         # Every lost worker reaches the engine, which retries within each task's budget.
         with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
             cluster = LocalCluster(
@@ -258,6 +270,7 @@ class Engine:
             return
         self.closed = True
         self._events.put(None)
+        self._settled.put(None)
         for topic in (self.topic, "all"):
             if topic in self.client._event_handlers:
                 self.client.unsubscribe_topic(topic)
@@ -304,6 +317,12 @@ class Engine:
         Raises:
             ResourceError: if no worker could ever meet ``resources``.
         """
+        ref = self._prepare(fn, args, kwargs, resources, retries, speculative, name)
+        ref._start_attempt(0)
+        return ref
+
+    def _prepare(self, fn, args, kwargs, resources, retries, speculative, name) -> TaskRef:
+        """A TaskRef whose attempts will run ``fn``; not launched yet."""
         if not callable(fn):
             raise TypeError(f"submit needs a callable, got {fn!r}")
         request = normalize_request(resources)
@@ -324,9 +343,20 @@ class Engine:
 
         ref = TaskRef(self, name, launch, deps)
         ref.policy = policy
+        ref.call_args = (fn, args, kwargs, request, bool(speculative))
         self._count("submitted")
-        ref._start_attempt(0)
         return ref
+
+    def _spec(self, name: str, attempt: int, resources: dict, announce: bool) -> dict:
+        parent = current_task()  # nested tasks report their durations to the root engine
+        return {
+            "key": self.new_key(name),
+            "name": name,
+            "attempt": attempt,
+            "resources": resources or {},
+            "topic": self.topic if parent is None else parent.topic,
+            "announce": announce,
+        }
 
     def run(
         self,
@@ -344,37 +374,54 @@ class Engine:
 
         The building block of tasks and stateful-worker calls; users call :meth:`submit`.
         """
-        key = f"{name}-{uuid.uuid4().hex}"
-        parent = current_task()  # nested tasks report their durations to the root engine
-        spec = {
-            "key": key,
-            "name": name,
-            "attempt": attempt,
-            "resources": resources or {},
-            "topic": self.topic if parent is None else parent.topic,
-            "announce": announce,
-        }
+        spec = self._spec(name, attempt, resources, announce)
         pin = {} if worker is None else {"workers": [worker], "allow_other_workers": False}
         return self.client.submit(
-            run_task,
-            fn,
-            spec,
-            args,
-            kwargs,
-            key=key,
-            pure=False,
-            resources=resources or None,
-            **pin,
-        )
+            run_task, fn, spec, args, kwargs,
+            key=spec["key"], pure=False, resources=resources or None, **pin,
+        )  # fmt: skip
+
+    def new_key(self, name: str) -> str:
+        """A fresh Dask key for an attempt of task ``name`` (Dask groups keys by ``name``)."""
+        return f"{name}-{self._key_prefix}{next(self._key_counter):08x}"
 
     def map(self, fn, *iterables, **submit_kwargs) -> list[TaskRef]:
-        """``[submit(fn, *args, **submit_kwargs) for args in zip(*iterables, strict=True)]``."""
-        return [self.submit(fn, *args, **submit_kwargs) for args in zip(*iterables, strict=True)]
+        """``[submit(fn, *args, **submit_kwargs) for args in zip(*iterables)]``, sent as one batch."""
+        options = {k: submit_kwargs.pop(k, None) for k in ("resources", "retries", "name")}
+        speculative = submit_kwargs.pop("speculative", False)
+        refs = [
+            self._prepare(fn, args, submit_kwargs, options["resources"], options["retries"],
+                          speculative, options["name"])
+            for args in zip(*iterables, strict=True)
+        ]  # fmt: skip
+        if not refs:
+            return refs
+        _, _, _, request, announce = refs[0].call_args
+        specs, arg_lists, kwarg_lists, used = [], [], [], []
+        for ref in refs:
+            real_args, used_args = resolve_refs(ref.call_args[1])
+            real_kwargs, used_kw = resolve_refs(ref.call_args[2])
+            specs.append(self._spec(ref.name, 0, request, announce))
+            arg_lists.append(real_args)
+            kwarg_lists.append(real_kwargs)
+            used.append({**used_args, **used_kw})
+        futures = self.client.map(
+            run_task, [fn] * len(refs), specs, arg_lists, kwarg_lists,
+            key=[spec["key"] for spec in specs], pure=False, resources=request or None,
+        )  # fmt: skip
+        for ref, future, deps_used in zip(refs, futures, used, strict=True):
+            ref._start_attempt(0, (future, deps_used))
+        return refs
 
     def gather(self, refs: Iterable[TaskRef], timeout: float | None = None) -> list:
         """The results of ``refs``, in order, fetched in one batch."""
         refs = list(refs)
         with task_wait():
+            if all(r.call_info is None and r.future is not None for r in refs):
+                try:  # fast path, as in TaskRef.result
+                    return self.client.gather([r.future for r in refs])
+                except Exception:
+                    pass  # some attempt failed or was replaced: settle each below
             deadline = None if timeout is None else time.monotonic() + timeout
             futures = []
             for ref in refs:
@@ -540,7 +587,35 @@ class Engine:
         if isinstance(msg, dict) and msg.get("action") in ("add-worker", "remove-worker"):
             self._events.put(msg)
 
-    # --- attempt supervision (runs in Dask's callback thread) -----------------
+    # --- attempt supervision -------------------------------------------------
+
+    def watch(self, future: Future) -> None:
+        """Have :meth:`_on_attempt_done` called once ``future`` finishes."""
+        with self._watch_lock:
+            self._to_watch.append(future)
+            if len(self._to_watch) > 1:
+                return  # a drain is already scheduled on the event loop
+        self.client.loop.add_callback(self._drain_watch)
+
+    def _drain_watch(self) -> None:
+        with self._watch_lock:
+            batch, self._to_watch = self._to_watch, []
+        for future in batch:
+            asyncio.ensure_future(self._await_done(future))
+
+    async def _await_done(self, future: Future) -> None:
+        try:
+            await future._state.wait()
+        finally:
+            ref = self._attempts.get(future.key)
+            if future.status == "finished" and ref is not None and ref.call_info is None:
+                self._on_attempt_done(future)  # quick: no I/O, no hop to another thread
+            else:
+                self._settled.put(future)
+
+    def _settle_loop(self) -> None:
+        while (future := self._settled.get()) is not None:
+            self._on_attempt_done(future)
 
     def _on_attempt_done(self, future: Future) -> None:
         try:

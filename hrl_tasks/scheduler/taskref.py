@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from hrl_tasks.scheduler.worker_side import task_wait
@@ -46,6 +47,7 @@ class TaskRef:
         self.attempts = 0
         self.call_info = None  # (object record, seq) for a stateful-worker call
         self.policy = None  # RetryPolicy of a plain task
+        self.call_args = None  # (fn, args, kwargs, resources, speculative) of a plain task
 
     # --- user API -----------------------------------------------------------
 
@@ -75,8 +77,15 @@ class TaskRef:
             Exception: what the task raised in its last attempt.
         """
         with task_wait():
-            future = self._wait_outcome(timeout)
-            return future.result()
+            if self.call_info is None and not self._outcome.done():
+                # Fast path: wait on the attempt itself, without waking the engine's
+                # threads (each thread hop can cost a GIL switch interval).
+                deadline = None if timeout is None else time.monotonic() + timeout
+                try:
+                    return self._future.result(timeout)
+                except Exception:  # retried, cancelled for a backup, or failed for good
+                    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            return self._wait_outcome(timeout).result()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """Wait for the task and return its final error, or ``None`` if it succeeded."""
@@ -134,9 +143,9 @@ class TaskRef:
         except cf.TimeoutError:
             raise TimeoutError(f"task {self.name!r} not done within {timeout} s") from None
 
-    def _start_attempt(self, attempt: int) -> None:
-        """Launch attempt number ``attempt`` and watch it."""
-        future, deps_used = self._launch(attempt)
+    def _start_attempt(self, attempt: int, launched: tuple | None = None) -> None:
+        """Launch attempt number ``attempt`` (or adopt ``launched``) and watch it."""
+        future, deps_used = launched or self._launch(attempt)
         with self._lock:
             if self._outcome.done():
                 self.engine.client.cancel([future])
@@ -145,7 +154,7 @@ class TaskRef:
             self._future = future
             self.attempts += 1
             self.engine._attempts[future.key] = self
-        future.add_done_callback(self.engine._on_attempt_done)
+        self.engine.watch(future)
 
     def _restart(self) -> None:
         """Drop the live attempts (their worker is gone) and launch a new one."""

@@ -101,3 +101,31 @@ def test_object_gives_up_after_max_restarts(fresh):
         time.sleep(0.2)
     else:
         pytest.fail("calls still succeed on an object that may not restart")
+
+
+def test_ledger_follows_workers_that_leave_and_join(fresh):
+    before = set(fresh.ledger.capacity)
+    victim = sorted(before)[0]
+    kill_worker(fresh, victim)
+    deadline = time.monotonic() + 30  # the nanny starts a new worker process
+    while time.monotonic() < deadline:
+        now = set(fresh.ledger.capacity)
+        if victim not in now and len(now) == 2:
+            break
+        time.sleep(0.1)
+    now = set(fresh.ledger.capacity)
+    assert victim not in now and len(now) == 2
+    assert all(fresh.ledger.capacity[w]["CPU"] == 1 for w in now)
+
+
+def test_closing_a_local_engine_leaves_no_process_behind():
+    import psutil
+
+    engine = hrl.Engine.local(n_workers=2, threads_per_worker=1)
+    pids = list(worker_pids(engine).values())
+    engine.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.1)
+    alive = [p for p in pids if psutil.pid_exists(p)]
+    assert not alive, f"processes left behind: {alive}"

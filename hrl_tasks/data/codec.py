@@ -1,0 +1,257 @@
+"""A msgpack codec for experience data, and its registration with Dask.
+
+`encode` turns nested dicts, lists, tuples, scalars, strings, bytes, numpy
+arrays and scalars, `SampleBatch` and `MultiAgentBatch` into bytes; `decode`
+reverses it. Format: a fixed 6-byte marker (itself a msgpack ext object, so a
+foreign byte string is rejected up front) followed by one msgpack object.
+
+Numpy data travels in ext types whose payload is::
+
+    u32 header length | msgpack header [meta, [[dtype.str, shape], ...]] | arrays
+
+with each array's raw C-order bytes starting at a 16-byte-aligned offset.
+Decoded arrays are `np.frombuffer` views of the ext payload: no copy beyond
+msgpack's own, and read-only (call ``.copy()`` or `SampleBatch.copy` to write).
+Tuples are preserved (ext type), including as dict keys. Only numeric, bool,
+datetime and fixed-width string dtypes are supported; object and structured
+arrays raise TypeError. A single ext payload is limited to 4 GiB by msgpack.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from hrl_tasks.data.sample_batch import MultiAgentBatch, SampleBatch
+
+_EXT_NDARRAY = 1
+_EXT_NUMPY_SCALAR = 2
+_EXT_TUPLE = 3
+_EXT_SAMPLE_BATCH = 4
+_EXT_MULTI_AGENT_BATCH = 5
+_EXT_MARKER = 127
+_MARKER = msgpack.ExtType(_EXT_MARKER, b"hrl1")
+_MAGIC = b"\xd6\x7fhrl1"  # msgpack.packb(_MARKER): fixext4, code 127, "hrl1"
+_ALIGN = 16
+_U32 = struct.Struct("<I")
+_DTYPE_KINDS = "biufcmMSU"
+
+
+class DecodeError(ValueError):
+    """Raised when bytes are not a valid, complete `encode` output."""
+
+
+def encode(obj: Any) -> bytes:
+    """Serializes `obj` to bytes.
+
+    Args:
+        obj: None, bool, int, float, str, bytes, numpy arrays and scalars,
+            SampleBatch, MultiAgentBatch, or dicts/lists/tuples of these.
+
+    Returns:
+        The encoded bytes.
+
+    Raises:
+        TypeError: For unsupported types, including object-dtype arrays.
+    """
+    packer = _packer()
+    packer.pack(_MARKER)
+    packer.pack(obj)
+    return packer.bytes()
+
+
+def decode(data: bytes | bytearray | memoryview) -> Any:
+    """Deserializes bytes produced by `encode`.
+
+    Args:
+        data: The encoded bytes.
+
+    Returns:
+        The decoded object; numpy arrays in it are read-only views.
+
+    Raises:
+        DecodeError: If `data` is truncated, corrupt, or not from `encode`.
+    """
+    view = memoryview(data).cast("B")
+    if bytes(view[: len(_MAGIC)]) != _MAGIC:
+        raise DecodeError(
+            f"not hrl_tasks codec data: expected marker {_MAGIC!r}, got {bytes(view[:6])!r}"
+        )
+    return _unpackb(view[len(_MAGIC) :])
+
+
+def register_dask_serialization() -> None:
+    """Registers SampleBatch and MultiAgentBatch with Dask's "dask" serializer family.
+
+    After this, `distributed.protocol.serialize` sends batches through this
+    codec instead of pickle. Safe to call more than once. Importing
+    `hrl_tasks.data` calls it already when `distributed` is loaded, which covers
+    worker processes that unpickle the batch class; call it explicitly in a
+    process that imports `hrl_tasks` before `distributed`.
+    """
+    from distributed.protocol.serialize import dask_deserialize, dask_serialize
+
+    for cls in (SampleBatch, MultiAgentBatch):
+        dask_serialize.register(cls, _dask_dumps)
+        dask_deserialize.register(cls, _dask_loads)
+
+
+def _dask_dumps(obj: SampleBatch | MultiAgentBatch) -> tuple[dict, list[bytes]]:
+    return {}, [encode(obj)]
+
+
+def _dask_loads(header: dict, frames: Sequence[bytes | memoryview]) -> Any:
+    return decode(frames[0] if len(frames) == 1 else b"".join(frames))
+
+
+# Encoding ------------------------------------------------------------------------
+
+
+def _packer() -> msgpack.Packer:
+    # strict_types so that tuples and np.float64 (a float subclass) reach _default.
+    return msgpack.Packer(default=_default, strict_types=True, use_bin_type=True, autoreset=False)
+
+
+def _packb(obj: Any) -> bytes:
+    packer = _packer()
+    packer.pack(obj)
+    return packer.bytes()
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return msgpack.ExtType(_EXT_NDARRAY, _pack_arrays(None, [obj]))
+    if isinstance(obj, np.generic):
+        return msgpack.ExtType(_EXT_NUMPY_SCALAR, _pack_arrays(None, [np.asarray(obj)]))
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_EXT_TUPLE, _packb(list(obj)))
+    if isinstance(obj, SampleBatch):
+        names = list(obj.columns)
+        return msgpack.ExtType(_EXT_SAMPLE_BATCH, _pack_arrays(names, obj.values(), names))
+    if isinstance(obj, MultiAgentBatch):
+        layout = [[pid, list(b.columns)] for pid, b in obj.items()]
+        arrays = [a for b in obj.values() for a in b.values()]
+        names = [f"{pid!r}/{name}" for pid, b in obj.items() for name in b.columns]
+        payload = _pack_arrays([obj.env_steps(), layout], arrays, names)
+        return msgpack.ExtType(_EXT_MULTI_AGENT_BATCH, payload)
+    for base in (int, float, str, bytes, list, dict):  # subclasses, e.g. IntEnum
+        if isinstance(obj, base):
+            return base.__str__(obj) if base is str else base(obj)
+    raise TypeError(
+        f"hrl_tasks codec cannot encode {type(obj).__qualname__}; convert it to numpy "
+        "arrays, numbers, strings, bytes, or dicts/lists/tuples of these"
+    )
+
+
+def _pack_arrays(meta: Any, arrays: Iterable[np.ndarray], names: list[str] | None = None) -> bytes:
+    contiguous = []
+    for i, array in enumerate(arrays):
+        if array.dtype.kind not in _DTYPE_KINDS or array.dtype.fields is not None:
+            where = f" (column {names[i]})" if names else ""
+            raise TypeError(
+                f"cannot encode an array of dtype {array.dtype}{where}; "
+                "only bool, numeric, datetime and fixed-width string arrays are supported"
+            )
+        contiguous.append(array if array.flags.c_contiguous else array.copy(order="C"))
+    header = _packb([meta, [[a.dtype.str, list(a.shape)] for a in contiguous]])
+    parts = [_U32.pack(len(header)), header]
+    offset = _U32.size + len(header)
+    for array in contiguous:
+        pad = -offset % _ALIGN
+        parts += [bytes(pad), array.reshape(-1).view(np.uint8)]
+        offset += pad + array.nbytes
+    return b"".join(parts)
+
+
+# Decoding ------------------------------------------------------------------------
+
+
+def _unpackb(data: bytes | memoryview) -> Any:
+    try:
+        return msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False, use_list=True)
+    except DecodeError:
+        raise
+    except Exception as err:  # msgpack and numpy raise many types on foreign input
+        raise DecodeError(f"corrupt or truncated hrl_tasks codec data: {err}") from err
+
+
+def _ext_hook(code: int, payload: bytes) -> Any:
+    if code == _EXT_NDARRAY:
+        return _single_array(payload)
+    if code == _EXT_NUMPY_SCALAR:
+        array = _single_array(payload)
+        if array.ndim != 0:
+            raise DecodeError(f"numpy scalar payload has shape {array.shape}")
+        return array[()]
+    if code == _EXT_TUPLE:
+        return tuple(_unpackb(payload))
+    if code == _EXT_SAMPLE_BATCH:
+        names, arrays = _unpack_arrays(payload)
+        return SampleBatch(_zip_columns(names, arrays))
+    if code == _EXT_MULTI_AGENT_BATCH:
+        (env_steps, layout), arrays = _unpack_arrays(payload)
+        batches, start = {}, 0
+        for pid, names in layout:
+            batches[pid] = SampleBatch(_zip_columns(names, arrays[start : start + len(names)]))
+            start += len(names)
+        if start != len(arrays):
+            raise DecodeError(f"MultiAgentBatch layout names {start} of {len(arrays)} arrays")
+        return MultiAgentBatch(batches, env_steps)
+    raise DecodeError(f"unknown msgpack ext type code {code}")
+
+
+def _single_array(payload: bytes) -> np.ndarray:
+    _, arrays = _unpack_arrays(payload)
+    if len(arrays) != 1:
+        raise DecodeError(f"array payload holds {len(arrays)} arrays, expected 1")
+    return arrays[0]
+
+
+def _zip_columns(names: list, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+    if len(names) != len(arrays):
+        raise DecodeError(f"{len(names)} column names for {len(arrays)} arrays")
+    return dict(zip(names, arrays, strict=True))
+
+
+def _unpack_arrays(payload: bytes) -> tuple[Any, list[np.ndarray]]:
+    if len(payload) < _U32.size:
+        raise DecodeError("array payload shorter than its header length field")
+    (header_len,) = _U32.unpack_from(payload)
+    offset = _U32.size + header_len
+    if offset > len(payload):
+        raise DecodeError(f"array header length {header_len} exceeds payload size {len(payload)}")
+    meta, specs = _unpackb(memoryview(payload)[_U32.size : offset])
+    arrays = []
+    for dtype_str, shape in specs:
+        dtype = _checked_dtype(dtype_str)
+        if not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise DecodeError(f"invalid array shape {shape!r}")
+        count = int(np.prod(shape, dtype=object))
+        offset += -offset % _ALIGN
+        end = offset + count * dtype.itemsize
+        if end > len(payload):
+            raise DecodeError(f"array data ends at byte {end}, payload has {len(payload)}")
+        arrays.append(np.frombuffer(payload, dtype, count, offset).reshape(tuple(shape)))
+        offset = end
+    if offset != len(payload):
+        raise DecodeError(f"{len(payload) - offset} unexpected bytes after array data")
+    return meta, arrays
+
+
+def _checked_dtype(dtype_str: Any) -> np.dtype:
+    if not isinstance(dtype_str, str):
+        raise DecodeError(f"dtype must be a string, got {dtype_str!r}")
+    dtype = np.dtype(dtype_str)
+    if dtype.kind not in _DTYPE_KINDS or dtype.fields is not None or dtype.hasobject:
+        raise DecodeError(f"refusing to decode an array of dtype {dtype_str!r}")
+    return dtype
+
+
+if "distributed.protocol.serialize" in sys.modules:
+    # A worker that unpickles the batch class imports this module after distributed.
+    register_dask_serialization()

@@ -1,0 +1,59 @@
+import math
+
+import pytest
+import torch
+
+from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
+
+
+def test_clipped_surrogate_loss_by_hand():
+    # ratios r and advantages A, clip 0.2; per sample min(r A, clip(r, 0.8, 1.2) A):
+    #   r=1.5, A= 1 -> min(1.5, 1.2)   =  1.2  (clip active)
+    #   r=0.5, A=-1 -> min(-0.5, -0.8) = -0.8  (clip active)
+    #   r=1.1, A= 2 -> min(2.2, 2.2)   =  2.2
+    #   r=0.5, A= 1 -> min(0.5, 0.8)   =  0.5  (unclipped is lower)
+    #   r=1.5, A=-1 -> min(-1.5, -1.2) = -1.5  (unclipped is lower)
+    # loss = -(1.2 - 0.8 + 2.2 + 0.5 - 1.5) / 5 = -0.32
+    ratios = [1.5, 0.5, 1.1, 0.5, 1.5]
+    old_logp = torch.tensor([-1.0, -2.0, -0.5, -1.5, -3.0], dtype=torch.float64)
+    logp = (old_logp + torch.log(torch.tensor(ratios, dtype=torch.float64))).requires_grad_()
+    advantages = torch.tensor([1.0, -1.0, 2.0, 1.0, -1.0], dtype=torch.float64)
+    loss = clipped_surrogate_loss(logp, old_logp, advantages, clip=0.2)
+    assert loss.shape == ()
+    assert loss.item() == pytest.approx(-0.32)
+    loss.backward()
+    # d loss / d logp_i = -r_i A_i / 5 where the unclipped term is chosen, 0 where clipped.
+    expected = [0.0, 0.0, -1.1 * 2 / 5, -0.5 / 5, 1.5 / 5]
+    torch.testing.assert_close(logp.grad, torch.tensor(expected, dtype=torch.float64))
+
+
+def test_clipped_surrogate_loss_on_policy_is_minus_mean_advantage():
+    logp = torch.randn(8, generator=torch.Generator().manual_seed(0))
+    advantages = torch.arange(8.0)
+    loss = clipped_surrogate_loss(logp, logp.clone(), advantages, clip=0.1)
+    assert loss.item() == pytest.approx(-advantages.mean().item())
+
+
+def test_clipped_surrogate_loss_checks_shapes_and_clip():
+    with pytest.raises(ValueError, match="shapes"):
+        clipped_surrogate_loss(torch.zeros(3), torch.zeros(3), torch.zeros(2), 0.2)
+    with pytest.raises(ValueError, match="clip"):
+        clipped_surrogate_loss(torch.zeros(3), torch.zeros(3), torch.zeros(3), 0.0)
+
+
+def test_value_loss_by_hand():
+    values = torch.tensor([1.0, 2.0])
+    targets = torch.zeros(2)
+    # 0.5 * mean(1, 4) = 1.25
+    assert value_loss(values, targets).item() == pytest.approx(1.25)
+    # old = [0, 3], clip 0.5: V_clip = [0.5, 2.5]; squared [1, 4] vs [0.25, 6.25];
+    # elementwise max [1, 6.25] -> 0.5 * 3.625 = 1.8125
+    old = torch.tensor([0.0, 3.0])
+    assert value_loss(values, targets, clip=0.5, old_values=old).item() == pytest.approx(1.8125)
+    with pytest.raises(ValueError, match="old_values"):
+        value_loss(values, targets, clip=0.5)
+
+
+def test_entropy_loss():
+    assert entropy_loss(torch.tensor([1.0, 3.0])).item() == pytest.approx(-2.0)
+    assert math.isclose(entropy_loss(torch.full((4,), 0.5)).item(), -0.5)
