@@ -47,6 +47,7 @@ class SampleBatch:
     LOGP = "logp"
     ACTION_DIST_INPUTS = "action_dist_inputs"
     VALUES = "values"
+    NEXT_VALUES = "next_values"
     ADVANTAGES = "advantages"
     VALUE_TARGETS = "value_targets"
     EPS_ID = "eps_id"

@@ -2,9 +2,11 @@
 
 from hrl_tasks.scheduler.engine import Engine, current_engine
 from hrl_tasks.scheduler.errors import EngineError, ObjectStartError, ResourceError, WorkerLostError
+from hrl_tasks.scheduler.faults import InjectedFault, clear_faults, inject_faults, kill_worker_after
 from hrl_tasks.scheduler.resources import Ledger
 from hrl_tasks.scheduler.retry import RetryPolicy
-from hrl_tasks.scheduler.stateful import WorkerHandle
+from hrl_tasks.scheduler.speculation import SpeculationPolicy
+from hrl_tasks.scheduler.stateful import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.sync import SyncEngine
 from hrl_tasks.scheduler.taskref import TaskRef
 from hrl_tasks.scheduler.worker_side import TaskContext, current_task
@@ -19,7 +21,13 @@ __all__ = [
     "SyncEngine",
     "TaskContext",
     "TaskRef",
+    "WorkerGroup",
     "WorkerHandle",
+    "InjectedFault",
+    "SpeculationPolicy",
+    "clear_faults",
+    "inject_faults",
+    "kill_worker_after",
     "WorkerLostError",
     "current_engine",
     "task_context",

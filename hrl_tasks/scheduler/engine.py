@@ -46,7 +46,9 @@ from hrl_tasks.scheduler import retry as retry_rules
 from hrl_tasks.scheduler.errors import EngineError, WorkerLostError
 from hrl_tasks.scheduler.resources import Ledger, normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
-from hrl_tasks.scheduler.stateful import ObjectRecord, WorkerHandle, object_keeper
+from hrl_tasks.scheduler.speculation import SpeculationPolicy
+from hrl_tasks.scheduler.speculator import Speculator
+from hrl_tasks.scheduler.stateful import ObjectRecord, WorkerGroup, WorkerHandle, object_keeper
 from hrl_tasks.scheduler.stats import EngineStats
 from hrl_tasks.scheduler.taskref import TaskRef
 from hrl_tasks.scheduler.worker_side import (
@@ -143,6 +145,8 @@ class Engine:
         self.ledger_changed = threading.Condition()
         self.objects: dict[str, ObjectRecord] = {}
         self._events: queue.Queue = queue.Queue()
+        self.nthreads: dict[str, int] = {}
+        self.speculator = Speculator(self)
         self._refresh_ledger()
         client.subscribe_topic(self.topic, self._on_reports)
         if not in_task_thread():  # nested engines find lost workers by their sweep
@@ -298,7 +302,7 @@ class Engine:
         *args,
         resources: dict | None = None,
         retries: RetryPolicy | int | None = None,
-        speculative: bool = False,
+        speculative: bool | SpeculationPolicy = False,
         name: str | None = None,
         **kwargs,
     ) -> TaskRef:
@@ -311,7 +315,8 @@ class Engine:
             retries: an int or a :class:`RetryPolicy`; covers exceptions and
                 lost workers. Each attempt has a fresh key and can read its
                 number from ``hrl_tasks.task_context().attempt``.
-            speculative: allow backup copies when this task straggles.
+            speculative: allow backup copies when this task straggles: ``True``
+                for the default :class:`SpeculationPolicy`, or a policy.
             name: groups statistics and the dashboard; default ``fn``'s name.
 
         Raises:
@@ -319,6 +324,8 @@ class Engine:
         """
         ref = self._prepare(fn, args, kwargs, resources, retries, speculative, name)
         ref._start_attempt(0)
+        if ref.speculation is not None:
+            self.speculator.track(ref)
         return ref
 
     def _prepare(self, fn, args, kwargs, resources, retries, speculative, name) -> TaskRef:
@@ -336,18 +343,19 @@ class Engine:
             real_args, used = resolve_refs(args)
             real_kwargs, used_kw = resolve_refs(kwargs)
             future = self.run(
-                fn, real_args, real_kwargs, name=name, attempt=attempt,
-                resources=request, announce=bool(speculative),
+                fn, real_args, real_kwargs, name=name, attempt=attempt, resources=request,
+                workers=self.speculator.healthy_workers() if speculative else None,
             )  # fmt: skip
             return future, {**used, **used_kw}
 
         ref = TaskRef(self, name, launch, deps)
         ref.policy = policy
-        ref.call_args = (fn, args, kwargs, request, bool(speculative))
+        ref.call_args = (fn, args, kwargs, request)
+        ref.speculation = SpeculationPolicy.coerce(speculative)
         self._count("submitted")
         return ref
 
-    def _spec(self, name: str, attempt: int, resources: dict, announce: bool) -> dict:
+    def _spec(self, name: str, attempt: int, resources: dict, internal: bool = False) -> dict:
         parent = current_task()  # nested tasks report their durations to the root engine
         return {
             "key": self.new_key(name),
@@ -355,7 +363,7 @@ class Engine:
             "attempt": attempt,
             "resources": resources or {},
             "topic": self.topic if parent is None else parent.topic,
-            "announce": announce,
+            "internal": internal,
         }
 
     def run(
@@ -367,19 +375,28 @@ class Engine:
         name: str,
         attempt: int = 0,
         resources: dict | None = None,
-        announce: bool = False,
-        worker: str | None = None,
+        workers: list[str] | None = None,
+        internal: bool = False,
     ) -> Future:
         """Submit one attempt through :func:`run_task` with a fresh key; a Dask future.
 
         The building block of tasks and stateful-worker calls; users call :meth:`submit`.
+
+        Args:
+            workers: run only there (a stateful worker's home, a backup's target).
+            internal: the engine's own housekeeping (never hit by fault injection).
         """
-        spec = self._spec(name, attempt, resources, announce)
-        pin = {} if worker is None else {"workers": [worker], "allow_other_workers": False}
+        spec = self._spec(name, attempt, resources, internal)
+        pin = {} if workers is None else {"workers": workers, "allow_other_workers": False}
         return self.client.submit(
             run_task, fn, spec, args, kwargs,
             key=spec["key"], pure=False, resources=resources or None, **pin,
         )  # fmt: skip
+
+    def cancel_futures(self, futures: list[Future]) -> None:
+        """Cancel Dask futures from any thread, the client's event loop included, without waiting."""
+        if futures:
+            self.client.loop.add_callback(self.client._cancel, list(futures))
 
     def new_key(self, name: str) -> str:
         """A fresh Dask key for an attempt of task ``name`` (Dask groups keys by ``name``)."""
@@ -396,21 +413,26 @@ class Engine:
         ]  # fmt: skip
         if not refs:
             return refs
-        _, _, _, request, announce = refs[0].call_args
+        request = refs[0].call_args[3]
+        speculative = refs[0].speculation is not None
+        workers = self.speculator.healthy_workers() if speculative else None
+        pin = {} if workers is None else {"workers": workers, "allow_other_workers": False}
         specs, arg_lists, kwarg_lists, used = [], [], [], []
         for ref in refs:
             real_args, used_args = resolve_refs(ref.call_args[1])
             real_kwargs, used_kw = resolve_refs(ref.call_args[2])
-            specs.append(self._spec(ref.name, 0, request, announce))
+            specs.append(self._spec(ref.name, 0, request))
             arg_lists.append(real_args)
             kwarg_lists.append(real_kwargs)
             used.append({**used_args, **used_kw})
         futures = self.client.map(
             run_task, [fn] * len(refs), specs, arg_lists, kwarg_lists,
-            key=[spec["key"] for spec in specs], pure=False, resources=request or None,
+            key=[spec["key"] for spec in specs], pure=False, resources=request or None, **pin,
         )  # fmt: skip
         for ref, future, deps_used in zip(refs, futures, used, strict=True):
             ref._start_attempt(0, (future, deps_used))
+            if speculative:
+                self.speculator.track(ref)
         return refs
 
     def gather(self, refs: Iterable[TaskRef], timeout: float | None = None) -> list:
@@ -515,6 +537,22 @@ class Engine:
         self.objects[record.obj_id] = record
         return WorkerHandle(record)
 
+    def create_group(self, cls_or_factory, n: int, *args, **kwargs) -> WorkerGroup:
+        """``n`` equivalent stateful workers (spread by default) as a :class:`WorkerGroup`.
+
+        Takes the arguments of :meth:`create_worker`; members are named ``name-i``.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"a group needs n >= 1 members, got {n!r}")
+        base = kwargs.pop("name", None) or getattr(cls_or_factory, "__name__", "object")
+        handles = [
+            self.create_worker(cls_or_factory, *args, name=f"{base}-{i}", **kwargs)
+            for i in range(n)
+        ]
+        for handle in handles:  # calls of all members share statistics, e.g. "Sampler.sample"
+            handle._record.label = base
+        return WorkerGroup(handles)
+
     # --- resources ----------------------------------------------------------
 
     def check_resources(self, request: dict) -> None:
@@ -545,7 +583,10 @@ class Engine:
         with self.ledger_changed:
             for addr in set(self.ledger.capacity) - set(workers):
                 self.ledger.remove_worker(addr)
+            for addr in set(self.nthreads) - set(workers):
+                self.nthreads.pop(addr, None)
             for addr, info in workers.items():
+                self.nthreads[addr] = int(info.get("nthreads", 1))
                 declared = dict(info.get("resources") or {})
                 for request in (held.get(addr) or {}).values():
                     for k, v in request.items():
@@ -576,11 +617,16 @@ class Engine:
             ref.call_info[0].skip(ref.call_info[1])
 
     def _on_reports(self, event) -> None:
+        """Start and end events from the workers (on the client's event loop)."""
         _, events = event
-        with self._stats_lock:
-            for item in events:
-                if item[0] == "end":
-                    self._stats.record_duration(item[2], item[3])
+        now = time.monotonic()
+        for kind, key, name, worker, elapsed, age in events:
+            if kind == "start":
+                self.speculator.on_start(key, worker, now - age)
+            else:
+                with self._stats_lock:
+                    self._stats.record_duration(name, elapsed)
+                self.speculator.on_end(key, name, worker, elapsed, now - age)
 
     def _on_cluster_event(self, event) -> None:
         msg = event[1]

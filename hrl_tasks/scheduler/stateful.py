@@ -27,6 +27,7 @@ from distributed import fire_and_forget
 from distributed.scheduler import KilledWorker
 
 from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
+from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.taskref import TaskRef
 from hrl_tasks.scheduler.worker_side import (
     call_object,
@@ -69,11 +70,14 @@ class ObjectRecord:
     creation: TaskRef | None = None
     calls: dict = field(default_factory=dict)
     snapshots: dict = field(default_factory=dict)  # seq -> [(ref, future) waiting for it]
+    group: list | None = None  # the records of a WorkerGroup this object belongs to
+    label: str = ""  # names its calls in statistics and the dashboard: "label.method"
     state_seq: int = -1
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def __post_init__(self):
         self.placed = threading.Condition(self.lock)
+        self.label = self.label or self.name
 
     # --- placement and creation ------------------------------------------------
 
@@ -88,7 +92,7 @@ class ObjectRecord:
         """Point the record at a new home; returns the creation call to launch (lock held)."""
         self.address = address
         base = self._next()
-        ref = TaskRef(self.engine, f"{self.name}.__init__", self._launch_creation, [])
+        ref = TaskRef(self.engine, f"{self.label}.__init__", self._launch_creation, [])
         ref.call_info = (self, base)
         self.creation = ref
         self.calls[base] = ref
@@ -98,8 +102,8 @@ class ObjectRecord:
         seq = self.creation.call_info[1]
         args = (self.obj_id, seq, self.factory, self.args, self.kwargs, self.state)
         future = self.engine.run(
-            create_object, args, {}, name=f"{self.name}.__init__", attempt=attempt,
-            worker=self.address,
+            create_object, args, {}, name=f"{self.label}.__init__", attempt=attempt,
+            workers=[self.address], internal=True,
         )  # fmt: skip
         return future, {}
 
@@ -144,7 +148,9 @@ class ObjectRecord:
 
     # --- calls -------------------------------------------------------------
 
-    def call(self, method: str, args: tuple, kwargs: dict, internal: bool = False) -> TaskRef:
+    def call(
+        self, method: str, args: tuple, kwargs: dict, internal: bool = False, speculation=None
+    ) -> TaskRef:
         from hrl_tasks.scheduler.engine import collect_refs
 
         if not isinstance(method, str):
@@ -154,13 +160,17 @@ class ObjectRecord:
         with self.lock:
             self._wait_placed()
             seq = self._next()
-            ref = TaskRef(self.engine, f"{self.name}.{method}", None, deps)
-            ref._launch = self._call_launcher(ref, method, args, kwargs)
+            ref = TaskRef(self.engine, f"{self.label}.{method}", None, deps)
+            ref._launch = self._call_launcher(ref, method, args, kwargs, internal)
             ref.call_info = (self, seq)
+            ref.call_args = (method, args, kwargs)
+            ref.speculation = speculation
             self.calls[seq] = ref
         if not internal:
             self.engine._count("submitted")
         ref._start_attempt(0)
+        if speculation is not None:
+            self.engine.speculator.track(ref)
         return ref
 
     def _wait_placed(self) -> None:
@@ -171,7 +181,7 @@ class ObjectRecord:
         if self.gone is not None:
             raise self.gone
 
-    def _call_launcher(self, ref: TaskRef, method: str, args: tuple, kwargs: dict):
+    def _call_launcher(self, ref: TaskRef, method: str, args: tuple, kwargs: dict, internal: bool):
         from hrl_tasks.scheduler.engine import resolve_refs
 
         def launch(attempt: int):
@@ -179,8 +189,9 @@ class ObjectRecord:
             real_kwargs, used_kw = resolve_refs(kwargs)
             call = (self.obj_id, ref.call_info[1], method, real_args, real_kwargs)
             future = self.engine.run(
-                call_object, call, {}, name=ref.name, attempt=attempt, worker=self.address
-            )
+                call_object, call, {}, name=ref.name, attempt=attempt,
+                workers=[self.address], internal=internal,
+            )  # fmt: skip
             return future, {**used, **used_kw}
 
         return launch
@@ -238,7 +249,10 @@ class ObjectRecord:
             address = self.address
         if address is not None and address in self.engine.ledger.capacity:
             skip = (self.obj_id, [seq])
-            fire_and_forget(self.engine.run(skip_calls, skip, {}, name="skip", worker=address))
+            skipping = self.engine.run(
+                skip_calls, skip, {}, name="skip", workers=[address], internal=True
+            )
+            fire_and_forget(skipping)
 
     # --- recovery and end ------------------------------------------------------
 
@@ -318,8 +332,9 @@ class ObjectRecord:
             self.gone = ObjectStartError(f"stateful worker {self.name!r} was killed")
             self.placed.notify_all()
         future = self.engine.run(
-            destroy_object, (self.obj_id, seq), {}, name=f"{self.name}.__del__", worker=address
-        )
+            destroy_object, (self.obj_id, seq), {}, name=f"{self.label}.__del__",
+            workers=[address], internal=True,
+        )  # fmt: skip
         try:
             future.result(timeout=timeout)
         finally:
@@ -355,9 +370,24 @@ class WorkerHandle:
         """How often the object was re-created after its worker died."""
         return self._record.restarts
 
-    def call(self, method: str, *args, **kwargs) -> TaskRef:
-        """Call ``obj.method(*args, **kwargs)`` on the worker; returns a TaskRef."""
-        return self._record.call(method, args, kwargs)
+    def call(self, method: str, *args, speculative=False, **kwargs) -> TaskRef:
+        """Call ``obj.method(*args, **kwargs)`` on the worker; returns a TaskRef.
+
+        Args:
+            speculative: for a member of a :class:`WorkerGroup`: if the call
+                straggles, the same call goes to an idle peer and the first
+                result wins. The peers must be equivalent (e.g. rollout
+                workers holding the same weights): the result is an
+                equivalent one, not an identical one. The name is reserved:
+                methods cannot take an argument called ``speculative``.
+        """
+        policy = SpeculationPolicy.coerce(speculative)
+        if policy is not None and self._record.group is None:
+            raise ValueError(
+                f"{self.name!r} belongs to no group, so it has no peer to send a backup "
+                "to: create it with engine.create_group(...)"
+            )
+        return self._record.call(method, args, kwargs, speculation=policy)
 
     def ready(self, timeout: float | None = None) -> WorkerHandle:
         """Wait until the object is built; raises what its factory raised."""
@@ -389,6 +419,40 @@ class WorkerHandle:
         raise TypeError(
             "a WorkerHandle cannot be pickled: call it from the program that created it"
         )
+
+
+class WorkerGroup:
+    """Equivalent stateful workers, e.g. rollout workers holding the same weights.
+
+    Calls made with ``speculative=True`` on a member may be backed up on an
+    idle peer. Example::
+
+        workers = engine.create_group(RolloutWorker, 4, env_id="CartPole-v1")
+        batches = [w.call("sample", 512, speculative=True) for w in workers]
+    """
+
+    def __init__(self, handles: list[WorkerHandle]):
+        self.handles = handles
+        records = [h._record for h in handles]
+        for record in records:
+            record.group = records
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def __getitem__(self, index: int) -> WorkerHandle:
+        return self.handles[index]
+
+    def __iter__(self):
+        return iter(self.handles)
+
+    def call_all(self, method: str, *args, **kwargs) -> list[TaskRef]:
+        """The same call on every member; one TaskRef each."""
+        return [h.call(method, *args, **kwargs) for h in self.handles]
+
+    def kill(self, timeout: float | None = 30.0) -> None:
+        for handle in self.handles:
+            handle.kill(timeout)
 
 
 def object_keeper(engine: Engine) -> None:

@@ -7,7 +7,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-COUNTERS = ("submitted", "finished", "failed", "retried", "cancelled", "workers_lost")
+COUNTERS = (
+    "submitted",
+    "finished",
+    "failed",
+    "retried",
+    "cancelled",
+    "workers_lost",
+    "speculated",
+    "backup_won",
+    "original_won",
+    "time_saved_s",
+)
 
 
 @dataclass
@@ -55,7 +66,7 @@ class EngineStats:
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     durations: dict[str, DurationWindow] = field(default_factory=dict)
 
-    def count(self, counter: str, n: int = 1) -> None:
+    def count(self, counter: str, n: float = 1) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + n
 
     def record_duration(self, name: str, seconds: float) -> None:

@@ -47,7 +47,13 @@ class TaskRef:
         self.attempts = 0
         self.call_info = None  # (object record, seq) for a stateful-worker call
         self.policy = None  # RetryPolicy of a plain task
-        self.call_args = None  # (fn, args, kwargs, resources, speculative) of a plain task
+        self.call_args = (
+            None  # (fn, args, kwargs, resources) of a task, (method, args, kwargs) of a call
+        )
+        self.speculation = None  # SpeculationPolicy when backups are allowed
+        self.copies: dict[str, float] = {}  # key of each attempt -> when it was sent
+        self.backups: set[str] = set()  # keys of backup copies
+        self.linked: list[TaskRef] = []  # backup calls on peers of a stateful-worker group
 
     # --- user API -----------------------------------------------------------
 
@@ -112,7 +118,7 @@ class TaskRef:
             self._outcome.set_exception(cf.CancelledError(f"task {self.name!r} was cancelled"))
         self.engine._note_cancelled(self)
         if live:
-            self.engine.client.cancel(live)
+            self.engine.cancel_futures(live)
         return True
 
     def add_done_callback(self, fn) -> None:
@@ -143,14 +149,17 @@ class TaskRef:
         except cf.TimeoutError:
             raise TimeoutError(f"task {self.name!r} not done within {timeout} s") from None
 
-    def _start_attempt(self, attempt: int, launched: tuple | None = None) -> None:
+    def _start_attempt(self, attempt: int, launched: tuple | None = None, backup=False) -> None:
         """Launch attempt number ``attempt`` (or adopt ``launched``) and watch it."""
         future, deps_used = launched or self._launch(attempt)
         with self._lock:
             if self._outcome.done():
-                self.engine.client.cancel([future])
+                self.engine.cancel_futures([future])
                 return
             self._live[future.key] = (future, attempt, deps_used)
+            self.copies[future.key] = time.monotonic()
+            if backup:
+                self.backups.add(future.key)
             self._future = future
             self.attempts += 1
             self.engine._attempts[future.key] = self
@@ -162,11 +171,24 @@ class TaskRef:
             old = [f for f, _, _ in self._live.values()]
             self._live.clear()
         if old:
-            self.engine.client.cancel(old)
+            self.engine.cancel_futures(old)
         self._start_attempt(self.attempts)
 
-    def _finish(self, future: Future) -> bool:
-        """Resolve with a successful attempt; others are cancelled. False if already done."""
+    def _start_backup(self, worker: str) -> None:
+        """Launch a backup copy of this task on ``worker`` (speculation)."""
+        from hrl_tasks.scheduler.engine import resolve_refs
+
+        fn, args, kwargs, request = self.call_args
+        real_args, used = resolve_refs(args)
+        real_kwargs, used_kw = resolve_refs(kwargs)
+        future = self.engine.run(
+            fn, real_args, real_kwargs, name=self.name, attempt=self.attempts,
+            resources=request, workers=[worker],
+        )  # fmt: skip
+        self._start_attempt(self.attempts, (future, {**used, **used_kw}), backup=True)
+
+    def _finish(self, future: Future, by_backup: bool = False) -> bool:
+        """Resolve with a successful copy; the others are cancelled. False if already done."""
         with self._lock:
             if self._outcome.done():
                 return False
@@ -174,8 +196,16 @@ class TaskRef:
             self._live.clear()
             self._future = future
             self._outcome.set_result(future)
+        losers = [f.key for f in others]
         if others:
-            self.engine.client.cancel(others)
+            self.engine.cancel_futures(others)
+        for peer_call in self.linked:
+            if peer_call.future is not future:
+                losers.append(peer_call.key)
+                peer_call.cancel()
+        if self.speculation is not None:
+            winner = next(iter(self.backups)) if by_backup else future.key
+            self.engine.speculator.on_finished(self, winner, losers)
         return True
 
     def _fail(self, error: BaseException) -> bool:
@@ -186,5 +216,5 @@ class TaskRef:
             self._live.clear()
             self._outcome.set_exception(error)
         if live:
-            self.engine.client.cancel(live)
+            self.engine.cancel_futures(live)
         return True

@@ -30,7 +30,7 @@ from distributed.threadpoolexecutor import secede as pool_secede
 from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
 
 RUNTIME_NAME = "hrl-tasks-runtime"
-FLUSH_INTERVAL_S = 0.1
+FLUSH_INTERVAL_S = 0.05
 
 
 @dataclass
@@ -52,6 +52,15 @@ class TaskContext:
     topic: str
     seceded: bool = False  # lent its resources to the worker while waiting
 
+    def cancelled(self) -> bool:
+        """Whether this attempt was cancelled (e.g. a backup copy won) while it runs.
+
+        Dask cannot stop a running task, but a task that checks this between
+        steps of its work can stop early and give its thread back.
+        """
+        state = get_worker().state.tasks.get(self.key)
+        return state is None or state.state in ("cancelled", "released", "forgotten")
+
 
 _CURRENT_TASK: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar(
     "hrl_tasks_current_task", default=None
@@ -64,7 +73,7 @@ def current_task() -> TaskContext | None:
 
 
 def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
-    """Run one attempt of an engine task on a worker."""
+    """Run one attempt of an engine task on a worker, reporting its start and end."""
     worker = get_worker()
     ctx = TaskContext(
         key=spec["key"],
@@ -74,18 +83,23 @@ def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
         topic=spec["topic"],
     )
     runtime = WorkerRuntime.of(worker)
-    if spec.get("announce"):
-        runtime.report(ctx.topic, ("start", ctx.key, time.time()))
+    faults = None if spec.get("internal") else runtime.faults
+    runtime.report(ctx.topic, "start", ctx.key, ctx.name, None)
     token = _CURRENT_TASK.set(ctx)
     start = time.perf_counter()
     try:
-        return fn(*args, **kwargs)
+        if faults is not None:
+            faults.maybe_fail(ctx.name)
+        result = fn(*args, **kwargs)
+        if faults is not None:
+            faults.maybe_slow_down(ctx.name, time.perf_counter() - start)
+        return result
     finally:
         elapsed = time.perf_counter() - start
         _CURRENT_TASK.reset(token)
         if ctx.seceded and ctx.resources:
             runtime.adjust_available(ctx.resources, -1)
-        runtime.report(ctx.topic, ("end", ctx.key, ctx.name, elapsed))
+        runtime.report(ctx.topic, "end", ctx.key, ctx.name, elapsed)
 
 
 def in_task_thread() -> bool:
@@ -184,6 +198,7 @@ class WorkerRuntime(WorkerPlugin):
         self.reports_lock = threading.Lock()
         self.flushing = False
         self.engine = None
+        self.faults = None  # a FaultInjector while tests or benchmarks inject faults
 
     @classmethod
     def of(cls, worker) -> WorkerRuntime:
@@ -198,8 +213,13 @@ class WorkerRuntime(WorkerPlugin):
             found = self.objects.setdefault(obj_id, ObjectEntry(obj_id))
         return found
 
-    def report(self, topic: str, event: tuple) -> None:
-        """Queue a timing event for the engine listening on ``topic``."""
+    def report(self, topic: str, kind: str, key: str, name: str, elapsed: float | None) -> None:
+        """Queue a start or end event for the engine listening on ``topic``.
+
+        Events travel in batches; each says how long ago it happened, so the
+        engine can place it on its own clock whatever the workers' clocks say.
+        """
+        event = (kind, key, name, self.worker.address, elapsed, time.monotonic())
         with self.reports_lock:
             self.reports.setdefault(topic, []).append(event)
             start_flusher = not self.flushing
@@ -214,8 +234,9 @@ class WorkerRuntime(WorkerPlugin):
         with self.reports_lock:
             reports, self.reports = self.reports, {}
             self.flushing = False
+        now = time.monotonic()
         for topic, events in reports.items():
-            self.worker.log_event(topic, [list(e) for e in events])
+            self.worker.log_event(topic, [[*e[:5], now - e[5]] for e in events])
 
     def adjust_available(self, request: dict, sign: int) -> None:
         """Lend (+1) or take back (-1) resources on this worker, from any thread."""

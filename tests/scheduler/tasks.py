@@ -100,3 +100,22 @@ class Box:
 class Broken:
     def __init__(self):
         raise RuntimeError("factory exploded")
+
+
+def work(i, seconds):
+    """A task of known length whose result depends only on its input."""
+    time.sleep(seconds)
+    return i * i
+
+
+class Sampler:
+    """A stand-in for a rollout worker: equivalent peers, each says who answered."""
+
+    def __init__(self):
+        from distributed import get_worker
+
+        self.tag = get_worker().address
+
+    def sample(self, seconds):
+        time.sleep(seconds)
+        return self.tag

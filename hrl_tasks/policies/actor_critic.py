@@ -1,0 +1,118 @@
+"""What PG, PPO and IMPALA share: an actor-critic model and GAE postprocessing.
+
+Rollout fragments come from one env, rows in time order, with the columns a
+rollout worker writes for an actor-critic policy:
+
+=================  ===========================================================
+``obs``            ``s_t``
+``actions``        ``a_t`` (from `compute_actions`)
+``rewards``        ``r_t``
+``terminateds``    ``s_{t+1}`` ended the episode by termination (value 0)
+``truncateds``     ``s_{t+1}`` ended it by truncation (bootstrapped)
+``logp``           ``log pi(a_t|s_t)`` of the behaviour policy (`compute_actions` extras)
+``values``         ``V(s_t)`` (`compute_actions` extras)
+``next_values``    ``V(s_{t+1})``; on truncated rows ``V`` of the final observation
+                   before the reset; on the last row the bootstrap value
+                   (`compute_values`). Ignored on terminated rows.
+=================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.distributions import ActionDistribution, make_action_dist
+from hrl_tasks.policies.estimators import gae
+from hrl_tasks.policies.models import ActorCritic, make_encoder
+from hrl_tasks.policies.policy import TorchPolicy
+
+
+def add_gae(batch: SampleBatch, gamma: float, lam: float) -> SampleBatch:
+    """Adds ``advantages`` and ``value_targets`` (float32) to a fragment with `estimators.gae`.
+
+    Reads ``rewards``, ``values``, ``next_values``, ``terminateds`` and
+    ``truncateds``; columns may be ``[T]`` or time-major ``[T, N]``.
+
+    Args:
+        batch: One env's fragment, rows in time order.
+        gamma: Discount factor.
+        lam: GAE lambda.
+
+    Returns:
+        A new batch with all of `batch`'s columns plus the two new ones.
+
+    Raises:
+        KeyError: If a needed column is missing.
+    """
+    needed = (
+        SampleBatch.REWARDS,
+        SampleBatch.VALUES,
+        SampleBatch.NEXT_VALUES,
+        SampleBatch.TERMINATEDS,
+        SampleBatch.TRUNCATEDS,
+    )
+    missing = [c for c in needed if c not in batch]
+    if missing:
+        raise KeyError(f"GAE postprocessing needs columns {missing}; have {batch.columns}")
+    advantages, targets = gae(*(batch[c] for c in needed), gamma=gamma, lam=lam)
+    return SampleBatch(
+        {
+            **dict(batch.items()),
+            SampleBatch.ADVANTAGES: advantages.astype(np.float32),
+            SampleBatch.VALUE_TARGETS: targets.astype(np.float32),
+        }
+    )
+
+
+def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / (std + eps)`` over all entries (population std, so one entry gives 0)."""
+    return (x - x.mean()) / (x.std(correction=0) + eps)
+
+
+class ActorCriticPolicy(TorchPolicy):
+    """A `TorchPolicy` over an `ActorCritic` model (base of PG, PPO and IMPALA).
+
+    `compute_actions` samples (or takes the mode when ``explore=False``) and
+    returns extras ``logp`` and ``values`` (float32, ``[B]``);
+    `compute_values` gives the bootstrap values a rollout worker puts in
+    ``next_values``. Actions from a Box space are not clipped to its bounds.
+    The config needs ``hidden`` and ``shared_trunk`` besides `TorchPolicy`'s fields.
+    """
+
+    def make_model(self) -> nn.Module:
+        encoder, feature_dim = make_encoder(self.observation_space)
+        head = make_action_dist(self.action_space)
+        return ActorCritic(
+            encoder, feature_dim, head, self.config.hidden, nn.Tanh, self.config.shared_trunk
+        )
+
+    @torch.no_grad()
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        dist, values = self.model(self.obs_tensor(obs))
+        actions = dist.sample(self.generator) if explore else dist.deterministic()
+        extras = {SampleBatch.LOGP: dist.logp(actions).numpy(), SampleBatch.VALUES: values.numpy()}
+        return self.to_actions(actions), extras
+
+    @torch.no_grad()
+    def compute_values(self, obs: np.ndarray) -> np.ndarray:
+        return self.model.value(self.obs_tensor(obs)).numpy()
+
+    def forward_batch(
+        self, batch: SampleBatch
+    ) -> tuple[ActionDistribution, torch.Tensor, torch.Tensor]:
+        """Runs the model on ``batch["obs"]``.
+
+        Returns:
+            ``(dist, values, logp)`` with ``logp`` of ``batch["actions"]``; all
+            carry gradients.
+        """
+        obs = self.obs_tensor(batch[SampleBatch.OBS])
+        dist, values = self.model(obs)
+        discrete = np.issubdtype(self.action_space.dtype, np.integer)
+        actions = self.column(batch, SampleBatch.ACTIONS, np.int64 if discrete else np.float32)
+        return dist, values, dist.logp(actions)

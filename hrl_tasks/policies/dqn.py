@@ -1,0 +1,236 @@
+"""Deep Q-learning with double Q, a dueling head, n-step targets and importance weights.
+
+Mnih et al. 2015 (DQN), van Hasselt et al. 2016 (double DQN,
+https://arxiv.org/abs/1509.06461), Wang et al. 2016 (dueling,
+https://arxiv.org/abs/1511.06581), Schaul et al. 2016 (prioritized replay,
+https://arxiv.org/abs/1511.05952), Hessel et al. 2018 (Rainbow, n-step).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.estimators import n_step_returns, td_target_dqn
+from hrl_tasks.policies.models import QNetwork, make_encoder
+from hrl_tasks.policies.policy import TorchPolicy
+from hrl_tasks.policies.torch_utils import load_module_weights, module_weights, resolve_config
+
+N_STEP_DISCOUNTS = "discounts"
+"""Column of per-row bootstrap discounts ``gamma^m (1 - terminated)`` written by n-step postprocessing."""
+
+
+@dataclass
+class DQNConfig:
+    """Config of `DQNPolicy`; defaults follow CleanRL's dqn.py with double Q and dueling on."""
+
+    lr: float = 2.5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    n_step: int = 1
+    """Rewards summed per target; > 1 makes `postprocess_trajectory` rewrite rows."""
+    double_q: bool = True
+    """Pick the next action with the online network, evaluate it with the target one."""
+    dueling: bool = True
+    """Dueling value/advantage head."""
+    huber_delta: float = 1.0
+    """Huber loss threshold on the TD error."""
+    tau: float = 1.0
+    """`update_target` mixing: 1 copies the online weights, < 1 is Polyak averaging."""
+    epsilon: float = 1.0
+    """Initial epsilon of epsilon-greedy exploration; change it with `set_epsilon`."""
+    grad_clip: float | None = 10.0
+    """Max global gradient norm; None disables clipping."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths after the encoder."""
+    seed: int | None = None
+    """Seed of the initial weights and of exploration; None draws one."""
+
+
+class DQNPolicy(TorchPolicy):
+    """Epsilon-greedy Q-learning policy with a target network.
+
+    `postprocess_trajectory` is the identity for ``n_step == 1``; otherwise it
+    reads ``rewards``, ``terminateds``, ``truncateds``, ``next_obs`` of one
+    env's fragment and rewrites each row ``t`` as an n-step transition with
+    `estimators.n_step_returns`: ``rewards`` = ``R_t``, ``next_obs``,
+    ``terminateds``, ``truncateds`` taken from row ``b_t``, and a new
+    ``discounts`` column = ``D_t``. ``next_obs`` on a truncated row must be the
+    final observation before the reset.
+
+    `loss` reads ``obs``, ``actions``, ``rewards``, ``next_obs``,
+    ``terminateds``, and when present ``discounts`` (else ``config.gamma``)
+    and ``weights`` (importance weights from prioritized replay, else 1):
+    ``mean(w * huber(Q(s, a) - target))``. Its ``td_error`` entry, and
+    ``info["td_error"]`` of `learn_on_batch` / `compute_gradients` (a numpy
+    array, before the update), are the per-row TD errors for
+    ``PrioritizedReplayBuffer.update_priorities``.
+
+    Usage::
+
+        policy = DQNPolicy(obs_space, Discrete(n), DQNConfig(seed=0))
+        policy.set_epsilon(0.1); actions, _ = policy.compute_actions(obs)
+        info = policy.learn_on_batch(replay.sample(32))
+        replay.update_priorities(batch["batch_indexes"], np.abs(info["td_error"]))
+        policy.update_target()  # every few hundred steps
+
+    Args:
+        observation_space: A Box space.
+        action_space: A Discrete space.
+        config: A `DQNConfig`; None uses the defaults.
+        single_thread: Call ``torch.set_num_threads(1)``.
+
+    Raises:
+        TypeError: If the action space is not Discrete.
+        ValueError: If epsilon or n_step is out of range.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: DQNConfig | None = None,
+        *,
+        single_thread: bool = False,
+    ) -> None:
+        config = resolve_config(config, DQNConfig)
+        if not isinstance(action_space, gym.spaces.Discrete) or int(action_space.start) != 0:
+            raise TypeError(
+                f"DQN needs a Discrete action space starting at 0, got {action_space!r}"
+            )
+        if config.n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {config.n_step}")
+        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+        self.target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.set_epsilon(config.epsilon)
+        self.num_target_updates = 0
+
+    def make_model(self) -> nn.Module:
+        encoder, feature_dim = make_encoder(self.observation_space)
+        n = int(self.action_space.n)
+        return QNetwork(encoder, feature_dim, n, self.config.hidden, nn.ReLU, self.config.dueling)
+
+    def set_epsilon(self, epsilon: float) -> None:
+        """Sets the probability of a uniformly random action when exploring.
+
+        Raises:
+            ValueError: If `epsilon` is outside [0, 1].
+        """
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        self.epsilon = float(epsilon)
+
+    @torch.no_grad()
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Greedy actions, each replaced by a uniform one with probability epsilon if exploring.
+
+        Returns:
+            ``(actions, {})``: int64 actions ``[B]`` and no extras.
+        """
+        actions = self.model(self.obs_tensor(obs)).argmax(dim=-1)
+        if explore and self.epsilon > 0.0:
+            uniform = torch.randint(
+                int(self.action_space.n), actions.shape, generator=self.generator
+            )
+            coin = torch.rand(actions.shape, generator=self.generator) < self.epsilon
+            actions = torch.where(coin, uniform, actions)
+        return self.to_actions(actions), {}
+
+    def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
+        """Rewrites rows as n-step transitions when ``n_step > 1`` (see the class doc)."""
+        if self.config.n_step == 1:
+            return batch
+        terminateds, truncateds = batch[SampleBatch.TERMINATEDS], batch[SampleBatch.TRUNCATEDS]
+        returns, discounts, last = n_step_returns(
+            batch[SampleBatch.REWARDS],
+            terminateds,
+            self.config.gamma,
+            self.config.n_step,
+            truncateds,
+        )
+        columns = dict(batch.items())
+        columns[SampleBatch.REWARDS] = returns.astype(np.float32)
+        columns[N_STEP_DISCOUNTS] = discounts.astype(np.float32)
+        for name in (SampleBatch.NEXT_OBS, SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS):
+            column = batch[name]
+            index = last.reshape(last.shape + (1,) * (column.ndim - last.ndim))
+            columns[name] = np.take_along_axis(column, index, axis=0)
+        return SampleBatch(columns)
+
+    def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        """Term ``loss_td``; diagnostics ``td_error`` (per row) and ``q_mean``."""
+        cfg = self.config
+        q = self.model(self.obs_tensor(batch[SampleBatch.OBS]))
+        actions = self.column(batch, SampleBatch.ACTIONS, np.int64)
+        q_taken = q.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        with torch.no_grad():
+            next_obs = self.obs_tensor(batch[SampleBatch.NEXT_OBS])
+            next_q_target = self.target_model(next_obs).numpy()
+            next_q_online = self.model(next_obs).numpy() if cfg.double_q else None
+        discounted = N_STEP_DISCOUNTS in batch
+        gamma = self.column(batch, N_STEP_DISCOUNTS).numpy() if discounted else cfg.gamma
+        rewards = self.column(batch, SampleBatch.REWARDS).numpy()
+        terminateds = self.column(batch, SampleBatch.TERMINATEDS, bool).numpy()
+        targets = torch.from_numpy(
+            td_target_dqn(rewards, next_q_target, terminateds, gamma, next_q_online).astype(
+                np.float32
+            )
+        )
+        if SampleBatch.WEIGHTS in batch:
+            weights = self.column(batch, SampleBatch.WEIGHTS)
+        else:
+            weights = torch.ones_like(targets)
+        huber = F.huber_loss(q_taken, targets, reduction="none", delta=cfg.huber_delta)
+        loss_td = (weights * huber).mean()
+        return {
+            "loss_td": loss_td,
+            "total": loss_td,
+            "td_error": (q_taken - targets).detach(),
+            "q_mean": q_taken.mean().detach(),
+        }
+
+    @torch.no_grad()
+    def update_target(self, tau: float | None = None) -> None:
+        """Moves the target network toward the online one: ``target = tau * online + (1 - tau) * target``.
+
+        Args:
+            tau: Mixing weight in (0, 1]; None uses ``config.tau``.
+
+        Raises:
+            ValueError: If `tau` is outside (0, 1].
+        """
+        tau = self.config.tau if tau is None else float(tau)
+        if not 0.0 < tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {tau}")
+        online = self.model.state_dict()
+        for name, target in self.target_model.state_dict().items():
+            if tau == 1.0:
+                target.copy_(online[name])
+            else:
+                target.mul_(1.0 - tau).add_(online[name], alpha=tau)
+        self.num_target_updates += 1
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            **super().get_state(),
+            "target_weights": module_weights(self.target_model),
+            "epsilon": self.epsilon,
+            "num_target_updates": self.num_target_updates,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        load_module_weights(self.target_model, state["target_weights"])
+        self.set_epsilon(state["epsilon"])
+        self.num_target_updates = int(state["num_target_updates"])

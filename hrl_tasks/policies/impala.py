@@ -1,0 +1,157 @@
+"""IMPALA's V-trace actor-critic (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561).
+
+The learner's policy differs from the actors' that made the data; V-trace
+(`estimators.vtrace`) corrects for it with truncated importance weights
+``pi(a|x) / mu(a|x)``, using the behaviour ``logp`` stored by the actors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.actor_critic import ActorCriticPolicy
+from hrl_tasks.policies.estimators import vtrace
+from hrl_tasks.policies.losses import entropy_loss, value_loss
+from hrl_tasks.policies.torch_utils import resolve_config
+
+_TIME_MAJOR_COLUMNS = (
+    SampleBatch.OBS,
+    SampleBatch.ACTIONS,
+    SampleBatch.REWARDS,
+    SampleBatch.TERMINATEDS,
+    SampleBatch.TRUNCATEDS,
+    SampleBatch.LOGP,
+    SampleBatch.NEXT_VALUES,
+)
+
+
+@dataclass
+class IMPALAConfig:
+    """Config of `IMPALAPolicy`; defaults follow the paper and RLlib (Adam instead of RMSProp)."""
+
+    lr: float = 5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    clip_rho_threshold: float | None = 1.0
+    """V-trace rho-bar; None disables clipping."""
+    clip_c_threshold: float | None = 1.0
+    """V-trace c-bar; None disables clipping."""
+    clip_pg_rho_threshold: float | None = 1.0
+    """Clip of the policy-gradient importance weight; None disables it."""
+    rollout_fragment_length: int | None = None
+    """None: a batch is one time-major fragment. L: a batch is fragments of L rows each, concatenated."""
+    grad_clip: float | None = 40.0
+    """Max global gradient norm; None disables clipping."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths after the encoder (use () on top of a CNN)."""
+    shared_trunk: bool = False
+    """Share the hidden layers between actor and critic."""
+    seed: int | None = None
+    """Seed of the initial weights and of sampling; None draws one."""
+
+
+class IMPALAPolicy(ActorCriticPolicy):
+    """V-trace actor-critic policy.
+
+    `postprocess_trajectory` is the identity: targets depend on the learner's
+    current weights, so they are computed in `loss`. `loss` reads ``obs``,
+    ``actions``, ``rewards``, ``terminateds``, ``truncateds``, ``logp`` (of
+    the behaviour policy) and ``next_values`` (see
+    `hrl_tasks.policies.actor_critic`), in time order: the whole batch is one
+    fragment (columns ``[T]`` or ``[T, N]``), or with
+    ``rollout_fragment_length=L`` consecutive fragments of ``L`` rows, each from
+    one env. Values ``V(x_t)`` come from the learner; the bootstrap value at a
+    fragment end and the value at a truncation come from ``next_values``, as
+    the actor computed them. A truncation at ``t`` is bootstrapped exactly by
+    using reward ``r_t + gamma * next_values[t]`` and discount 0 there.
+
+    Loss: ``-mean(pg_adv * log pi(a|x)) + vf_coef * 0.5 mean((V(x) - vs)^2)
+    - ent_coef * mean(H)`` with ``(vs, pg_adv)`` from `estimators.vtrace`.
+
+    Args:
+        observation_space: A Box space.
+        action_space: Discrete or 1-D Box.
+        config: An `IMPALAConfig`; None uses the defaults.
+        single_thread: Call ``torch.set_num_threads(1)``.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: IMPALAConfig | None = None,
+        *,
+        single_thread: bool = False,
+    ) -> None:
+        config = resolve_config(config, IMPALAConfig)
+        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+
+    def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        """Terms ``loss_policy``, ``loss_value``, ``loss_entropy``; ``entropy`` and ``mean_rho``
+        (the mean unclipped importance weight ``pi / mu``)."""
+        cfg = self.config
+        tm = self.time_major(batch)
+        dist, values, logp = self.forward_batch(tm)
+        terminateds = np.asarray(tm[SampleBatch.TERMINATEDS], bool)
+        truncateds = np.asarray(tm[SampleBatch.TRUNCATEDS], bool) & ~terminateds
+        next_values = np.asarray(tm[SampleBatch.NEXT_VALUES], np.float32)
+        rewards = np.asarray(tm[SampleBatch.REWARDS], np.float32)
+        behaviour_logp = np.asarray(tm[SampleBatch.LOGP], np.float32)
+        vs, pg_advantages = vtrace(
+            behaviour_logp=behaviour_logp,
+            target_logp=logp.detach().numpy(),
+            rewards=rewards + cfg.gamma * truncateds * next_values,
+            values=values.detach().numpy(),
+            bootstrap_value=next_values[-1],  # discount 0 makes it unused if the episode ended
+            discounts=cfg.gamma * ~(terminateds | truncateds),
+            clip_rho_threshold=cfg.clip_rho_threshold,
+            clip_c_threshold=cfg.clip_c_threshold,
+            clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+        )
+        entropy = dist.entropy()
+        terms = {
+            "loss_policy": -(torch.from_numpy(pg_advantages.astype(np.float32)) * logp).mean(),
+            "loss_value": cfg.vf_coef * value_loss(values, torch.from_numpy(vs.astype(np.float32))),
+            "loss_entropy": cfg.ent_coef * entropy_loss(entropy),
+        }
+        mean_rho = torch.exp(logp.detach() - torch.from_numpy(behaviour_logp)).mean()
+        return {
+            **terms,
+            "total": sum(terms.values()),
+            "entropy": entropy.mean().detach(),
+            "mean_rho": mean_rho,
+        }
+
+    def time_major(self, batch: SampleBatch) -> SampleBatch:
+        """The columns the loss reads, reshaped to ``[L, B, ...]`` when fragments are concatenated.
+
+        Raises:
+            KeyError: If a column is missing.
+            ValueError: If the batch length is not a multiple of ``rollout_fragment_length``.
+        """
+        missing = [c for c in _TIME_MAJOR_COLUMNS if c not in batch]
+        if missing:
+            raise KeyError(f"IMPALAPolicy.loss needs columns {missing}; have {batch.columns}")
+        length = self.config.rollout_fragment_length
+        if length is None:
+            return SampleBatch({c: batch[c] for c in _TIME_MAJOR_COLUMNS})
+        if len(batch) % length:
+            raise ValueError(
+                f"batch of {len(batch)} rows is not whole fragments of rollout_fragment_length={length}"
+            )
+        return SampleBatch(
+            {
+                c: batch[c].reshape(-1, length, *batch[c].shape[1:]).swapaxes(0, 1)
+                for c in _TIME_MAJOR_COLUMNS
+            }
+        )

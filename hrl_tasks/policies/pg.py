@@ -1,0 +1,111 @@
+"""Policy gradient with a learned baseline (A2C) or without one (REINFORCE).
+
+Loss on rows ``(s, a, A, G)``: ``-mean(log pi(a|s) A) + vf_coef * 0.5 mean((V(s) - G)^2)
+- ent_coef * mean(H(pi(.|s)))`` with GAE advantages ``A`` and value targets
+``G`` (Mnih et al. 2016, A3C, https://arxiv.org/abs/1602.01783; Schulman et al.
+2016, GAE, https://arxiv.org/abs/1506.02438).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.actor_critic import ActorCriticPolicy, add_gae, normalize
+from hrl_tasks.policies.losses import entropy_loss, value_loss
+from hrl_tasks.policies.torch_utils import resolve_config
+
+
+@dataclass
+class PGConfig:
+    """Config of `PGPolicy`; defaults are A2C's (advantages from a learned critic)."""
+
+    lr: float = 7e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lam: float = 1.0
+    """GAE lambda: 1 gives Monte Carlo returns minus V, 0 one-step TD errors."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    use_critic: bool = True
+    """False: vanilla PG, advantages are discounted returns (use whole episodes)."""
+    normalize_advantages: bool = False
+    """Standardize advantages within each batch the loss sees."""
+    grad_clip: float | None = 0.5
+    """Max global gradient norm; None disables clipping."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths after the encoder (use () on top of a CNN)."""
+    shared_trunk: bool = False
+    """Share the hidden layers between actor and critic."""
+    seed: int | None = None
+    """Seed of the initial weights and of sampling; None draws one."""
+
+
+class PGPolicy(ActorCriticPolicy):
+    """A2C / REINFORCE policy.
+
+    `postprocess_trajectory` reads ``rewards``, ``values``, ``next_values``,
+    ``terminateds``, ``truncateds`` of one env's fragment (see
+    `hrl_tasks.policies.actor_critic`) and adds ``advantages`` and
+    ``value_targets`` with GAE. `loss` reads ``obs``, ``actions``,
+    ``advantages`` and, with a critic, ``value_targets``.
+
+    Usage::
+
+        policy = PGPolicy(obs_space, act_space, PGConfig(lr=1e-3))
+        batch = policy.postprocess_trajectory(fragment)
+        info = policy.learn_on_batch(batch)   # one gradient step
+
+    Args:
+        observation_space: A Box space.
+        action_space: Discrete or 1-D Box.
+        config: A `PGConfig`; None uses the defaults.
+        single_thread: Call ``torch.set_num_threads(1)``.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: PGConfig | None = None,
+        *,
+        single_thread: bool = False,
+    ) -> None:
+        config = resolve_config(config, PGConfig)
+        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+
+    def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
+        """Adds GAE ``advantages`` and ``value_targets`` (without a critic: discounted returns)."""
+        if self.config.use_critic:
+            return add_gae(batch, self.config.gamma, self.config.lam)
+        zeros = np.zeros(np.shape(batch[SampleBatch.REWARDS]), np.float32)
+        no_values = {SampleBatch.VALUES: zeros, SampleBatch.NEXT_VALUES: zeros}
+        with_returns = add_gae(
+            SampleBatch({**dict(batch.items()), **no_values}), self.config.gamma, 1.0
+        )
+        columns = dict(batch.items())
+        for name in (SampleBatch.ADVANTAGES, SampleBatch.VALUE_TARGETS):
+            columns[name] = with_returns[name]
+        return SampleBatch(columns)
+
+    def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        """Terms ``loss_policy``, ``loss_value`` (with a critic), ``loss_entropy``; ``entropy``."""
+        cfg = self.config
+        dist, values, logp = self.forward_batch(batch)
+        advantages = self.column(batch, SampleBatch.ADVANTAGES)
+        if cfg.normalize_advantages:
+            advantages = normalize(advantages)
+        entropy = dist.entropy()
+        terms = {"loss_policy": -(logp * advantages).mean()}
+        if cfg.use_critic:
+            targets = self.column(batch, SampleBatch.VALUE_TARGETS)
+            terms["loss_value"] = cfg.vf_coef * value_loss(values, targets)
+        terms["loss_entropy"] = cfg.ent_coef * entropy_loss(entropy)
+        return {**terms, "total": sum(terms.values()), "entropy": entropy.mean().detach()}

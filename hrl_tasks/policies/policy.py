@@ -1,0 +1,338 @@
+"""The `Policy` interface and `TorchPolicy`, its generic torch implementation.
+
+Everything a policy exchanges with the outside is numpy: observations, actions,
+gradients, weights and state. Weights and state are dicts of numpy arrays and
+plain Python values, so they travel through `hrl_tasks.data.encode` (msgpack),
+pickle, or Dask without torch on the wire.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.torch_utils import (
+    Info,
+    load_module_weights,
+    module_weights,
+    to_info,
+    tree_to_numpy,
+    tree_to_torch,
+)
+
+
+class Policy(abc.ABC):
+    """What acts in an env and learns from batches of its experience.
+
+    A rollout worker and a learner use it like this::
+
+        actions, extras = policy.compute_actions(obs)         # extras: e.g. logp, values
+        batch = policy.postprocess_trajectory(fragment)        # e.g. adds advantages
+        info = policy.learn_on_batch(batch)                    # or, split across processes:
+        grads, info = policy.compute_gradients(batch); policy.apply_gradients(grads)
+        worker_policy.set_weights(policy.get_weights())
+
+    Args:
+        observation_space: A gymnasium space; observations are batched, ``[B, *shape]``.
+        action_space: A gymnasium space.
+        config: The policy's config dataclass.
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any) -> None:
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.config = config
+
+    @abc.abstractmethod
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Chooses an action per observation.
+
+        Args:
+            obs: A batch of observations, ``[B, *observation_space.shape]``.
+            explore: Sample (or explore) if True, act greedily if False.
+
+        Returns:
+            ``(actions, extras)``: actions ``[B, ...]`` in the action space's
+            dtype, and per-sample numpy arrays to store with them (e.g. ``logp``,
+            ``values``), each ``[B]``.
+        """
+
+    def compute_values(self, obs: np.ndarray) -> np.ndarray:
+        """State values, for bootstrapping at truncations and fragment ends.
+
+        Args:
+            obs: A batch of observations, ``[B, *observation_space.shape]``.
+
+        Returns:
+            ``V(obs)``, float32 ``[B]``.
+
+        Raises:
+            NotImplementedError: If the policy has no value function.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no value function")
+
+    def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
+        """Adds derived columns (advantages, targets) to one env's time-major fragment.
+
+        Args:
+            batch: Rows in time order from a single env (see each policy for columns).
+
+        Returns:
+            A new batch; the default returns `batch` unchanged.
+        """
+        return batch
+
+    @abc.abstractmethod
+    def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        """The loss terms on `batch`, TorchRL style.
+
+        Args:
+            batch: Postprocessed rows (see each policy for the columns it reads).
+
+        Returns:
+            A dict with a scalar ``"total"`` to minimize, weighted scalar
+            ``loss_*`` terms that sum to it, and detached diagnostics (e.g.
+            ``"entropy"``, ``"kl"``; DQN adds a per-sample ``"td_error"``).
+        """
+
+    @abc.abstractmethod
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Info]:
+        """Gradients of ``loss(batch)["total"]``, without applying them.
+
+        Args:
+            batch: Postprocessed rows.
+
+        Returns:
+            ``(grads, info)``: one numpy array per parameter, and the info of `learn_on_batch`.
+        """
+
+    @abc.abstractmethod
+    def apply_gradients(self, grads: list[np.ndarray]) -> None:
+        """Takes one optimizer step.
+
+        Args:
+            grads: As returned by `compute_gradients` (possibly averaged over workers).
+        """
+
+    def learn_on_batch(self, batch: SampleBatch) -> Info:
+        """Updates the policy on `batch`.
+
+        Args:
+            batch: Postprocessed rows.
+
+        Returns:
+            Info: floats (losses, diagnostics), plus per-sample arrays where a
+            policy documents them (DQN's ``"td_error"``).
+        """
+        grads, info = self.compute_gradients(batch)
+        self.apply_gradients(grads)
+        return info
+
+    @abc.abstractmethod
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The model's parameters and buffers as name -> numpy array (copies)."""
+
+    @abc.abstractmethod
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Loads weights.
+
+        Args:
+            weights: From `get_weights` of a policy built with the same spaces and config.
+        """
+
+    @abc.abstractmethod
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to resume learning: weights, optimizer, RNG, counters.
+
+        Returns:
+            Nested dicts of numpy arrays and plain values (encodable by `hrl_tasks.data.encode`).
+        """
+
+    @abc.abstractmethod
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores a `get_state` result (also after an encode/decode round trip)."""
+
+
+class TorchPolicy(Policy):
+    """A `Policy` over one torch model and one optimizer.
+
+    Subclasses implement `make_model`, `compute_actions` and `loss`; gradients,
+    weights, state, pickling and seeding are generic. The config must have
+    ``lr``, ``grad_clip`` (max global gradient norm, or None) and ``seed`` (None
+    draws one). The policy owns a `torch.Generator` (``self.generator``) for
+    exploration and shuffling, saved in its state, so a restored policy
+    continues exactly as the original would have.
+
+    Args:
+        observation_space: A gymnasium space.
+        action_space: A gymnasium space.
+        config: The policy's config dataclass.
+        single_thread: Call ``torch.set_num_threads(1)`` (in rollout processes;
+            kept when the policy is pickled to another process).
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: Any,
+        *,
+        single_thread: bool = False,
+    ) -> None:
+        super().__init__(observation_space, action_space, config)
+        self.single_thread = single_thread
+        if single_thread:
+            torch.set_num_threads(1)
+        self.generator = torch.Generator()
+        if config.seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(config.seed))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch.randint(2**62, (), generator=self.generator)))
+            self.model = self.make_model()
+        self.optimizer = self.make_optimizer(self.model)
+        self.num_grad_updates = 0
+
+    @abc.abstractmethod
+    def make_model(self) -> nn.Module:
+        """Builds the model (called once, under a seed derived from ``config.seed``)."""
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        """Builds the optimizer; Adam with ``config.lr`` by default."""
+        return torch.optim.Adam(model.parameters(), lr=self.config.lr)
+
+    # Learning -------------------------------------------------------------------
+
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Info]:
+        """Gradients of the total loss, clipped to ``config.grad_clip`` in global norm.
+
+        Returns:
+            ``(grads, info)``: one float32 array per ``model.parameters()`` entry,
+            and the loss terms plus ``grad_norm`` (before clipping).
+        """
+        info = self._backward(batch)
+        grads = [
+            np.zeros(tuple(p.shape), np.float32) if p.grad is None else p.grad.numpy().copy()
+            for p in self.model.parameters()
+        ]
+        return grads, info
+
+    def apply_gradients(self, grads: list[np.ndarray]) -> None:
+        """One optimizer step with `grads`.
+
+        Raises:
+            ValueError: If the number or shapes of `grads` do not match the parameters.
+        """
+        params = list(self.model.parameters())
+        if len(grads) != len(params):
+            raise ValueError(f"got {len(grads)} gradients for {len(params)} parameters")
+        for p, g in zip(params, grads, strict=True):
+            if tuple(np.shape(g)) != tuple(p.shape):
+                raise ValueError(f"gradient shape {np.shape(g)} != parameter shape {p.shape}")
+            p.grad = torch.from_numpy(np.array(g, dtype=np.float32))
+        self._step()
+
+    def learn_on_batch(self, batch: SampleBatch) -> Info:
+        """One gradient step on `batch` (no numpy round trip of the gradients)."""
+        info = self._backward(batch)
+        self._step()
+        return info
+
+    def _backward(self, batch: SampleBatch) -> Info:
+        self.optimizer.zero_grad(set_to_none=True)
+        terms = self.loss(batch)
+        terms["total"].backward()
+        clip = self.config.grad_clip
+        norm = nn.utils.clip_grad_norm_(
+            self.model.parameters(), float("inf") if clip is None else clip
+        )
+        return {**to_info(terms), "grad_norm": float(norm)}
+
+    def _step(self) -> None:
+        self.optimizer.step()
+        self.num_grad_updates += 1
+
+    # Weights and state ------------------------------------------------------------
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return module_weights(self.model)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Loads `weights` into the model.
+
+        Raises:
+            RuntimeError: If names or shapes do not match the model's.
+        """
+        load_module_weights(self.model, weights)
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "weights": self.get_weights(),
+            "optimizer": tree_to_numpy(self.optimizer.state_dict()),
+            "rng": self.generator.get_state().numpy().copy(),
+            "num_grad_updates": self.num_grad_updates,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.set_weights(state["weights"])
+        self.optimizer.load_state_dict(tree_to_torch(state["optimizer"]))
+        self.generator.set_state(torch.from_numpy(np.array(state["rng"], dtype=np.uint8)))
+        self.num_grad_updates = int(state["num_grad_updates"])
+
+    def __reduce__(self) -> tuple:
+        # Rebuild from spaces and config, then load the numpy state: no torch objects pickled.
+        args = (type(self), self.observation_space, self.action_space, self.config)
+        return _rebuild_policy, (*args, self.single_thread, self.get_state())
+
+    # Helpers for subclasses ---------------------------------------------------------
+
+    def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        """Converts a batch of observations to a tensor (uint8 kept, else float32).
+
+        Raises:
+            ValueError: If the shape is not ``[B, *observation_space.shape]`` (or
+                ``[T, B, *shape]``: any leading batch axes).
+        """
+        obs = np.asarray(obs)
+        shape = tuple(self.observation_space.shape)
+        n_lead = obs.ndim - len(shape)
+        if n_lead < 1 or obs.shape[n_lead:] != shape:
+            raise ValueError(f"expected observations of shape [B, *{shape}], got {obs.shape}")
+        dtype = np.uint8 if obs.dtype == np.uint8 else np.float32
+        return torch.from_numpy(np.array(obs, dtype=dtype))
+
+    def column(self, batch: SampleBatch, name: str, dtype: Any = np.float32) -> torch.Tensor:
+        """Column `name` of `batch` as a new tensor of numpy `dtype`.
+
+        Raises:
+            KeyError: If the column is missing (the message names the policy).
+        """
+        if name not in batch:
+            raise KeyError(f"{type(self).__name__} needs column {name!r}; have {batch.columns}")
+        return torch.from_numpy(np.array(batch[name], dtype=dtype))
+
+    def to_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """Converts sampled actions to numpy in the action space's dtype."""
+        return actions.detach().numpy().astype(self.action_space.dtype, copy=False)
+
+
+def _rebuild_policy(
+    cls: type[TorchPolicy],
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    config: Any,
+    single_thread: bool,
+    state: dict[str, Any],
+) -> TorchPolicy:
+    policy = cls(observation_space, action_space, config, single_thread=single_thread)
+    policy.set_state(state)
+    return policy

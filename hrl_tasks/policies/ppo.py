@@ -1,0 +1,156 @@
+"""Proximal policy optimization with the clipped surrogate (Schulman et al. 2017,
+https://arxiv.org/abs/1707.06347), discrete and continuous.
+
+The update follows CleanRL's ppo.py
+(https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/ppo.py): several epochs
+of shuffled minibatches, advantages standardized per minibatch, global gradient
+norm clipping, Adam with eps 1e-5, optional early stop on the approximate KL.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.actor_critic import ActorCriticPolicy, add_gae, normalize
+from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
+from hrl_tasks.policies.torch_utils import Info, resolve_config
+
+
+@dataclass
+class PPOConfig:
+    """Config of `PPOPolicy`; defaults are CleanRL's."""
+
+    lr: float = 2.5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lam: float = 0.95
+    """GAE lambda."""
+    clip: float = 0.2
+    """Surrogate clip range epsilon."""
+    vf_clip: float | None = None
+    """Clip range of the value change (PPO2 value clipping); None disables it."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus (CleanRL uses 0 for continuous control)."""
+    num_sgd_iter: int = 4
+    """Epochs over the batch per `learn_on_batch`."""
+    minibatch_size: int = 128
+    """Rows per minibatch (the last one of an epoch may be smaller)."""
+    normalize_advantages: bool = True
+    """Standardize advantages within each minibatch."""
+    target_kl: float | None = None
+    """Stop the epochs early once the approximate KL exceeds this; None never stops."""
+    grad_clip: float | None = 0.5
+    """Max global gradient norm; None disables clipping."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths after the encoder (use () on top of a CNN)."""
+    shared_trunk: bool = False
+    """Share the hidden layers between actor and critic (CleanRL keeps them separate)."""
+    seed: int | None = None
+    """Seed of the initial weights, sampling and minibatch shuffling; None draws one."""
+
+
+class PPOPolicy(ActorCriticPolicy):
+    """PPO-clip policy.
+
+    `postprocess_trajectory` reads ``rewards``, ``values``, ``next_values``,
+    ``terminateds``, ``truncateds`` of one env's fragment (see
+    `hrl_tasks.policies.actor_critic`) and adds GAE ``advantages`` and
+    ``value_targets``. `loss` reads ``obs``, ``actions``, ``logp`` (behaviour),
+    ``advantages``, ``value_targets`` and, with ``vf_clip``, ``values``.
+
+    Usage::
+
+        policy = PPOPolicy(obs_space, act_space, PPOConfig(seed=0))
+        batch = SampleBatch.concat_samples([policy.postprocess_trajectory(f) for f in fragments])
+        info = policy.learn_on_batch(batch)  # num_sgd_iter epochs of minibatches
+
+    `compute_gradients` / `apply_gradients` take one step on the whole batch
+    (for gradient-averaging plans); `learn_on_batch` runs the epochs.
+
+    Args:
+        observation_space: A Box space.
+        action_space: Discrete or 1-D Box.
+        config: A `PPOConfig`; None uses the defaults.
+        single_thread: Call ``torch.set_num_threads(1)``.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: PPOConfig | None = None,
+        *,
+        single_thread: bool = False,
+    ) -> None:
+        config = resolve_config(config, PPOConfig)
+        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.Adam(model.parameters(), lr=self.config.lr, eps=1e-5)
+
+    def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
+        """Adds GAE ``advantages`` and ``value_targets``."""
+        return add_gae(batch, self.config.gamma, self.config.lam)
+
+    def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        """Terms ``loss_policy``, ``loss_value``, ``loss_entropy``; diagnostics ``entropy``,
+        ``kl`` (approximate ``KL(old || new)``) and ``clip_fraction``."""
+        cfg = self.config
+        dist, values, logp = self.forward_batch(batch)
+        old_logp = self.column(batch, SampleBatch.LOGP)
+        advantages = self.column(batch, SampleBatch.ADVANTAGES)
+        if cfg.normalize_advantages:
+            advantages = normalize(advantages)
+        targets = self.column(batch, SampleBatch.VALUE_TARGETS)
+        old_values = self.column(batch, SampleBatch.VALUES) if cfg.vf_clip is not None else None
+        entropy = dist.entropy()
+        terms = {
+            "loss_policy": clipped_surrogate_loss(logp, old_logp, advantages, cfg.clip),
+            "loss_value": cfg.vf_coef * value_loss(values, targets, cfg.vf_clip, old_values),
+            "loss_entropy": cfg.ent_coef * entropy_loss(entropy),
+        }
+        with torch.no_grad():
+            # k3 estimator, http://joschu.net/blog/kl-approx.html (as CleanRL's approx_kl).
+            log_ratio = logp - old_logp
+            kl = (torch.exp(log_ratio) - 1.0 - log_ratio).mean()
+            clip_fraction = ((log_ratio.exp() - 1.0).abs() > cfg.clip).float().mean()
+        return {
+            **terms,
+            "total": sum(terms.values()),
+            "entropy": entropy.mean().detach(),
+            "kl": kl,
+            "clip_fraction": clip_fraction,
+        }
+
+    def learn_on_batch(self, batch: SampleBatch) -> Info:
+        """Runs ``num_sgd_iter`` epochs of shuffled minibatches over `batch`.
+
+        Returns:
+            The mean of each loss term and diagnostic over all minibatch steps,
+            plus ``num_sgd_steps``.
+        """
+        cfg = self.config
+        stats: dict[str, list[float]] = defaultdict(list)
+        for _ in range(cfg.num_sgd_iter):
+            seed = int(torch.randint(2**62, (), generator=self.generator))
+            for minibatch in batch.minibatches(cfg.minibatch_size, rng=seed):
+                info = self._backward(minibatch)
+                self._step()
+                for name, value in info.items():
+                    stats[name].append(value)
+            if cfg.target_kl is not None and stats["kl"][-1] > cfg.target_kl:
+                break
+        return {
+            **{name: float(np.mean(values)) for name, values in stats.items()},
+            "num_sgd_steps": float(len(stats["total"])),
+        }

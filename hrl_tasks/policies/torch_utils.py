@@ -1,0 +1,62 @@
+"""Small helpers shared by the torch policies: numpy <-> torch trees, weights, configs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+Info = dict[str, Any]
+
+
+def resolve_config(config: Any, config_cls: type) -> Any:
+    """Returns `config`, or ``config_cls()`` when it is None.
+
+    Raises:
+        TypeError: If `config` is neither None nor a `config_cls`.
+    """
+    if config is None:
+        return config_cls()
+    if not isinstance(config, config_cls):
+        raise TypeError(f"expected a {config_cls.__name__}, got {type(config).__name__}")
+    return config
+
+
+def to_info(terms: dict[str, torch.Tensor]) -> Info:
+    """Scalar tensors to floats, others to numpy arrays."""
+    detached = {k: v.detach() for k, v in terms.items()}
+    return {k: float(v) if v.ndim == 0 else v.numpy().copy() for k, v in detached.items()}
+
+
+def module_weights(module: nn.Module) -> dict[str, np.ndarray]:
+    """A module's state dict as name -> numpy copy."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+def load_module_weights(module: nn.Module, weights: dict[str, np.ndarray]) -> None:
+    """Loads name -> array weights (e.g. read-only arrays from the codec) into `module`."""
+    module.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
+
+
+def tree_to_numpy(obj: Any) -> Any:
+    """Replaces every tensor in nested dicts/lists/tuples by a numpy copy."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().numpy().copy()
+    if isinstance(obj, dict):
+        return {k: tree_to_numpy(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(tree_to_numpy(v) for v in obj)
+    return obj
+
+
+def tree_to_torch(obj: Any) -> Any:
+    """Replaces every numpy array in nested dicts/lists/tuples by a tensor (a copy)."""
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.array(obj))
+    if isinstance(obj, dict):
+        return {k: tree_to_torch(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(tree_to_torch(v) for v in obj)
+    return obj
