@@ -18,6 +18,14 @@ from hrl_tasks.scheduler import (  # noqa: E402
     task_context,
 )
 
+
+def train(algorithm: str, env: str, stop=None, engine=None, callback=None, **config):
+    """Train ``algorithm`` on ``env`` until ``stop``; see :func:`hrl_tasks.algorithms.train`."""
+    from hrl_tasks.algorithms import train as train_algorithm
+
+    return train_algorithm(algorithm, env, stop=stop, engine=engine, callback=callback, **config)
+
+
 __all__ = [
     "Engine",
     "EngineError",
@@ -33,4 +41,5 @@ __all__ = [
     "__version__",
     "current_engine",
     "task_context",
+    "train",
 ]

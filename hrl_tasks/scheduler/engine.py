@@ -402,6 +402,18 @@ class Engine:
         """A fresh Dask key for an attempt of task ``name`` (Dask groups keys by ``name``)."""
         return f"{name}-{self._key_prefix}{next(self._key_counter):08x}"
 
+    def put(self, value) -> TaskRef:
+        """Place ``value`` in the cluster once; the TaskRef is a dependency for any number of tasks.
+
+        Unlike passing ``value`` to each task, it travels to the cluster once and
+        is not copied into every task's graph (the way to broadcast weights).
+        """
+        future = self.client.scatter(value, hash=False)
+        ref = TaskRef(self, "put", lambda attempt: (future, {}), [])
+        ref._future = future
+        ref._outcome.set_result(future)
+        return ref
+
     def map(self, fn, *iterables, **submit_kwargs) -> list[TaskRef]:
         """``[submit(fn, *args, **submit_kwargs) for args in zip(*iterables)]``, sent as one batch."""
         options = {k: submit_kwargs.pop(k, None) for k in ("resources", "retries", "name")}
@@ -495,6 +507,7 @@ class Engine:
         name: str | None = None,
         max_restarts: int = 3,
         reissue_calls: bool = False,
+        label: str | None = None,
         **kwargs,
     ) -> WorkerHandle:
         """Create a stateful worker: an object living in one worker process.
@@ -516,6 +529,9 @@ class Engine:
             reissue_calls: re-issue calls that were in flight when the worker
                 died (safe for idempotent methods); otherwise they fail with
                 :class:`WorkerLostError`.
+            label: names its calls in statistics and the dashboard
+                (``label.method``); equivalent workers share one, so their
+                durations are pooled. Default ``name``.
 
         Raises:
             ResourceError: if no worker could ever meet ``resources``.
@@ -531,6 +547,7 @@ class Engine:
             strategy=strategy,
             max_restarts=max_restarts,
             reissue_calls=reissue_calls,
+            label=label or "",
         )
         self.check_resources(record.request)
         record.start()
@@ -546,11 +563,9 @@ class Engine:
             raise ValueError(f"a group needs n >= 1 members, got {n!r}")
         base = kwargs.pop("name", None) or getattr(cls_or_factory, "__name__", "object")
         handles = [
-            self.create_worker(cls_or_factory, *args, name=f"{base}-{i}", **kwargs)
+            self.create_worker(cls_or_factory, *args, name=f"{base}-{i}", label=base, **kwargs)
             for i in range(n)
         ]
-        for handle in handles:  # calls of all members share statistics, e.g. "Sampler.sample"
-            handle._record.label = base
         return WorkerGroup(handles)
 
     # --- resources ----------------------------------------------------------

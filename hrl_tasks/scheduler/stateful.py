@@ -291,9 +291,10 @@ class ObjectRecord:
         except Exception as exc:  # no room anywhere, ever: say so
             self._end(ObjectStartError(f"cannot re-create {self.name!r}: {exc}"), pending + ran)
             return
+        restored = "from its last snapshot" if self.has_state else "afresh from its factory"
         lost = WorkerLostError(
             f"a call to {self.name!r} was running or had run when its worker {dead_address} "
-            f"died; the object was re-created on {address} from its last snapshot. "
+            f"died; the object was re-created on {address} {restored}. "
             "Create it with reissue_calls=True to re-issue such calls."
         )
         with self.lock:

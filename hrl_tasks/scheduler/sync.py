@@ -72,7 +72,7 @@ class SyncHandle:
         self.restarts = 0
         self._obj = obj
 
-    def call(self, method: str, *args, **kwargs) -> SyncRef:
+    def call(self, method: str, *args, speculative=False, **kwargs) -> SyncRef:
         bound = getattr(self._obj, method)
         return self.engine.submit(bound, *args, name=f"{self.name}.{method}", **kwargs)
 
@@ -163,6 +163,12 @@ class SyncEngine:
             self._stats.count("finished")
             return ref
 
+    def put(self, value) -> SyncRef:
+        """A finished ref holding ``value``."""
+        ref = SyncRef("put", f"put-{next(self._keys)}")
+        ref._outcome.set_result(value)
+        return ref
+
     def map(self, fn, *iterables, **submit_kwargs) -> list[SyncRef]:
         return [self.submit(fn, *args, **submit_kwargs) for args in zip(*iterables, strict=True)]
 
@@ -179,8 +185,8 @@ class SyncEngine:
     def as_completed(self, refs, timeout=None) -> Iterator[SyncRef]:
         yield from refs
 
-    def create_worker(self, cls_or_factory, *args, resources=None, strategy="spread",
-                      name=None, max_restarts=3, reissue_calls=False, **kwargs) -> SyncHandle:  # fmt: skip
+    def create_worker(self, cls_or_factory, *args, resources=None, strategy="spread", name=None,
+                      max_restarts=3, reissue_calls=False, label=None, **kwargs) -> SyncHandle:  # fmt: skip
         self.check_resources(normalize_request(resources))
         name = name or getattr(cls_or_factory, "__name__", "object")
         try:
@@ -188,6 +194,11 @@ class SyncEngine:
         except Exception as exc:
             raise ObjectStartError(f"stateful worker {name!r} failed to start: {exc}") from exc
         return SyncHandle(self, name, obj)
+
+    def create_group(self, cls_or_factory, n: int, *args, **kwargs) -> list[SyncHandle]:
+        """``n`` objects; speculative calls run once (there are no stragglers in-process)."""
+        base = kwargs.pop("name", None) or getattr(cls_or_factory, "__name__", "object")
+        return [self.create_worker(cls_or_factory, *args, name=base, **kwargs) for _ in range(n)]
 
     def stats(self) -> dict:
         return self._stats.snapshot()

@@ -69,3 +69,8 @@ class EngineConformance:
         stats = eng.stats()
         assert stats["submitted"] >= 3 and stats["finished"] >= 3
         assert set(stats) >= {"failed", "retried", "workers_lost", "by_name"}
+
+    def test_put_places_a_value_once_for_many_tasks(self, eng):
+        weights = eng.put([1, 2, 3])
+        refs = [eng.submit(tasks.total, weights) for _ in range(3)]
+        assert eng.gather(refs, timeout=30) == [6, 6, 6]

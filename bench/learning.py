@@ -1,0 +1,104 @@
+"""Learning, measured: does each algorithm reach its reward threshold, and at what cost?
+
+Runs each algorithm with the settings below on the embedded cluster until the
+mean return of the last 20 episodes reaches the threshold or the step budget
+runs out. Writes a learning curve per run into docs/learning/ and prints one
+JSON line with env steps and wall time per run. Not part of CI.
+
+    python bench/learning.py [--only ppo-cartpole a2c-cartpole] [--seed 0]
+"""
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import hrl_tasks
+from hrl_tasks.plotting import plot_learning_curve
+
+CARTPOLE = {"num_workers": 2, "num_envs_per_worker": 4}
+RUNS = {
+    "ppo-cartpole": dict(
+        algorithm="ppo", env="CartPole-v1", threshold=450.0, budget=300_000,
+        config={**CARTPOLE, "rollout_fragment_length": 32, "train_batch_size": 256,
+                "minibatch_size": 256, "num_sgd_iter": 20, "lr": 1e-3, "gamma": 0.98,
+                "lam": 0.8, "ent_coef": 0.0},
+    ),
+    "a2c-cartpole": dict(
+        algorithm="a2c", env="CartPole-v1", threshold=450.0, budget=500_000,
+        config={**CARTPOLE, "rollout_fragment_length": 8, "train_batch_size": 64,
+                "lr": 7e-4, "gamma": 0.99, "ent_coef": 0.0, "normalize_advantages": False},
+    ),
+    "a3c-cartpole": dict(
+        algorithm="a3c", env="CartPole-v1", threshold=450.0, budget=500_000,
+        config={**CARTPOLE, "rollout_fragment_length": 8, "lr": 7e-4, "gamma": 0.99,
+                "ent_coef": 0.0, "min_steps_per_report": 1000},
+    ),
+    "ppo-pendulum": dict(
+        algorithm="ppo", env="Pendulum-v1", threshold=-300.0, budget=1_000_000,
+        config={"num_workers": 2, "num_envs_per_worker": 4, "rollout_fragment_length": 256,
+                "train_batch_size": 2048, "minibatch_size": 64, "num_sgd_iter": 10,
+                "lr": 1e-3, "gamma": 0.9, "lam": 0.95, "ent_coef": 0.0, "clip": 0.2},
+    ),
+}  # fmt: skip
+
+
+def run(name: str, spec: dict, seed: int, out: Path) -> dict:
+    metrics = []
+    start = time.perf_counter()
+    algo, result = hrl_tasks.train(
+        spec["algorithm"],
+        env=spec["env"],
+        stop={"episode_return_mean": spec["threshold"], "env_steps_sampled": spec["budget"]},
+        callback=metrics.append,
+        seed=seed,
+        **spec["config"],
+    )
+    wall = time.perf_counter() - start
+    evaluation = algo.evaluate(episodes=10)
+    algo.stop()
+    curve = plot_learning_curve(
+        {name: metrics},
+        out / f"{name}.png",
+        title=f"{name} (seed {seed})",
+        threshold=spec["threshold"],
+    )
+    return {
+        "run": name,
+        "solved": result["episode_return_mean"] >= spec["threshold"],
+        "threshold": spec["threshold"],
+        "final_return_mean_20": round(result["episode_return_mean"], 1),
+        "evaluation_return_mean": round(evaluation["evaluation_return_mean"], 1),
+        "env_steps": result["env_steps_sampled"],
+        "budget": spec["budget"],
+        "wall_s": round(wall, 1),
+        "curve": str(curve),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--only", nargs="+", choices=sorted(RUNS), help="runs to do (default all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("docs/learning"))
+    args = parser.parse_args()
+    results = [run(name, RUNS[name], args.seed, args.out) for name in args.only or RUNS]
+    print(
+        json.dumps(
+            {
+                "bench": "learning",
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+                "seed": args.seed,
+                "runs": results,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""A3C's plan: workers compute gradients on their own batches; the driver applies
+them as they arrive and sends new weights only to the worker that sent them."""
+
+from dataclasses import dataclass
+
+from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.pg.config import A2CConfig
+from hrl_tasks.flow import (
+    ApplyGradients,
+    ComputeGradients,
+    ParallelRollouts,
+    StandardMetricsReporting,
+)
+from hrl_tasks.policies.pg import PGConfig as PGPolicyConfig
+from hrl_tasks.policies.pg import PGPolicy
+
+
+@dataclass
+class A3CConfig(A2CConfig):
+    """A2C's keys; ``num_async`` gradient requests are kept in flight per worker."""
+
+    num_async: int = 1
+    """Gradient requests in flight per worker."""
+    min_steps_per_report: int = 256
+    """Env steps per train() iteration."""
+
+
+class A3C(Algorithm):
+    """Asynchronous advantage actor-critic (Mnih et al. 2016)."""
+
+    name = "a3c"
+    config_class = A3CConfig
+
+    def make_policy(self, observation_space, action_space):
+        return PGPolicy(observation_space, action_space, self.config.pick(PGPolicyConfig))
+
+    def build_plan(self, workers, ctx):
+        grads = (
+            ParallelRollouts(workers, ctx, mode="raw")
+            .for_each(ComputeGradients())
+            .zip_with_source_actor(num_async=self.config.num_async)
+        )
+        train_op = grads.for_each(ApplyGradients(workers, ctx, update_all=False))
+        return StandardMetricsReporting(
+            train_op,
+            ctx,
+            min_steps_per_report=self.config.min_steps_per_report,
+            engine=workers.engine,
+        )

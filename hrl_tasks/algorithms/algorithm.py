@@ -1,0 +1,213 @@
+"""The Algorithm object: one plan, trained an iteration at a time, saved and restored.
+
+Usage::
+
+    algo = PPO({"env": "CartPole-v1", "num_workers": 2})
+    while (result := algo.train())["episode_return_mean"] < 450:
+        print(result["iteration"], result["episode_return_mean"])
+    algo.save("runs/ppo/checkpoint.hrl")
+    algo.stop()
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import hrl_tasks
+from hrl_tasks.algorithms.config import AlgorithmConfig
+from hrl_tasks.data import DecodeError, decode, encode
+from hrl_tasks.flow import FlowContext, LocalIterator
+from hrl_tasks.rollout import WorkerSet, make_env
+from hrl_tasks.scheduler import Engine
+
+CHECKPOINT_SUFFIX = ".hrl"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read or does not fit this algorithm."""
+
+
+class Algorithm(abc.ABC):
+    """Base class: subclasses set ``name``, ``config_class`` and write ``make_policy`` and ``build_plan``.
+
+    Args:
+        config: a config object or a mapping of its keys (unknown keys and
+            wrong types raise :class:`~hrl_tasks.algorithms.config.ConfigError`).
+        engine: the engine to run on; default an embedded local cluster with
+            one worker process per rollout worker, closed by :meth:`stop`.
+        **overrides: config keys, as keywords.
+    """
+
+    name = "algorithm"
+    config_class: type[AlgorithmConfig] = AlgorithmConfig
+
+    def __init__(self, config: AlgorithmConfig | Mapping | None = None, engine=None, **overrides):
+        if isinstance(config, AlgorithmConfig):
+            config = config.to_dict()
+        self.config = self.config_class.from_dict(config, **overrides)
+        probe = make_env(self.config.env, num_envs=1, env_config=self.config.env_config)
+        spaces = (probe.single_observation_space, probe.single_action_space)
+        probe.close()
+        self.owns_engine = engine is None
+        self.engine = engine or Engine.local(
+            n_workers=max(1, self.config.num_workers), threads_per_worker=1
+        )
+        try:
+            self.workers = WorkerSet(
+                self.engine,
+                self.config.env,
+                self.make_policy(*spaces),
+                num_workers=self.config.num_workers,
+                num_envs_per_worker=self.config.num_envs_per_worker,
+                rollout_fragment_length=self.config.rollout_fragment_length,
+                seed=self.config.seed,
+                env_config=self.config.env_config,
+            )
+        except BaseException:
+            if self.owns_engine:
+                self.engine.close()
+            raise
+        self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
+        self.plan = self.build_plan(self.workers, self.ctx)
+        self.iteration = 0
+        self.time_total_s = 0.0
+
+    @abc.abstractmethod
+    def make_policy(self, observation_space, action_space):
+        """The learner's policy (copied to every rollout worker)."""
+
+    @abc.abstractmethod
+    def build_plan(self, workers: WorkerSet, ctx: FlowContext) -> LocalIterator:
+        """The dataflow plan: an iterator of metrics dicts, one per iteration."""
+
+    @property
+    def policy(self):
+        return self.workers.local_worker.policy
+
+    def train(self) -> dict:
+        """Run one iteration of the plan; returns its metrics dict."""
+        start = time.perf_counter()
+        metrics = next(self.plan)
+        self.iteration += 1
+        self.time_total_s += time.perf_counter() - start
+        metrics.update(iteration=self.iteration, time_total_s=self.time_total_s)
+        return metrics
+
+    def evaluate(self, episodes: int | None = None) -> dict:
+        """Episodes in the driver with deterministic actions; returns their mean return."""
+        episodes = episodes or self.config.evaluation_episodes
+        env = make_env(self.config.env, num_envs=1, env_config=self.config.env_config)
+        seed = None if self.config.seed is None else self.config.seed + 10_000
+        obs, _ = env.reset(seed=seed)
+        returns, total, length, lengths = [], 0.0, 0, []
+        while len(returns) < episodes:
+            actions, _ = self.policy.compute_actions(obs, explore=False)
+            if hasattr(env.single_action_space, "low"):
+                actions = np.clip(
+                    actions, env.single_action_space.low, env.single_action_space.high
+                )
+            obs, reward, terminated, truncated, _ = env.step(actions)
+            total += float(reward[0])
+            length += 1
+            if terminated[0] or truncated[0]:
+                returns.append(total)
+                lengths.append(length)
+                total, length = 0.0, 0
+        env.close()
+        return {
+            "evaluation_return_mean": float(np.mean(returns)),
+            "evaluation_len_mean": float(np.mean(lengths)),
+            "evaluation_episodes": episodes,
+        }
+
+    # --- checkpoints -----------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "format": "hrl_tasks.checkpoint/1",
+            "version": hrl_tasks.__version__,
+            "algorithm": self.name,
+            "config": self.config.to_dict(),
+            "iteration": self.iteration,
+            "time_total_s": self.time_total_s,
+            "policy": self.policy.get_state(),
+            "flow": self.ctx.state(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if state.get("algorithm") != self.name:
+            raise CheckpointError(
+                f"this checkpoint is of {state.get('algorithm')!r}, not {self.name!r}"
+            )
+        self.policy.set_state(state["policy"])
+        self.ctx.restore(state["flow"])
+        self.iteration = int(state["iteration"])
+        self.time_total_s = float(state["time_total_s"])
+        self.workers.sync_weights()
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write a checkpoint atomically (a crash mid-write leaves the old one intact)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_bytes(encode(self.get_state()))
+        os.replace(tmp, path)
+        return path
+
+    def restore(self, path: str | os.PathLike) -> None:
+        """Continue from a checkpoint: weights, optimizer state, counters and iteration.
+
+        Args:
+            path: a checkpoint file, or a directory (its newest ``*.hrl`` file).
+
+        Raises:
+            CheckpointError: if the file is missing, corrupted or of another algorithm.
+        """
+        self.set_state(read_checkpoint(path))
+
+    def stop(self) -> None:
+        """Stop the rollout workers, and the embedded cluster if this algorithm started it."""
+        self.workers.stop()
+        if self.owns_engine:
+            self.engine.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def latest_checkpoint(path: str | os.PathLike) -> Path:
+    """``path`` if it is a file, else the newest checkpoint in the directory."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.glob(f"*{CHECKPOINT_SUFFIX}"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise CheckpointError(f"no *{CHECKPOINT_SUFFIX} checkpoint in {path}")
+        return found[-1]
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}")
+    return path
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict:
+    """Decode a checkpoint file, saying clearly when it is not one."""
+    path = latest_checkpoint(path)
+    try:
+        state = decode(path.read_bytes())
+    except DecodeError as exc:
+        raise CheckpointError(
+            f"{path} is not a readable hrl_tasks checkpoint ({exc}); it may be truncated "
+            "or corrupted: restore an earlier one"
+        ) from exc
+    if not isinstance(state, dict) or state.get("format") != "hrl_tasks.checkpoint/1":
+        raise CheckpointError(f"{path} is not an hrl_tasks checkpoint")
+    return state

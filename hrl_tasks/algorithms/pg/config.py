@@ -1,0 +1,15 @@
+"""A2C's flat config."""
+
+from dataclasses import dataclass
+
+from hrl_tasks.algorithms.config import AlgorithmConfig
+from hrl_tasks.policies.pg import PGConfig as PGPolicyConfig
+
+
+@dataclass
+class A2CConfig(AlgorithmConfig, PGPolicyConfig):
+    """Every key of A2C; the policy keys are those of ``hrl_tasks.policies.PGConfig``."""
+
+    train_batch_size: int = 256
+    """Env steps per gradient step."""
+    rollout_fragment_length: int = 16

@@ -1,0 +1,24 @@
+"""A2C's plan: synchronous sampling and one gradient step per batch."""
+
+from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.pg.config import A2CConfig
+from hrl_tasks.flow import ConcatBatches, ParallelRollouts, StandardMetricsReporting, TrainOneStep
+from hrl_tasks.policies.pg import PGConfig as PGPolicyConfig
+from hrl_tasks.policies.pg import PGPolicy
+
+
+class A2C(Algorithm):
+    """Synchronous advantage actor-critic (Mnih et al. 2016, synchronous variant)."""
+
+    name = "a2c"
+    config_class = A2CConfig
+
+    def make_policy(self, observation_space, action_space):
+        return PGPolicy(observation_space, action_space, self.config.pick(PGPolicyConfig))
+
+    def build_plan(self, workers, ctx):
+        rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync")
+        train_op = rollouts.combine(ConcatBatches(self.config.train_batch_size)).for_each(
+            TrainOneStep(workers, ctx)
+        )
+        return StandardMetricsReporting(train_op, ctx, engine=workers.engine)

@@ -1,0 +1,20 @@
+"""PPO's flat config: the shared keys, the policy's keys, and the batch size."""
+
+from dataclasses import dataclass
+
+from hrl_tasks.algorithms.config import AlgorithmConfig
+from hrl_tasks.policies.ppo import PPOConfig as PPOPolicyConfig
+
+
+@dataclass
+class PPOConfig(AlgorithmConfig, PPOPolicyConfig):
+    """Every key of PPO; the policy keys are those of ``hrl_tasks.policies.PPOConfig``."""
+
+    train_batch_size: int = 512
+    """Env steps per learner update (sampled from all workers, concatenated)."""
+    lr: float = 1e-3
+    gamma: float = 0.99
+    lam: float = 0.95
+    num_sgd_iter: int = 10
+    minibatch_size: int = 128
+    ent_coef: float = 0.0

@@ -1,0 +1,29 @@
+"""PPO's plan: bulk-synchronous sampling, one learner step per batch, as in RLlib Flow."""
+
+from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.ppo.config import PPOConfig
+from hrl_tasks.flow import (
+    ConcatBatches,
+    ParallelRollouts,
+    StandardMetricsReporting,
+    TrainOneStep,
+)
+from hrl_tasks.policies.ppo import PPOConfig as PPOPolicyConfig
+from hrl_tasks.policies.ppo import PPOPolicy
+
+
+class PPO(Algorithm):
+    """Proximal policy optimization (Schulman et al. 2017) on a Dask cluster."""
+
+    name = "ppo"
+    config_class = PPOConfig
+
+    def make_policy(self, observation_space, action_space):
+        return PPOPolicy(observation_space, action_space, self.config.pick(PPOPolicyConfig))
+
+    def build_plan(self, workers, ctx):
+        rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync")  # speculative by default
+        train_op = rollouts.combine(ConcatBatches(self.config.train_batch_size)).for_each(
+            TrainOneStep(workers, ctx)
+        )
+        return StandardMetricsReporting(train_op, ctx, engine=workers.engine)

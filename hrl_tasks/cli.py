@@ -1,0 +1,254 @@
+"""The ``hrl-tasks`` command: train an algorithm on the embedded cluster or an existing one.
+
+Examples::
+
+    hrl-tasks train ppo --env CartPole-v1 --stop-reward 450 --out runs/ppo
+    hrl-tasks train ppo --resume runs/ppo --stop-steps 200000
+    hrl-tasks train a3c --env CartPole-v1 --address tcp://scheduler:8786
+    hrl-tasks train ppo --env Pendulum-v1 --set lr=3e-4 --set num_sgd_iter=10
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from hrl_tasks.algorithms import ALGORITHMS
+
+    parser = argparse.ArgumentParser(
+        prog="hrl-tasks",
+        description="Distributed reinforcement learning on Dask.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser(
+        "train",
+        help="train an algorithm",
+        description=(
+            "Train an algorithm until a stop condition holds, with a progress bar. Writes "
+            "metrics.jsonl, learning_curve.png and checkpoints into --out.\n\n"
+            f"Algorithms: {', '.join(sorted(ALGORITHMS))}. Their config keys: "
+            "hrl-tasks keys ALGO."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    train.add_argument("algorithm", choices=sorted(ALGORITHMS), help="the algorithm to train")
+    train.add_argument("--env", help="gymnasium env id, e.g. CartPole-v1 (default: the config's)")
+    train.add_argument(
+        "--stop-reward", type=float, help="stop when the mean episode return reaches this"
+    )
+    train.add_argument("--stop-steps", type=int, help="stop after this many env steps in all")
+    train.add_argument("--stop-time", type=float, help="stop after this many seconds of training")
+    train.add_argument("--stop-iters", type=int, help="stop after this many iterations")
+    train.add_argument(
+        "--out",
+        type=Path,
+        help="directory for metrics, curve and checkpoints (default runs/ALGO-ENV)",
+    )
+    train.add_argument("--resume", type=Path, help="continue the run saved in this directory")
+    train.add_argument(
+        "--address", help="scheduler address of an existing Dask cluster (default: start one here)"
+    )
+    train.add_argument("--num-workers", type=int, help="remote rollout workers")
+    train.add_argument("--seed", type=int, help="seed of envs, weights and sampling")
+    train.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="any config key, e.g. --set lr=3e-4 (repeatable; see `hrl-tasks keys ALGO`)",
+    )  # fmt: skip
+    train.add_argument(
+        "--checkpoint-every", type=int, default=10, help="iterations between checkpoints"
+    )
+    train.add_argument(
+        "--no-progress", action="store_true", help="print one line per iteration instead of a bar"
+    )
+    keys = commands.add_parser("keys", help="list an algorithm's config keys and defaults")
+    keys.add_argument("algorithm", choices=sorted(ALGORITHMS))
+    return parser
+
+
+def parse_value(text: str):
+    """``3e-4`` -> float, ``[64, 64]`` -> list, ``true`` -> True, else the string."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def config_from_args(args) -> dict:
+    config = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set needs KEY=VALUE, got {item!r}")
+        config[key.strip()] = parse_value(value)
+    for key, value in (("env", args.env), ("num_workers", args.num_workers), ("seed", args.seed)):
+        if value is not None:
+            config[key] = value
+    return config
+
+
+def stop_conditions(args) -> dict:
+    stop = {
+        "episode_return_mean": args.stop_reward,
+        "env_steps_sampled": args.stop_steps,
+        "time_total_s": args.stop_time,
+        "iteration": args.stop_iters,
+    }
+    stop = {k: v for k, v in stop.items() if v is not None}
+    return stop or {"iteration": 100}
+
+
+def run_train(args) -> int:
+    from hrl_tasks.algorithms import get_algorithm, stop_reached
+    from hrl_tasks.algorithms.algorithm import read_checkpoint
+    from hrl_tasks.plotting import plot_learning_curve, read_metrics
+    from hrl_tasks.scheduler import Engine
+
+    config = config_from_args(args)
+    checkpoint = None
+    if args.resume is not None:
+        checkpoint = read_checkpoint(args.resume / "checkpoints")
+        config = {**checkpoint["config"], **config}
+    algo_cls = get_algorithm(args.algorithm)
+    out = args.out or args.resume or Path("runs") / f"{args.algorithm}-{config.get('env', 'env')}"
+    engine = Engine.connect(args.address) if args.address else None
+    algo = algo_cls(config, engine=engine)
+    try:
+        if checkpoint is not None:
+            algo.set_state(checkpoint)
+        print(f"dashboard: {algo.engine.dashboard_link}", flush=True)
+        print(f"writing to {out}/", flush=True)
+        out.mkdir(parents=True, exist_ok=True)
+        stop = stop_conditions(args)
+        metrics_path = out / "metrics.jsonl"
+        progress = Progress(
+            stop, args.no_progress, base_steps=algo.ctx.counters["env_steps_sampled"]
+        )
+        with metrics_path.open("a") as log, progress as bar:
+            while True:
+                result = algo.train()
+                log.write(json.dumps(jsonable(result)) + "\n")
+                log.flush()
+                bar.update(result)
+                if result["iteration"] % args.checkpoint_every == 0:
+                    algo.save(out / "checkpoints" / f"checkpoint-{result['iteration']:06d}.hrl")
+                if stop_reached(result, stop):
+                    break
+        algo.save(out / "checkpoints" / f"checkpoint-{result['iteration']:06d}.hrl")
+        plot_learning_curve(
+            {args.algorithm: read_metrics(metrics_path)},
+            out / "learning_curve.png",
+            title=f"{args.algorithm} on {algo.config.env}",
+            threshold=args.stop_reward,
+        )
+        print(
+            f"done: iteration {result['iteration']}, {result['env_steps_sampled']} env steps, "
+            f"mean return {result['episode_return_mean']:.1f}, {result['time_total_s']:.1f} s; "
+            f"curve in {out / 'learning_curve.png'}"
+        )
+    finally:
+        algo.stop()
+        if engine is not None:
+            engine.close()
+    return 0
+
+
+def jsonable(value):
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+class Progress:
+    """A tqdm bar over the stop condition (env steps, time or iterations)."""
+
+    def __init__(self, stop: dict, disabled: bool = False, base_steps: int = 0):
+        from tqdm import tqdm
+
+        self.key, total = next(
+            ((k, v) for k, v in stop.items() if k != "episode_return_mean"), (None, None)
+        )
+        self.disabled = disabled
+        self.bar = None if disabled else tqdm(total=total, unit=self._unit(), dynamic_ncols=True)
+        self.start = time.perf_counter()
+        self.base_steps = base_steps  # steps of a resumed run, not sampled by this process
+
+    def _unit(self) -> str:
+        return {"env_steps_sampled": "step", "time_total_s": "s", "iteration": "it"}.get(
+            self.key, "it"
+        )
+
+    def update(self, result: dict) -> None:
+        steps = result["env_steps_sampled"]
+        rate = (steps - self.base_steps) / max(1e-9, time.perf_counter() - self.start)
+        line = {
+            "iter": result["iteration"],
+            "steps": steps,
+            "return": f"{result['episode_return_mean']:.1f}",
+            "steps/s": f"{rate:.0f}",
+        }
+        if self.disabled:
+            print("  ".join(f"{k}={v}" for k, v in line.items()), flush=True)
+            return
+        done = result.get(self.key, result["iteration"]) if self.key else result["iteration"]
+        self.bar.n = min(done, self.bar.total) if self.bar.total else done
+        self.bar.set_postfix(line, refresh=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_keys(args) -> int:
+    import dataclasses
+
+    from hrl_tasks.algorithms import get_algorithm
+
+    config_cls = get_algorithm(args.algorithm).config_class
+    for f in dataclasses.fields(config_cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        print(f"{f.name} = {default!r}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``hrl-tasks`` console script."""
+    from hrl_tasks.scheduler import EngineError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "keys":
+            return run_keys(args)
+        return run_train(args)
+    except KeyboardInterrupt:
+        print("hrl-tasks: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, EngineError) as exc:  # bad input: one line, no traceback
+        print(f"hrl-tasks: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Iterators with the verbs of RLlib Flow: local ones, and parallel ones over workers.
+
+A :class:`LocalIterator` is an ordinary Python iterator with composable verbs
+(``for_each``, ``filter``, ``combine``, ``union``). A :class:`ParallelIterator`
+has one shard per stateful worker: each step of a shard is one call on that
+worker, and ``for_each`` on it runs *on the worker*, fused into the same call.
+``gather_sync`` and ``gather_async`` turn it into a local iterator; the async
+form keeps ``num_async`` calls in flight per worker, so that the engine's
+per-task overhead overlaps with the work.
+
+Example (in-process, with the :class:`~hrl_tasks.SyncEngine`)::
+
+    >>> from hrl_tasks.flow.iterators import LocalIterator
+    >>> it = LocalIterator(iter(range(6))).filter(lambda x: x % 2).for_each(lambda x: x * 10)
+    >>> list(it)
+    [10, 30, 50]
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+
+class LocalIterator:
+    """An iterator in the driver, with RLlib Flow's verbs."""
+
+    def __init__(self, source: Iterable, name: str = "LocalIterator"):
+        self._it = iter(source)
+        self.name = name
+
+    def __iter__(self) -> Iterator:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def for_each(self, fn: Callable[[Any], Any]) -> LocalIterator:
+        """Apply ``fn`` to each item."""
+        return LocalIterator(map(fn, self), f"{self.name}.for_each()")
+
+    def filter(self, fn: Callable[[Any], bool]) -> LocalIterator:
+        """Keep the items for which ``fn`` is true."""
+        return LocalIterator(filter(fn, self), f"{self.name}.filter()")
+
+    def combine(self, fn: Callable[[Any], list]) -> LocalIterator:
+        """Apply ``fn``, which returns a list, and yield its elements one by one."""
+        return LocalIterator(itertools.chain.from_iterable(map(fn, self)), f"{self.name}.combine()")
+
+    def union(self, *others: LocalIterator, deterministic: bool = True) -> LocalIterator:
+        """Interleave items of this and other iterators, round robin, until all are spent."""
+
+        def interleave():
+            active = [self, *others]
+            while active:
+                for it in list(active):
+                    try:
+                        yield next(it)
+                    except StopIteration:
+                        active.remove(it)
+
+        return LocalIterator(interleave(), f"{self.name}.union()")
+
+    def take(self, n: int) -> list:
+        """The next ``n`` items."""
+        return list(itertools.islice(self, n))
+
+
+class ParallelIterator:
+    """One shard per stateful worker; each step of a shard is one call on its worker.
+
+    Args:
+        engine: the engine the workers live on.
+        handles: the workers (``WorkerHandle`` or ``SyncHandle``).
+        method: the worker method that produces one item, e.g. ``"sample"``.
+        transforms: functions ``fn(worker, item) -> item`` applied on the worker.
+        speculative: back up straggling calls on idle peers (a ``WorkerGroup``).
+        before_call: called with the handle before each call to it.
+    """
+
+    def __init__(
+        self, engine, handles: list, method: str, transforms: tuple = (), speculative=False,
+        before_call=None,
+    ):  # fmt: skip
+        self.engine = engine
+        self.handles = list(handles)
+        self.method = method
+        self.transforms = tuple(transforms)
+        self.speculative = speculative
+        self.before_call = before_call  # e.g. re-send weights to a worker that was re-created
+
+    def for_each(self, fn: Callable[[Any, Any], Any]) -> ParallelIterator:
+        """Apply ``fn(worker, item)`` on each worker to each of its items."""
+        return ParallelIterator(
+            self.engine, self.handles, self.method, (*self.transforms, fn), self.speculative,
+            self.before_call,
+        )  # fmt: skip
+
+    def _call(self, handle):
+        if self.before_call is not None:
+            self.before_call(handle)
+        options = {"speculative": True} if self.speculative else {}
+        if not self.transforms:
+            return handle.call(self.method, **options)
+        return handle.call("apply", _Pipeline(self.method, self.transforms), **options)
+
+    def gather_sync(self) -> LocalIterator:
+        """Yield, each step, the list of one item from every shard (bulk-synchronous)."""
+
+        def rounds():
+            while True:
+                refs = [self._call(h) for h in self.handles]
+                yield self.engine.gather(refs)
+
+        return LocalIterator(rounds(), "ParallelIterator.gather_sync()")
+
+    def batch_across_shards(self) -> LocalIterator:
+        """The same as :meth:`gather_sync`: each item is the list over shards."""
+        return self.gather_sync()
+
+    def gather_async(self, num_async: int = 1) -> LocalIterator:
+        """Yield items as soon as any shard has one, keeping ``num_async`` calls per shard."""
+        return self.zip_with_source_actor(num_async).for_each(lambda pair: pair[1])
+
+    def zip_with_source_actor(self, num_async: int = 1) -> LocalIterator:
+        """Like :meth:`gather_async`, yielding ``(worker handle, item)`` pairs."""
+        if num_async < 1:
+            raise ValueError(f"num_async must be >= 1, got {num_async}")
+
+        def pairs():
+            in_flight = {}
+            for handle in self.handles:
+                for _ in range(num_async):
+                    in_flight[self._call(handle)] = handle
+            while in_flight:
+                done, _ = self.engine.wait(list(in_flight), return_when="FIRST_COMPLETED")
+                for ref in sorted(done, key=lambda r: list(in_flight).index(r)):
+                    handle = in_flight.pop(ref)
+                    in_flight[self._call(handle)] = handle
+                    yield handle, ref.result()
+
+        return LocalIterator(pairs(), "ParallelIterator.zip_with_source_actor()")
+
+
+class _Pipeline:
+    """Picklable: ``method`` of the worker, then each transform, in one call."""
+
+    def __init__(self, method: str, transforms: tuple):
+        self.method = method
+        self.transforms = transforms
+
+    def __call__(self, worker):
+        item = getattr(worker, self.method)()
+        for fn in self.transforms:
+            item = fn(worker, item)
+        return item

@@ -1,0 +1,59 @@
+"""Learning curves as PNG files (matplotlib, headless)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """The metrics dicts of a ``metrics.jsonl`` file, in order."""
+    lines = Path(path).read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def plot_learning_curve(
+    runs: dict[str, Sequence[dict]],
+    path: str | Path,
+    title: str = "",
+    threshold: float | None = None,
+) -> Path:
+    """Mean episode return against env steps, one line per run; written to ``path``.
+
+    Args:
+        runs: label -> metrics dicts (each with ``env_steps_sampled`` and
+            ``episode_return_mean``).
+        path: the PNG to write.
+        title: the plot's title.
+        threshold: draw the target return as a dashed line.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for label, metrics in runs.items():
+        points = [
+            (m["env_steps_sampled"], m["episode_return_mean"])
+            for m in metrics
+            if not math.isnan(m.get("episode_return_mean", math.nan))
+        ]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, label=label)
+    if threshold is not None:
+        ax.axhline(threshold, linestyle="--", color="grey", label=f"target {threshold:g}")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("mean episode return (recent episodes)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

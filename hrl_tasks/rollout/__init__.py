@@ -1,0 +1,24 @@
+"""Rollouts: env creation, `RolloutWorker` (a vector env plus a policy copy) and `WorkerSet`."""
+
+from hrl_tasks.rollout.env import (
+    CatchEnvErrors,
+    UnknownEnvError,
+    env_creator,
+    make_env,
+    register_env,
+    resolve_env,
+)
+from hrl_tasks.rollout.worker import RolloutWorker, derive_seed
+from hrl_tasks.rollout.worker_set import WorkerSet
+
+__all__ = [
+    "CatchEnvErrors",
+    "RolloutWorker",
+    "UnknownEnvError",
+    "WorkerSet",
+    "derive_seed",
+    "env_creator",
+    "make_env",
+    "register_env",
+    "resolve_env",
+]

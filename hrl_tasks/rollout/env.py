@@ -1,0 +1,206 @@
+"""Creating environments: gymnasium ids, callables and registered names.
+
+An env argument is one of
+
+* a gymnasium id (``"CartPole-v1"``, or ``"module:Id-v0"`` to import the
+  module that registers it first);
+* a name registered with `register_env` (kept in gymnasium's own registry,
+  so ``gymnasium.make(name)`` works too);
+* a callable returning a ``gymnasium.Env`` (an env class works);
+* a ``gymnasium.envs.registration.EnvSpec`` (what `resolve_env` makes of a
+  registered name, so that it can travel to other processes).
+
+``env_config`` is passed as keyword arguments: to ``gymnasium.make`` for ids,
+names and specs, and to the callable otherwise. `make_env` builds a
+``SyncVectorEnv`` with same-step autoreset: when a sub-env ends an episode, the
+step returns the first observation of the next one and puts the last one in
+``infos["final_obs"]``, which is what bootstrapping on truncation needs::
+
+    envs = make_env("CartPole-v1", num_envs=4, seed=0)
+    obs, _ = envs.reset()
+    obs, rewards, terminateds, truncateds, infos = envs.step(envs.action_space.sample())
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
+
+EnvLike = str | EnvSpec | Callable[..., gym.Env]
+
+
+class UnknownEnvError(ValueError):
+    """An env id that is neither in gymnasium's registry nor registered with `register_env`."""
+
+
+def register_env(name: str, creator: Callable[..., gym.Env], **spec_kwargs: Any) -> None:
+    """Registers ``creator`` under ``name`` in gymnasium's registry.
+
+    Registration is per process: pass the name to `resolve_env` (a
+    `WorkerSet` does) before sending it to other processes.
+
+    Args:
+        name: The id, e.g. ``"MyEnv-v0"``; registering a name again replaces it.
+        creator: Called with the ``env_config`` entries as keyword arguments.
+        **spec_kwargs: Passed to ``gymnasium.register``, e.g. ``max_episode_steps``.
+
+    Raises:
+        TypeError: If ``creator`` is not callable.
+    """
+    if not callable(creator):
+        raise TypeError(f"register_env needs a callable creator, got {creator!r}")
+    gym.registry.pop(name, None)  # gymnasium warns on overriding; replacing is intended here
+    gym.register(id=name, entry_point=creator, **spec_kwargs)
+
+
+def resolve_env(env: EnvLike) -> EnvLike:
+    """Checks an env argument and makes it portable to other processes.
+
+    Args:
+        env: A gymnasium id, a registered name, an ``EnvSpec`` or a callable.
+
+    Returns:
+        ``env`` itself, except that a name whose entry point is a callable
+        (registered with `register_env` in this process) becomes its
+        ``EnvSpec``, which pickles with the callable inside.
+
+    Raises:
+        UnknownEnvError: If ``env`` is a string that names no env; the
+            message suggests the nearest known ids.
+        TypeError: If ``env`` is neither a string, a spec nor a callable.
+    """
+    if isinstance(env, EnvSpec) or (callable(env) and not isinstance(env, str)):
+        return env
+    if not isinstance(env, str):
+        raise TypeError(f"env must be an id, an EnvSpec or a callable, got {env!r}")
+    env_id = env
+    if ":" in env:
+        module, _, env_id = env.partition(":")
+        importlib.import_module(module)
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise UnknownEnvError(
+            f"unknown env id {env_id!r}{hint} (register your own with "
+            "hrl_tasks.rollout.register_env(name, creator))"
+        )
+    spec = gym.registry[env_id]
+    return spec if callable(spec.entry_point) else env
+
+
+def env_creator(env: EnvLike, env_config: Mapping[str, Any] | None = None) -> Callable[[], gym.Env]:
+    """A zero-argument function that builds one (unvectorized) env.
+
+    Args:
+        env: A gymnasium id, a registered name, an ``EnvSpec`` or a callable.
+        env_config: Keyword arguments for ``gymnasium.make`` or the callable.
+
+    Raises:
+        UnknownEnvError: If ``env`` is an unknown id.
+    """
+    env = resolve_env(env)
+    config = dict(env_config or {})
+    if isinstance(env, str | EnvSpec):
+        return functools.partial(gym.make, env, **config)
+    return functools.partial(_call_creator, env, config)
+
+
+def _call_creator(creator: Callable[..., gym.Env], config: dict[str, Any]) -> gym.Env:
+    made = creator(**config)
+    if not isinstance(made, gym.Env):
+        raise TypeError(f"env creator {creator!r} returned {type(made).__name__}, not a gym.Env")
+    return made
+
+
+def make_env(
+    env: EnvLike,
+    num_envs: int = 1,
+    seed: int | None = None,
+    env_config: Mapping[str, Any] | None = None,
+    *,
+    catch_errors: bool = False,
+) -> gym.vector.VectorEnv:
+    """Builds a ``SyncVectorEnv`` of ``num_envs`` copies with same-step autoreset.
+
+    Args:
+        env: A gymnasium id, a registered name, an ``EnvSpec`` or a callable.
+        num_envs: Sub-envs, stepped in this process one after the other.
+        seed: If given, the env is reset once with it (sub-env ``i`` gets
+            ``seed + i``) and its spaces are seeded, so what follows is
+            reproducible; the caller still calls ``reset()`` to start.
+        env_config: Keyword arguments for ``gymnasium.make`` or the callable.
+        catch_errors: Wrap each sub-env in `CatchEnvErrors`: a step that
+            raises ends the episode as a truncation instead of propagating.
+
+    Returns:
+        The vector env.
+
+    Raises:
+        UnknownEnvError: If ``env`` is an unknown id (before anything is built).
+        ValueError: If ``num_envs`` is not positive.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    create = env_creator(env, env_config)
+    if catch_errors:
+        create = functools.partial(_guarded, create)
+    vector = gym.vector.SyncVectorEnv(
+        [create] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    if seed is not None:
+        vector.reset(seed=seed)
+        vector.action_space.seed(seed)
+        vector.observation_space.seed(seed)
+    return vector
+
+
+def _guarded(create: Callable[[], gym.Env]) -> gym.Env:
+    return CatchEnvErrors(create())
+
+
+class CatchEnvErrors(gym.Wrapper):
+    """Turns an exception in ``step`` into the end of the episode, and counts it.
+
+    The failed step returns the last observation, reward 0, ``truncated=True``
+    and ``info["env_error"]`` (the error's repr); the vector env then resets
+    the env as after any episode end. A ``reset`` that raises is tried again
+    up to ``max_reset_tries`` times before the error propagates.
+
+    Attributes:
+        num_errors: Steps and resets that raised so far.
+    """
+
+    def __init__(self, env: gym.Env, max_reset_tries: int = 3) -> None:
+        super().__init__(env)
+        if max_reset_tries < 1:
+            raise ValueError(f"max_reset_tries must be >= 1, got {max_reset_tries}")
+        self.max_reset_tries = max_reset_tries
+        self.num_errors = 0
+        self._last_obs: Any = None
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        for attempt in range(1, self.max_reset_tries + 1):
+            try:
+                obs, info = self.env.reset(**kwargs)
+                break
+            except Exception:
+                self.num_errors += 1
+                if attempt == self.max_reset_tries:
+                    raise
+        self._last_obs = obs
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except Exception as exc:
+            self.num_errors += 1
+            return self._last_obs, 0.0, False, True, {"env_error": repr(exc)}
+        self._last_obs = obs
+        return obs, reward, terminated, truncated, info

@@ -1,0 +1,276 @@
+"""`RolloutWorker`: a vector env and a policy copy that turn weights into batches.
+
+A rollout worker lives in an engine stateful worker (or in the driver, as a
+`WorkerSet`'s local worker)::
+
+    worker = engine.create_worker(RolloutWorker, "CartPole-v1", policy, num_envs=8, seed=0)
+    worker.call("set_weights", weights_ref)
+    batch, metrics = worker.call("sample").result()
+
+`sample` steps ``num_envs`` envs for ``rollout_fragment_length`` steps each.
+The batch holds one block of rows per sub-env, in time order (the layout
+`Policy.postprocess_trajectory` and IMPALA's fragments expect), each block
+postprocessed by the policy, then concatenated. Columns: ``obs``,
+``actions`` (as sampled; a Box action is clipped only for ``env.step``),
+``rewards`` (float32), ``terminateds``, ``truncateds``, ``next_obs`` (on an
+episode end: the final observation before the reset), ``eps_id``, ``t``
+(step within the episode), the policy's extras (``logp``, ``values``) and,
+when the policy gives ``values``, ``next_values`` (see
+`hrl_tasks.policies.actor_critic`).
+
+An env whose ``step`` raises is counted in ``env_errors`` and its episode is
+cut there as a truncation (reward 0, ``next_obs`` = the last observation),
+then reset; sampling goes on.
+
+The worker deliberately has no ``get_state``/``restore_state``: the engine
+would then snapshot it after every call. A re-created worker starts from its
+construction arguments and its `WorkerSet` re-sends the weights.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies import Policy
+from hrl_tasks.rollout.env import EnvLike, make_env
+
+PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
+EPS_ID_BITS = 40  # eps_id = worker_index << 40 | counter
+
+
+def derive_seed(seed: int, *salt: int) -> int:
+    """A 31-bit seed from ``seed`` and ``salt`` (e.g. worker index), via ``SeedSequence``."""
+    return int(np.random.SeedSequence([seed, *salt]).generate_state(1)[0] >> 1)
+
+
+class RolloutWorker:
+    """Samples experience with a policy copy in a gymnasium vector env.
+
+    Args:
+        env: A gymnasium id, a registered name, an ``EnvSpec`` or a callable
+            (see `hrl_tasks.rollout.env`).
+        policy_factory_or_policy: A `Policy` (pickled into remote workers), or
+            ``factory(observation_space, action_space) -> Policy`` of one sub-env.
+        num_envs: Sub-envs stepped together.
+        rollout_fragment_length: Steps per sub-env in one `sample` call.
+        seed: Makes runs reproducible: envs and the policy's exploration
+            generator are seeded from ``(seed, worker_index)``. None: envs are
+            seeded at random, and the policy's generator is left as it is for
+            ``worker_index`` 0 and derived from its own seed otherwise. Episode
+            ids are deterministic with a seed; without one they start at a
+            random offset, so a re-created worker does not reuse its ids.
+        env_config: Keyword arguments for the env.
+        worker_index: 0 for a local worker, 1.. for remote ones; keeps seeds
+            and episode ids apart between workers.
+        single_thread: Call ``torch.set_num_threads(1)`` (rollout processes
+            must; a driver that also learns should not).
+    """
+
+    def __init__(
+        self,
+        env: EnvLike,
+        policy_factory_or_policy: Policy | PolicyFactory,
+        num_envs: int = 1,
+        rollout_fragment_length: int = 128,
+        seed: int | None = None,
+        env_config: Mapping[str, Any] | None = None,
+        worker_index: int = 0,
+        *,
+        single_thread: bool = True,
+    ) -> None:
+        if single_thread:
+            torch.set_num_threads(1)
+        if rollout_fragment_length < 1:
+            raise ValueError(f"rollout_fragment_length must be >= 1, got {rollout_fragment_length}")
+        self.worker_index = int(worker_index)
+        self.num_envs = int(num_envs)
+        self.rollout_fragment_length = int(rollout_fragment_length)
+        env_seed = None if seed is None else derive_seed(seed, self.worker_index, 0)
+        self.env = make_env(env, num_envs, env_config=env_config, catch_errors=True)
+        self.policy = self._make_policy(policy_factory_or_policy)
+        self._seed_policy(seed)
+        self._action_bounds = self._bounds(self.env.single_action_space)
+        self._obs, _ = self.env.reset(seed=env_seed)
+        first_eps = 0 if seed is not None else secrets.randbits(EPS_ID_BITS - 1)
+        self._next_eps = (self.worker_index << EPS_ID_BITS) + first_eps
+        self._eps_id = np.array([self._new_eps_id() for _ in range(num_envs)], np.int64)
+        self._ep_return = np.zeros(num_envs, np.float64)
+        self._ep_len = np.zeros(num_envs, np.int64)
+        self._error_counts = self._env_error_counts()
+        self._errors_seen = 0
+        self._totals = {"env_steps": 0, "episodes": 0, "env_errors": 0}
+        self._unreported: dict[str, list] = {"episode_returns": [], "episode_lengths": []}
+
+    def _make_policy(self, policy_factory_or_policy: Policy | PolicyFactory) -> Policy:
+        if isinstance(policy_factory_or_policy, Policy):
+            return policy_factory_or_policy
+        policy = policy_factory_or_policy(
+            self.env.single_observation_space, self.env.single_action_space
+        )
+        if not isinstance(policy, Policy):
+            raise TypeError(f"the policy factory returned {type(policy).__name__}, not a Policy")
+        return policy
+
+    def _seed_policy(self, seed: int | None) -> None:
+        generator = getattr(self.policy, "generator", None)
+        if not isinstance(generator, torch.Generator):
+            return
+        if seed is not None:
+            generator.manual_seed(derive_seed(seed, self.worker_index, 1))
+        elif self.worker_index != 0:  # copies of one policy must not explore in lockstep
+            generator.manual_seed(derive_seed(generator.initial_seed(), self.worker_index, 1))
+
+    @staticmethod
+    def _bounds(space: gym.Space) -> tuple[np.ndarray, np.ndarray] | None:
+        return (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+
+    def _new_eps_id(self) -> int:
+        eps_id, self._next_eps = self._next_eps, self._next_eps + 1
+        return eps_id
+
+    # Sampling -------------------------------------------------------------------------
+
+    def sample(self, num_steps: int | None = None) -> tuple[SampleBatch, dict[str, Any]]:
+        """Steps every sub-env ``num_steps`` times with ``explore=True``.
+
+        Args:
+            num_steps: Steps per sub-env; default ``rollout_fragment_length``.
+                The batch has ``num_steps * num_envs`` rows.
+
+        Returns:
+            ``(batch, metrics)``: the postprocessed batch, and a dict with
+            ``env_steps`` (rows), ``episode_returns`` and ``episode_lengths``
+            (episodes that ended during this call, env errors excluded),
+            ``env_errors`` (steps that raised) and ``worker_index``.
+        """
+        steps = self.rollout_fragment_length if num_steps is None else int(num_steps)
+        if steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {steps}")
+        rows: dict[str, list[np.ndarray]] = {}
+        metrics = {"env_steps": steps * self.num_envs, "episode_returns": [], "episode_lengths": []}
+        errors_before = self._errors_seen
+        for _ in range(steps):
+            for name, value in self._step(metrics).items():
+                rows.setdefault(name, []).append(value)
+        columns = {name: np.stack(values) for name, values in rows.items()}  # [T, N, ...]
+        if SampleBatch.VALUES in columns:
+            columns[SampleBatch.NEXT_VALUES] = self._next_values(columns)
+        fragments = [
+            self.policy.postprocess_trajectory(
+                SampleBatch({k: v[:, i] for k, v in columns.items()})
+            )
+            for i in range(self.num_envs)
+        ]
+        metrics["env_errors"] = self._errors_seen - errors_before
+        metrics["worker_index"] = self.worker_index
+        self._totals["env_steps"] += metrics["env_steps"]
+        self._totals["env_errors"] += metrics["env_errors"]
+        for key in self._unreported:
+            self._unreported[key].extend(metrics[key])
+        return SampleBatch.concat_samples(fragments), metrics
+
+    def _step(self, metrics: dict[str, Any]) -> dict[str, np.ndarray]:
+        """One vector step; returns this step's row of every column, ``[N, ...]`` each."""
+        obs = self._obs
+        actions, extras = self.policy.compute_actions(obs, explore=True)
+        env_actions = (
+            actions if self._action_bounds is None else np.clip(actions, *self._action_bounds)
+        )
+        next_obs, rewards, terminateds, truncateds, infos = self.env.step(env_actions)
+        errored = self._count_errors()
+        done = terminateds | truncateds
+        final_obs = np.array(next_obs, copy=True)
+        for i in np.flatnonzero(done):
+            final_obs[i] = infos["final_obs"][i]
+        row = {
+            SampleBatch.OBS: obs,
+            SampleBatch.ACTIONS: actions,
+            SampleBatch.REWARDS: rewards.astype(np.float32),
+            SampleBatch.TERMINATEDS: terminateds.astype(bool),
+            SampleBatch.TRUNCATEDS: truncateds.astype(bool),
+            SampleBatch.NEXT_OBS: final_obs,
+            SampleBatch.EPS_ID: self._eps_id.copy(),
+            SampleBatch.T: self._ep_len.copy(),
+            **{name: np.asarray(value) for name, value in extras.items()},
+        }
+        self._ep_return += rewards
+        self._ep_len += 1
+        for i in np.flatnonzero(done):
+            if not errored[i]:
+                metrics["episode_returns"].append(float(self._ep_return[i]))
+                metrics["episode_lengths"].append(int(self._ep_len[i]))
+                self._totals["episodes"] += 1
+            self._ep_return[i], self._ep_len[i] = 0.0, 0
+            self._eps_id[i] = self._new_eps_id()
+        self._obs = next_obs
+        return row
+
+    def _count_errors(self) -> np.ndarray:
+        """Which sub-envs raised since the last look (a bool per sub-env)."""
+        counts, previous = self._env_error_counts(), self._error_counts
+        self._error_counts = counts
+        self._errors_seen += int((counts - previous).sum())
+        return counts > previous
+
+    def _env_error_counts(self) -> np.ndarray:
+        return np.array([env.num_errors for env in self.env.envs], np.int64)
+
+    def _next_values(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """``V(s_{t+1})`` per row, ``[T, N]``: the next row's value inside an episode,
+        ``V(final obs)`` on truncations and at the fragment's end, 0 on terminations."""
+        values = columns[SampleBatch.VALUES].astype(np.float32)
+        terminateds = columns[SampleBatch.TERMINATEDS]
+        truncateds = columns[SampleBatch.TRUNCATEDS]
+        next_values = np.zeros_like(values)
+        next_values[:-1] = values[1:]
+        need = truncateds.copy()
+        need[-1] |= ~terminateds[-1]
+        if need.any():
+            next_values[need] = self.policy.compute_values(columns[SampleBatch.NEXT_OBS][need])
+        next_values[terminateds] = 0.0
+        return next_values
+
+    # Weights, learning, metrics -----------------------------------------------------
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The policy's weights (numpy)."""
+        return self.policy.get_weights()
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Loads weights into the policy."""
+        self.policy.set_weights(weights)
+
+    def learn_on_batch(self, batch: SampleBatch) -> dict[str, Any]:
+        """``policy.learn_on_batch(batch)``, for a local learner."""
+        return self.policy.learn_on_batch(batch)
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Totals since construction, and the episodes ended since the last call.
+
+        Returns:
+            ``worker_index``, ``env_steps``, ``episodes`` and ``env_errors``
+            (totals), ``episode_returns`` and ``episode_lengths`` (since the
+            previous `get_metrics`).
+        """
+        unreported = self._unreported
+        self._unreported = {key: [] for key in unreported}
+        return {"worker_index": self.worker_index, **self._totals, **unreported}
+
+    def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Returns ``fn(self, *args)``, run where the worker lives."""
+        return fn(self, *args)
+
+    def ping(self) -> str:
+        """Returns ``"pong"``: the worker is alive and its earlier calls have run."""
+        return "pong"
+
+    def close(self) -> None:
+        """Closes the env (the engine calls this when the worker is killed)."""
+        self.env.close()

@@ -1,0 +1,263 @@
+"""`WorkerSet`: a local rollout worker plus remote ones, kept on the same weights.
+
+Usage, one synchronous iteration::
+
+    workers = WorkerSet(engine, "CartPole-v1", policy, num_workers=4, seed=0)
+    refs = workers.sample()                       # one TaskRef per remote worker
+    batches = [batch for batch, _ in engine.gather(refs)]
+    workers.local_worker.learn_on_batch(SampleBatch.concat_samples(batches))
+    workers.sync_weights()                        # one broadcast
+    workers.stop()
+
+One broadcast per update: `sync_weights` puts the weights in the cluster once,
+as the result of one small task, and passes that single TaskRef to every
+remote worker's ``set_weights`` call (a single target gets them in its call). A TaskRef argument is a dependency, so
+each worker fetches the weights from where they are (worker to worker); the
+driver sends them once, not once per worker. Calls to one worker run in the
+order they were made, so a ``sample`` made after `sync_weights` uses the new
+weights without waiting for them on the driver.
+
+Recovery: the engine re-creates a remote worker whose process died, from its
+construction arguments, so with the initial weights. The set remembers the
+last weights TaskRef and each worker's ``restarts`` count at its last sync;
+`sample` (or `note_sampled`, for callers that sample through the handles)
+re-sends the weights first to a worker whose count grew. A ``sample``
+that was running when the worker died fails with ``WorkerLostError`` (it is
+not re-issued: it would run on the initial weights); the next one succeeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from hrl_tasks.policies import Policy
+from hrl_tasks.rollout.env import EnvLike, resolve_env
+from hrl_tasks.rollout.worker import PolicyFactory, RolloutWorker
+from hrl_tasks.scheduler import EngineError, WorkerGroup, WorkerHandle
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+class _PolicyCopy:
+    """A policy factory giving each remote worker its own copy, even in-process (`SyncEngine`)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def __call__(self, observation_space: Any, action_space: Any) -> Policy:
+        return copy.deepcopy(self.policy)
+
+
+class WorkerSet:
+    """Rollout workers for one policy: a local one in the driver and ``num_workers`` remote.
+
+    Args:
+        engine: An `Engine` or a `SyncEngine`.
+        env: A gymnasium id, a name registered with `register_env` (resolved
+            here, so remote processes can build it), an ``EnvSpec`` or a callable.
+        policy_factory_or_policy: A `Policy` (the local worker uses this very
+            object; remote ones get copies) or ``factory(obs_space, act_space)``.
+        num_workers: Remote workers (0: only the local one; use it directly).
+        num_envs_per_worker: Sub-envs per worker.
+        rollout_fragment_length: Steps per sub-env in one ``sample``.
+        seed: Base seed; worker ``i`` (0 local, 1.. remote) derives its own.
+        env_config: Keyword arguments for the env.
+        resources_per_worker: Held by each remote worker for its life, e.g.
+            ``{"CPU": 1}``; None holds nothing.
+
+    Attributes:
+        resyncs: How often weights were re-sent to a re-created remote worker.
+
+    Raises:
+        UnknownEnvError: If ``env`` is an unknown id.
+        ObjectStartError: If a remote worker fails to start.
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        env: EnvLike,
+        policy_factory_or_policy: Policy | PolicyFactory,
+        num_workers: int,
+        num_envs_per_worker: int = 1,
+        rollout_fragment_length: int = 128,
+        seed: int | None = None,
+        env_config: Mapping[str, Any] | None = None,
+        resources_per_worker: Mapping[str, float] | None = None,
+    ) -> None:
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        env = resolve_env(env)
+        self.engine = engine
+        policy = policy_factory_or_policy
+        config = {"seed": seed, "env_config": None if env_config is None else dict(env_config)}
+        local_args = (env, policy, num_envs_per_worker, rollout_fragment_length)
+        self._local = RolloutWorker(*local_args, **config, worker_index=0, single_thread=False)
+        factory = _PolicyCopy(policy) if isinstance(policy, Policy) else policy
+        args = (env, factory, num_envs_per_worker, rollout_fragment_length)
+        # One create_worker per member rather than create_group, whose members all get
+        # the same arguments: each needs its own worker_index (seeds, episode ids).
+        resources = None if resources_per_worker is None else dict(resources_per_worker)
+        handles: list = []
+        try:
+            for i in range(1, num_workers + 1):
+                member = {
+                    "worker_index": i,
+                    "name": f"RolloutWorker-{i}",
+                    "label": "RolloutWorker",  # members pool their sample durations
+                    "resources": resources,
+                }
+                handles.append(engine.create_worker(RolloutWorker, *args, **config, **member))
+            for handle in handles:
+                handle.ready()
+        except BaseException:
+            self._kill(handles)
+            self._local.close()
+            raise
+        # Handles of a Dask engine form a group, so speculative samples can go to a peer.
+        plain = not handles or not all(isinstance(h, WorkerHandle) for h in handles)
+        self._remote: WorkerGroup | list = handles if plain else WorkerGroup(handles)
+        self._weights_ref: Any = None
+        self._weights: dict[str, np.ndarray] | None = None
+        self._synced_restarts = [0] * num_workers
+        self.resyncs = 0
+        self._stopped = False
+        self.sync_weights()
+
+    @property
+    def local_worker(self) -> RolloutWorker:
+        """The worker in the driver process: evaluation, and the learner's policy holder."""
+        return self._local
+
+    @property
+    def remote_workers(self) -> WorkerGroup | list:
+        """The remote workers' handles (a `WorkerGroup` on a Dask engine)."""
+        return self._remote
+
+    def sync_weights(
+        self, weights: dict[str, np.ndarray] | None = None, to: Sequence[Any] | None = None
+    ) -> list[Any]:
+        """Sends one set of weights to the remote workers, in one broadcast.
+
+        Args:
+            weights: The weights to send; they are also loaded into the local
+                worker. None sends the local worker's weights.
+            to: Handles of the workers to update (e.g. the source of the
+                gradients, in A3C); None updates all of them.
+
+        Returns:
+            The TaskRefs of the ``set_weights`` calls (waiting is optional:
+            later calls to each worker run after its ``set_weights``).
+
+        Raises:
+            ValueError: If ``to`` names a handle that is not in this set.
+        """
+        if weights is None:
+            weights = self._local.get_weights()
+        else:
+            self._local.set_weights(weights)
+        self._weights, self._weights_ref = weights, None
+        targets = list(enumerate(self._remote)) if to is None else [self._find(h) for h in to]
+        if not targets:
+            return []
+        # A single target gets the weights in its call; several share one TaskRef.
+        sent = weights if len(targets) == 1 else self._weights_in_cluster()
+        refs = []
+        for index, handle in targets:
+            self._synced_restarts[index] = handle.restarts  # read first: a later restart is seen
+            refs.append(handle.call("set_weights", sent))
+        return refs
+
+    def sample(self, speculative: bool = False) -> list[Any]:
+        """One ``sample`` call per remote worker, after re-syncing re-created ones.
+
+        Args:
+            speculative: Let the engine back a straggling call up on an idle
+                peer (an equivalent batch, from another worker's envs).
+
+        Returns:
+            TaskRefs of ``(SampleBatch, metrics)`` (see `RolloutWorker.sample`).
+
+        Raises:
+            ValueError: If the set has no remote workers.
+        """
+        if not len(self._remote):
+            raise ValueError("no remote workers: call local_worker.sample() instead")
+        refs = []
+        for index, handle in enumerate(self._remote):
+            self._resync_if_restarted(index, handle)
+            refs.append(handle.call("sample", speculative=speculative))
+        return refs
+
+    def note_sampled(self, handle: Any) -> None:
+        """Re-sends the weights to ``handle`` if it was re-created since its last sync.
+
+        For callers that call ``sample`` on the handles themselves instead of
+        through `sample` (e.g. asynchronous rollouts): call it after each batch.
+
+        Raises:
+            ValueError: If ``handle`` is not in this set.
+        """
+        self._resync_if_restarted(*self._find(handle))
+
+    def _find(self, handle: Any) -> tuple[int, Any]:
+        for index, member in enumerate(self._remote):
+            if member is handle:
+                return index, member
+        raise ValueError(f"{handle!r} is not a remote worker of this WorkerSet")
+
+    def _weights_in_cluster(self) -> Any:
+        """The TaskRef holding the last weights, submitted on first need or if lost."""
+        ref = self._weights_ref
+        if ref is None or (ref.done() and ref.exception(timeout=0) is not None):
+            ref = self._weights_ref = self.engine.submit(_identity, self._weights, name="weights")
+        return ref
+
+    def _resync_if_restarted(self, index: int, handle: Any) -> None:
+        restarts = handle.restarts
+        if restarts == self._synced_restarts[index]:
+            return
+        self._synced_restarts[index] = restarts
+        handle.call("set_weights", self._weights_in_cluster())
+        self.resyncs += 1
+
+    def foreach_worker(self, fn: Callable[[RolloutWorker], Any], local: bool = True) -> list[Any]:
+        """Runs ``fn(worker)`` on every worker and waits for the results.
+
+        Args:
+            fn: A picklable function of a `RolloutWorker`.
+            local: Include the local worker (its result comes first).
+
+        Returns:
+            The results, local worker first, then remote workers in order.
+        """
+        refs = [handle.call("apply", fn) for handle in self._remote]
+        results = [fn(self._local)] if local else []
+        return results + list(self.engine.gather(refs))
+
+    def stop(self) -> None:
+        """Kills the remote workers and closes the local worker's envs (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._kill(self._remote)
+        self._local.close()
+
+    @staticmethod
+    def _kill(handles: Any) -> None:
+        for handle in handles:
+            with contextlib.suppress(EngineError):  # already gone for good
+                handle.kill()
+
+    def __enter__(self) -> WorkerSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,88 @@
+import pickle
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.envs.registration import EnvSpec
+
+from hrl_tasks.rollout import CatchEnvErrors, UnknownEnvError, make_env, register_env, resolve_env
+from tests.rollout.envs import ChainEnv
+
+
+def test_make_env_from_gymnasium_id():
+    envs = make_env("CartPole-v1", num_envs=3, seed=0)
+    assert isinstance(envs, gym.vector.SyncVectorEnv)
+    assert envs.num_envs == 3
+    assert envs.autoreset_mode == gym.vector.AutoresetMode.SAME_STEP
+    obs, _ = envs.reset()
+    assert obs.shape == (3, 4)
+    envs.close()
+
+
+def test_make_env_seed_is_reproducible():
+    first = make_env("CartPole-v1", num_envs=2, seed=7).reset()[0]
+    again = make_env("CartPole-v1", num_envs=2, seed=7).reset()[0]
+    other = make_env("CartPole-v1", num_envs=2, seed=8).reset()[0]
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+
+
+def test_make_env_from_callable_gets_env_config_as_kwargs():
+    envs = make_env(ChainEnv, num_envs=2, env_config={"terminate_at": 2})
+    envs.reset(seed=0)
+    _, _, terminateds, _, infos = envs.step(np.zeros(2, np.int64))
+    assert not terminateds.any()
+    _, _, terminateds, _, infos = envs.step(np.zeros(2, np.int64))
+    assert terminateds.all()
+    np.testing.assert_array_equal(np.stack(infos["final_obs"]), [[2.0], [2.0]])
+
+
+def test_make_env_rejects_a_callable_that_returns_no_env():
+    with pytest.raises(TypeError, match="not a gym.Env"):
+        make_env(lambda: object())
+
+
+def test_registered_name_lives_in_gymnasium_registry_and_travels_as_a_spec():
+    register_env("HrlChainTest-v0", ChainEnv, max_episode_steps=3)
+    try:
+        assert "HrlChainTest-v0" in gym.registry
+        envs = make_env("HrlChainTest-v0", num_envs=1, env_config={"terminate_at": 10})
+        envs.reset(seed=0)
+        truncated = [envs.step(np.zeros(1, np.int64))[3][0] for _ in range(3)]
+        assert truncated == [False, False, True]  # max_episode_steps from the registration
+        spec = resolve_env("HrlChainTest-v0")
+        assert isinstance(spec, EnvSpec)
+        restored = pickle.loads(cloudpickle.dumps(spec))
+        assert make_env(restored).num_envs == 1
+    finally:
+        gym.registry.pop("HrlChainTest-v0", None)
+
+
+def test_resolve_env_keeps_plain_ids_and_callables():
+    assert resolve_env("CartPole-v1") == "CartPole-v1"
+    assert resolve_env(ChainEnv) is ChainEnv
+
+
+def test_unknown_id_fails_at_once_and_suggests_the_close_name():
+    with pytest.raises(UnknownEnvError, match="CartPole-v1") as info:
+        make_env("CartPol-v1")
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(UnknownEnvError, match="unknown env id 'NoSuchThingAtAll-v9'"):
+        make_env("NoSuchThingAtAll-v9")
+
+
+def test_resolve_env_rejects_other_types():
+    with pytest.raises(TypeError):
+        resolve_env(42)
+
+
+def test_catch_env_errors_turns_a_crash_into_a_counted_truncation():
+    env = CatchEnvErrors(ChainEnv(fail_at=2))
+    env.reset(seed=0)
+    obs, *_ = env.step(0)
+    crashed = env.step(0)
+    assert env.num_errors == 1
+    np.testing.assert_array_equal(crashed[0], obs)  # the last observation
+    assert crashed[1:4] == (0.0, False, True)
+    assert "simulated env crash" in crashed[4]["env_error"]

@@ -1,0 +1,147 @@
+"""WorkerSet on the in-process SyncEngine (fast); cluster tests: test_worker_set_cluster.py."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import hrl_tasks as hrl
+from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.rollout import UnknownEnvError, WorkerSet, register_env
+from tests.rollout.envs import ChainEnv
+
+
+def ppo(obs_space, act_space):
+    return PPOPolicy(obs_space, act_space, PPOConfig(seed=0))
+
+
+def perturbed(weights, scale=0.1, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        k: (v + scale * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in weights.items()
+    }
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+class SubmitSpy:
+    """Records the name and arguments of every engine.submit call."""
+
+    def __init__(self, engine, monkeypatch):
+        self.calls = []
+        submit = engine.submit
+
+        def spy(fn, *args, name=None, **kwargs):
+            self.calls.append((name, args))
+            return submit(fn, *args, name=name, **kwargs)
+
+        monkeypatch.setattr(engine, "submit", spy)
+
+    def named(self, name):
+        return [args for called, args in self.calls if called == name]
+
+
+@pytest.fixture
+def engine():
+    with hrl.SyncEngine() as eng:
+        yield eng
+
+
+def test_sample_gives_one_batch_per_remote_worker(engine):
+    with WorkerSet(
+        engine,
+        "CartPole-v1",
+        ppo,
+        num_workers=2,
+        num_envs_per_worker=2,
+        rollout_fragment_length=16,
+        seed=0,
+    ) as workers:
+        assert len(workers.remote_workers) == 2
+        results = engine.gather(workers.sample())
+        assert [m["worker_index"] for _, m in results] == [1, 2]
+        assert all(len(batch) == 32 for batch, _ in results)
+        assert not np.array_equal(results[0][0]["obs"], results[1][0]["obs"])
+
+
+def test_sync_weights_is_one_broadcast_and_every_worker_gets_the_weights(engine, monkeypatch):
+    workers = WorkerSet(engine, "CartPole-v1", ppo, num_workers=3, rollout_fragment_length=8)
+    spy = SubmitSpy(engine, monkeypatch)
+    new = perturbed(workers.local_worker.get_weights())
+    workers.sync_weights(new)
+    broadcasts = spy.named("weights")
+    assert len(broadcasts) == 1 and broadcasts[0][0] is new  # the weights left once
+    set_calls = [a for i in (1, 2, 3) for a in spy.named(f"RolloutWorker-{i}.set_weights")]
+    assert len(set_calls) == 3
+    assert all(args[0] is set_calls[0][0] for args in set_calls)  # the same ref to each
+    for weights in workers.foreach_worker(lambda w: w.get_weights()):
+        assert_same_weights(weights, new)
+    workers.stop()
+    workers.stop()  # idempotent
+
+
+def test_a_restarted_worker_gets_the_weights_again_before_its_next_sample(engine):
+    workers = WorkerSet(engine, "CartPole-v1", ppo, num_workers=2, rollout_fragment_length=8)
+    new = perturbed(workers.local_worker.get_weights())
+    workers.sync_weights(new)
+    victim = workers.remote_workers[1]
+    # What a re-creation looks like from the driver: initial weights, one more restart.
+    victim.call("set_weights", perturbed(new, seed=1))
+    victim.restarts += 1
+    engine.gather(workers.sample())
+    assert workers.resyncs == 1
+    for weights in workers.foreach_worker(lambda w: w.get_weights()):
+        assert_same_weights(weights, new)
+    engine.gather(workers.sample())
+    assert workers.resyncs == 1  # only once per restart
+
+
+def test_a_policy_object_is_copied_into_each_remote_worker(engine):
+    policy = ppo(ChainEnv.observation_space, ChainEnv.action_space)
+    workers = WorkerSet(engine, ChainEnv, policy, num_workers=2, rollout_fragment_length=4)
+    assert workers.local_worker.policy is policy
+    remote = workers.foreach_worker(lambda w: id(w.policy), local=False)
+    assert len(set(remote)) == 2 and id(policy) not in remote
+
+
+def test_registered_names_and_unknown_ids(engine):
+    register_env("HrlChainSet-v0", ChainEnv, max_episode_steps=2)
+    try:
+        workers = WorkerSet(engine, "HrlChainSet-v0", ppo, num_workers=1, rollout_fragment_length=4)
+        ((batch, _),) = engine.gather(workers.sample())
+        np.testing.assert_array_equal(batch["truncateds"], [0, 1, 0, 1])
+    finally:
+        gym.registry.pop("HrlChainSet-v0", None)
+    with pytest.raises(UnknownEnvError, match="CartPole-v1"):
+        WorkerSet(engine, "CartPol-v1", ppo, num_workers=1)
+
+
+def test_without_remote_workers_sample_points_to_the_local_worker(engine):
+    workers = WorkerSet(engine, "CartPole-v1", ppo, num_workers=0, rollout_fragment_length=8)
+    assert workers.sync_weights() == []
+    with pytest.raises(ValueError, match="local_worker"):
+        workers.sample()
+    batch, _ = workers.local_worker.sample()
+    assert len(batch) == 8
+
+
+def test_sync_weights_to_one_worker_and_note_sampled(engine):
+    workers = WorkerSet(engine, "CartPole-v1", ppo, num_workers=2, rollout_fragment_length=8)
+    first, second = workers.remote_workers
+    start = workers.local_worker.get_weights()
+    new = perturbed(start)
+    workers.sync_weights(new, to=[second])
+    local, one, two = workers.foreach_worker(lambda w: w.get_weights())
+    assert_same_weights(local, new)
+    assert_same_weights(one, start)
+    assert_same_weights(two, new)
+    with pytest.raises(ValueError, match="not a remote worker"):
+        workers.sync_weights(to=[object()])
+    first.restarts += 1  # re-created: note_sampled brings it to the last weights
+    workers.note_sampled(first)
+    workers.note_sampled(second)
+    assert workers.resyncs == 1
+    assert_same_weights(workers.foreach_worker(lambda w: w.get_weights())[1], new)

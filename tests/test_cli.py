@@ -1,0 +1,64 @@
+"""The hrl-tasks command: help, bad input, a short run and its resumption."""
+
+import json
+
+import pytest
+
+from hrl_tasks.cli import build_parser, main, parse_value
+
+
+def test_help_lists_algorithms_and_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["train", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for word in ("a2c", "a3c", "ppo", "--stop-reward", "--resume", "--address", "--set"):
+        assert word in text
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["train", "ppo", "--env", "CartPol-v1"], "did you mean 'CartPole-v1'"),
+        (["train", "ppo", "--set", "lrr=3"], "did you mean 'lr'"),
+        (["train", "ppo", "--set", "lr=fast"], "lr must be float"),
+        (["train", "ppo", "--set", "lr"], "KEY=VALUE"),
+        (["train", "ppo", "--resume", "/nonexistent/run"], "no checkpoint"),
+    ],
+)
+def test_bad_input_exits_with_one_line(capsys, argv, says):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_keys_lists_defaults(capsys):
+    assert main(["keys", "a3c"]) == 0
+    out = capsys.readouterr().out
+    assert "num_async = 1" in out and "lr = " in out
+
+
+def test_parse_value():
+    assert parse_value("3e-4") == 3e-4 and parse_value("[64, 64]") == [64, 64]
+    assert parse_value("true") is True and parse_value("none") is None
+    assert parse_value("CartPole-v1") == "CartPole-v1"
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_train_writes_metrics_curve_checkpoints_and_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    tiny = ["--num-workers", "1", "--set", "train_batch_size=64", "--set", "num_envs_per_worker=2",
+            "--set", "rollout_fragment_length=16", "--no-progress"]  # fmt: skip
+    argv = ["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--out", str(out), *tiny]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "dashboard: http" in printed and "done: iteration 2" in printed
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
+    assert (out / "learning_curve.png").stat().st_size > 1000
+    assert list((out / "checkpoints").glob("*.hrl"))
+    assert main(["train", "ppo", "--resume", str(out), "--stop-iters", "3", "--no-progress"]) == 0
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+    assert json.loads(lines[2])["env_steps_sampled"] > json.loads(lines[1])["env_steps_sampled"]
