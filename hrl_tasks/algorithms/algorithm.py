@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 import hrl_tasks
 from hrl_tasks.algorithms.config import AlgorithmConfig
@@ -52,6 +53,8 @@ class Algorithm(abc.ABC):
         if isinstance(config, AlgorithmConfig):
             config = config.to_dict()
         self.config = self.config_class.from_dict(config, **overrides)
+        if self.config.learner_threads is not None:
+            torch.set_num_threads(self.config.learner_threads)
         probe = make_env(self.config.env, num_envs=1, env_config=self.config.env_config)
         spaces = (probe.single_observation_space, probe.single_action_space)
         probe.close()

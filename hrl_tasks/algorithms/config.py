@@ -33,6 +33,9 @@ class AlgorithmConfig:
     """Seeds envs, weights and sampling; None draws fresh seeds."""
     evaluation_episodes: int = 10
     """Episodes that evaluate() runs with deterministic actions."""
+    learner_threads: int | None = 1
+    """torch threads of the learner in the driver (the rollout workers take the
+    other cores; small models learn faster on one); None leaves torch's default."""
     metrics_smoothing_episodes: int = 20
     """episode_return_mean and episode_len_mean are over this many last episodes."""
 

@@ -105,13 +105,24 @@ class ParallelIterator:
             return handle.call(self.method, **options)
         return handle.call("apply", _Pipeline(self.method, self.transforms), **options)
 
-    def gather_sync(self) -> LocalIterator:
-        """Yield, each step, the list of one item from every shard (bulk-synchronous)."""
+    def gather_sync(self, prefetch: bool = False) -> LocalIterator:
+        """Yield, each step, the list of one item from every shard (bulk-synchronous).
+
+        Args:
+            prefetch: send the next round's calls before yielding this round's
+                items, so the workers work while the consumer does (e.g. while
+                the learner learns on this round's batch).
+        """
 
         def rounds():
+            refs = [self._call(h) for h in self.handles]
             while True:
-                refs = [self._call(h) for h in self.handles]
-                yield self.engine.gather(refs)
+                items = self.engine.gather(refs)
+                if prefetch:
+                    refs = [self._call(h) for h in self.handles]
+                yield items
+                if not prefetch:
+                    refs = [self._call(h) for h in self.handles]
 
         return LocalIterator(rounds(), "ParallelIterator.gather_sync()")
 

@@ -21,7 +21,12 @@ def _record(ctx: FlowContext, batch, metrics: dict):
 
 
 def ParallelRollouts(
-    workers, ctx: FlowContext, mode: str = "bulk_sync", num_async: int = 1, speculative=True
+    workers,
+    ctx: FlowContext,
+    mode: str = "bulk_sync",
+    num_async: int = 1,
+    speculative=True,
+    prefetch: bool = False,
 ):
     """Experience from the rollout workers of a ``WorkerSet``.
 
@@ -36,6 +41,9 @@ def ParallelRollouts(
         num_async: requests in flight per worker in ``"async"`` mode.
         speculative: back up straggling sample calls on idle peers
             (bulk-synchronous mode; equivalent workers give equivalent batches).
+        prefetch: in bulk-synchronous mode, send the next round's sample calls
+            before this round's batch is used, so sampling overlaps with
+            learning; those samples are one weight update behind.
 
     Returns:
         A :class:`LocalIterator` of SampleBatches (or the ParallelIterator for ``"raw"``).
@@ -70,7 +78,7 @@ def ParallelRollouts(
         return LocalIterator(async_batches(), "ParallelRollouts(async)")
 
     def bulk():
-        for results in parallel.gather_sync():
+        for results in parallel.gather_sync(prefetch=prefetch):
             batches = [_record(ctx, batch, metrics) for batch, metrics in results]
             yield SampleBatch.concat_samples(batches)
 

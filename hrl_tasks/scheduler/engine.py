@@ -201,8 +201,14 @@ class Engine:
         cluster_kwargs.setdefault("dashboard_address", ":0")
         # Task errors reach the caller as exceptions; the worker logs need not repeat them.
         cluster_kwargs.setdefault("silence_logs", logging.CRITICAL)
-        # Every lost worker reaches the engine, which retries within each task's budget.
-        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        settings = {
+            # Every lost worker reaches the engine, which retries within each task's budget.
+            "distributed.scheduler.allowed-failures": 0,
+            # The statistical profiler takes the GIL every 10 ms from Python-heavy
+            # tasks such as env stepping (sampling ran markedly slower with it).
+            "distributed.worker.profile.enabled": False,
+        }
+        with dask.config.set(settings):  # worker processes take the config at their start
             cluster = LocalCluster(
                 n_workers=0 if per_worker else n_workers,
                 threads_per_worker=threads,
@@ -211,24 +217,24 @@ class Engine:
                 resources=None if per_worker else declared(resources),
                 **cluster_kwargs,
             )
-        try:
-            if per_worker:
-                for i, extra in enumerate(per_worker):
-                    nthreads = int(extra.get("CPU", threads))
-                    cluster.worker_spec[f"hrl-{i}"] = {
-                        "cls": Nanny,
-                        "options": {
-                            "nthreads": nthreads,
-                            "memory_limit": memory,
-                            "resources": {**declared(None), "CPU": nthreads, **extra},
-                        },
-                    }
-                cluster.sync(cluster._correct_state)
-            client = Client(cluster)
-            client.wait_for_workers(n_workers, timeout=120)
-        except BaseException:
-            cluster.close()
-            raise
+            try:
+                if per_worker:
+                    for i, extra in enumerate(per_worker):
+                        nthreads = int(extra.get("CPU", threads))
+                        cluster.worker_spec[f"hrl-{i}"] = {
+                            "cls": Nanny,
+                            "options": {
+                                "nthreads": nthreads,
+                                "memory_limit": memory,
+                                "resources": {**declared(None), "CPU": nthreads, **extra},
+                            },
+                        }
+                    cluster.sync(cluster._correct_state)
+                client = Client(cluster)
+                client.wait_for_workers(n_workers, timeout=120)
+            except BaseException:
+                cluster.close()
+                raise
         return cls(client, cluster=cluster)
 
     @classmethod

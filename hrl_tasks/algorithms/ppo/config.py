@@ -12,6 +12,10 @@ class PPOConfig(AlgorithmConfig, PPOPolicyConfig):
 
     train_batch_size: int = 512
     """Env steps per learner update (sampled from all workers, concatenated)."""
+    overlap_sampling: bool = True
+    """Workers sample the next batch while the driver learns on this one. That batch
+    is one update behind; PPO's ratio uses its behaviour log-probabilities, so the
+    update stays correct (as in asynchronous PPO variants)."""
     lr: float = 1e-3
     gamma: float = 0.99
     lam: float = 0.95

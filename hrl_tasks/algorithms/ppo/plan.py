@@ -22,7 +22,9 @@ class PPO(Algorithm):
         return PPOPolicy(observation_space, action_space, self.config.pick(PPOPolicyConfig))
 
     def build_plan(self, workers, ctx):
-        rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync")  # speculative by default
+        rollouts = ParallelRollouts(  # speculative by default
+            workers, ctx, mode="bulk_sync", prefetch=self.config.overlap_sampling
+        )
         train_op = rollouts.combine(ConcatBatches(self.config.train_batch_size)).for_each(
             TrainOneStep(workers, ctx)
         )

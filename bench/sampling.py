@@ -1,0 +1,110 @@
+"""Sampling throughput: CartPole-v1 env steps per second with a 64x64 MLP policy.
+
+In one run: a plain single-process gymnasium vector-env loop (the baseline),
+the same RolloutWorker in the driver, and a WorkerSet with 1, 2 and 4 remote
+rollout workers sampling asynchronously (2 requests in flight per worker).
+Target on 2 cores: 2 workers >= 1.6x the plain loop (the limit is 2x).
+Prints one JSON line, including ``ratio_2_workers`` and the bytes on the wire
+per env step (the encoded SampleBatch).
+
+    python bench/sampling.py [--seconds 8]
+"""
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import gymnasium as gym
+import torch
+
+import hrl_tasks as hrl
+from hrl_tasks.data import encode
+from hrl_tasks.flow import FlowContext, ParallelRollouts
+from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.rollout import RolloutWorker, WorkerSet
+
+ENVS = 8
+FRAGMENT = 64  # 512 env steps per sample call
+
+
+def make_policy():
+    env = gym.make("CartPole-v1")
+    return PPOPolicy(env.observation_space, env.action_space, PPOConfig(hidden=(64, 64), seed=0))
+
+
+def plain_loop(seconds: float) -> float:
+    """env.step with the policy's actions, nothing else: the baseline."""
+    policy = make_policy()
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(ENVS)])
+    obs, _ = envs.reset(seed=0)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        actions, _ = policy.compute_actions(obs)
+        obs, *_ = envs.step(actions)
+        steps += ENVS
+    return steps / (time.perf_counter() - start)
+
+
+def local_worker(seconds: float) -> tuple[float, float]:
+    """The RolloutWorker in this process (batches, GAE); also bytes per step."""
+    worker = RolloutWorker("CartPole-v1", make_policy(), ENVS, FRAGMENT, seed=0)
+    batch, _ = worker.sample()
+    bytes_per_step = len(encode(batch)) / len(batch)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        batch, _ = worker.sample()
+        steps += len(batch)
+    worker.close()
+    return steps / (time.perf_counter() - start), bytes_per_step
+
+
+def worker_set(n: int, seconds: float) -> float:
+    with hrl.Engine.local(n_workers=n, threads_per_worker=1) as engine:
+        workers = WorkerSet(engine, "CartPole-v1", make_policy(), n, ENVS, FRAGMENT, seed=0)
+        ctx = FlowContext()
+        batches = ParallelRollouts(workers, ctx, mode="async", num_async=2)
+        next(batches)  # warm up every worker's first call
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            steps += len(next(batches))
+        rate = steps / (time.perf_counter() - start)
+        workers.stop()
+    time.sleep(2.0)  # let the worker processes exit before the next measurement
+    return rate
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=8.0, help="measuring time per setting")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # as rollout processes do (DESIGN.md): the faster baseline
+    plain = plain_loop(args.seconds)
+    local, bytes_per_step = local_worker(args.seconds)
+    remote = {n: worker_set(n, args.seconds) for n in (1, 2, 4)}
+    print(
+        json.dumps(
+            {
+                "bench": "sampling",
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+                "envs_per_worker": ENVS,
+                "steps_per_call": ENVS * FRAGMENT,
+                "plain_loop_steps_per_s": round(plain),
+                "local_rollout_worker_steps_per_s": round(local),
+                "workers_1_steps_per_s": round(remote[1]),
+                "workers_2_steps_per_s": round(remote[2]),
+                "workers_4_steps_per_s": round(remote[4]),
+                "ratio_2_workers": round(remote[2] / plain, 3),
+                "ratio_2_workers_vs_local_worker": round(remote[2] / local, 3),
+                "bytes_per_env_step": round(bytes_per_step, 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
