@@ -37,7 +37,7 @@ RUNS = {
                 "ent_coef": 0.0, "min_steps_per_report": 1000},
     ),
     "ppo-pendulum": dict(
-        algorithm="ppo", env="Pendulum-v1", threshold=-300.0, budget=1_000_000,
+        algorithm="ppo", env="Pendulum-v1", threshold=-300.0, budget=600_000,
         config={"num_workers": 2, "num_envs_per_worker": 4, "rollout_fragment_length": 256,
                 "train_batch_size": 2048, "minibatch_size": 64, "num_sgd_iter": 10,
                 "lr": 1e-3, "gamma": 0.9, "lam": 0.95, "ent_coef": 0.0, "clip": 0.2},

@@ -36,7 +36,7 @@ class CheckpointError(ValueError):
 
 
 class Algorithm(abc.ABC):
-    """Base class: subclasses set ``name``, ``config_class`` and write ``make_policy`` and ``build_plan``.
+    """Base class: subclasses set ``name``, ``config_class``, ``policy_class`` and write ``build_plan``.
 
     Args:
         config: a config object or a mapping of its keys (unknown keys and
@@ -48,6 +48,8 @@ class Algorithm(abc.ABC):
 
     name = "algorithm"
     config_class: type[AlgorithmConfig] = AlgorithmConfig
+    policy_class: type | None = None  # built from the policy config's keys of config_class
+    policy_config_class: type | None = None
 
     def __init__(self, config: AlgorithmConfig | Mapping | None = None, engine=None, **overrides):
         if isinstance(config, AlgorithmConfig):
@@ -82,9 +84,10 @@ class Algorithm(abc.ABC):
         self.iteration = 0
         self.time_total_s = 0.0
 
-    @abc.abstractmethod
     def make_policy(self, observation_space, action_space):
         """The learner's policy (copied to every rollout worker)."""
+        policy_config = self.config.pick(self.policy_config_class)
+        return self.policy_class(observation_space, action_space, policy_config)
 
     @abc.abstractmethod
     def build_plan(self, workers: WorkerSet, ctx: FlowContext) -> LocalIterator:

@@ -17,6 +17,7 @@ the handle was created with ``reissue_calls=True``, and fail with
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -40,6 +41,8 @@ from hrl_tasks.scheduler.worker_side import (
 
 if TYPE_CHECKING:
     from hrl_tasks.scheduler.engine import Engine
+
+logger = logging.getLogger(__name__)
 
 SNAPSHOT = "get_state"
 INTERNAL = ("." + SNAPSHOT, ".__init__")
@@ -338,6 +341,8 @@ class ObjectRecord:
         )  # fmt: skip
         try:
             future.result(timeout=timeout)
+        except Exception as exc:  # gone anyway: never let a stuck object stop a shutdown
+            logger.warning("stateful worker %r did not end cleanly: %r", self.name, exc)
         finally:
             self._release(address)
             self.engine.objects.pop(self.obj_id, None)

@@ -199,6 +199,8 @@ class TaskRef:
         losers = [f.key for f in others]
         if others:
             self.engine.cancel_futures(others)
+            if self.call_info is not None:  # a peer's copy won: this call may never run
+                self.call_info[0].skip(self.call_info[1])
         for peer_call in self.linked:
             if peer_call.future is not future:
                 losers.append(peer_call.key)

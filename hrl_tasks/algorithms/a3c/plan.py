@@ -29,10 +29,9 @@ class A3C(Algorithm):
     """Asynchronous advantage actor-critic (Mnih et al. 2016)."""
 
     name = "a3c"
+    policy_class = PGPolicy
+    policy_config_class = PGPolicyConfig
     config_class = A3CConfig
-
-    def make_policy(self, observation_space, action_space):
-        return PGPolicy(observation_space, action_space, self.config.pick(PGPolicyConfig))
 
     def build_plan(self, workers, ctx):
         grads = (

@@ -11,10 +11,9 @@ class A2C(Algorithm):
     """Synchronous advantage actor-critic (Mnih et al. 2016, synchronous variant)."""
 
     name = "a2c"
+    policy_class = PGPolicy
+    policy_config_class = PGPolicyConfig
     config_class = A2CConfig
-
-    def make_policy(self, observation_space, action_space):
-        return PGPolicy(observation_space, action_space, self.config.pick(PGPolicyConfig))
 
     def build_plan(self, workers, ctx):
         rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync")

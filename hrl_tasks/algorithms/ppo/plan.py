@@ -16,10 +16,9 @@ class PPO(Algorithm):
     """Proximal policy optimization (Schulman et al. 2017) on a Dask cluster."""
 
     name = "ppo"
+    policy_class = PPOPolicy
+    policy_config_class = PPOPolicyConfig
     config_class = PPOConfig
-
-    def make_policy(self, observation_space, action_space):
-        return PPOPolicy(observation_space, action_space, self.config.pick(PPOPolicyConfig))
 
     def build_plan(self, workers, ctx):
         rollouts = ParallelRollouts(  # speculative by default
