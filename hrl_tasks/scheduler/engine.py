@@ -25,7 +25,6 @@ Nesting:
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures as cf
 import contextvars
 import itertools
@@ -40,17 +39,17 @@ from collections.abc import Iterable, Iterator
 import dask
 import psutil
 from distributed import Client, Future
-from distributed.scheduler import KilledWorker
 
-from hrl_tasks.scheduler import retry as retry_rules
-from hrl_tasks.scheduler.errors import EngineError, WorkerLostError
+from hrl_tasks.scheduler.clusters import check_versions, count_gpus
+from hrl_tasks.scheduler.errors import EngineError
 from hrl_tasks.scheduler.resources import Ledger, normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.speculator import Speculator
 from hrl_tasks.scheduler.stateful import ObjectRecord, WorkerGroup, WorkerHandle, object_keeper
 from hrl_tasks.scheduler.stats import EngineStats
-from hrl_tasks.scheduler.taskref import TaskRef
+from hrl_tasks.scheduler.supervision import AttemptSupervision
+from hrl_tasks.scheduler.taskref import TaskRef, collect_refs, resolve_refs
 from hrl_tasks.scheduler.worker_side import (
     WorkerRuntime,
     current_task,
@@ -89,17 +88,7 @@ def current_engine() -> Engine:
     return engine
 
 
-def _count_gpus() -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    try:
-        return len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return 0
-
-
-class Engine:
+class Engine(AttemptSupervision):
     """Resource-aware tasks, nested tasks and stateful workers on a Dask cluster.
 
     Example::
@@ -193,7 +182,7 @@ class Engine:
 
         def declared(extra: dict | None) -> dict:
             base = {"CPU": threads, "memory": memory}
-            gpus = _count_gpus()
+            gpus = count_gpus()
             if gpus:
                 base["GPU"] = gpus
             return {**base, **(extra or {})}
@@ -653,169 +642,3 @@ class Engine:
         msg = event[1]
         if isinstance(msg, dict) and msg.get("action") in ("add-worker", "remove-worker"):
             self._events.put(msg)
-
-    # --- attempt supervision -------------------------------------------------
-
-    def watch(self, future: Future) -> None:
-        """Have :meth:`_on_attempt_done` called once ``future`` finishes."""
-        with self._watch_lock:
-            self._to_watch.append(future)
-            if len(self._to_watch) > 1:
-                return  # a drain is already scheduled on the event loop
-        self.client.loop.add_callback(self._drain_watch)
-
-    def _drain_watch(self) -> None:
-        with self._watch_lock:
-            batch, self._to_watch = self._to_watch, []
-        for future in batch:
-            asyncio.ensure_future(self._await_done(future))
-
-    async def _await_done(self, future: Future) -> None:
-        try:
-            await future._state.wait()
-        finally:
-            ref = self._attempts.get(future.key)
-            if future.status == "finished" and ref is not None and ref.call_info is None:
-                self._on_attempt_done(future)  # quick: no I/O, no hop to another thread
-            else:
-                self._settled.put(future)
-
-    def _settle_loop(self) -> None:
-        while (future := self._settled.get()) is not None:
-            self._on_attempt_done(future)
-
-    def _on_attempt_done(self, future: Future) -> None:
-        try:
-            self._settle_attempt(future)
-        except Exception:  # never lose a task silently: fail it with the bug
-            logger.exception("hrl_tasks: error while settling %s", future.key)
-            ref = self._attempts.pop(future.key, None)
-            if ref is not None:
-                ref._fail(EngineError(f"internal error settling {future.key}; see the log"))
-
-    def _settle_attempt(self, future: Future) -> None:
-        ref = self._attempts.pop(future.key, None)
-        if ref is None:
-            return
-        with ref._lock:
-            entry = ref._live.pop(future.key, None)
-            others_live = bool(ref._live)
-        if entry is None or ref.done():
-            return
-        _, attempt, deps_used = entry
-        if future.status == "finished":
-            if ref.call_info is not None:
-                ref.call_info[0].call_succeeded(ref, future)
-            elif ref._finish(future):
-                self._count("finished")
-        elif future.status == "cancelled":
-            if not others_live and ref._fail(cf.CancelledError(f"task {ref.name!r} was cancelled")):
-                self._count("cancelled")
-        elif not others_live:
-            self._attempt_failed(ref, attempt, future.exception(), deps_used)
-
-    def _attempt_failed(self, ref: TaskRef, attempt: int, error: BaseException, deps_used) -> None:
-        stale = [d for d in ref.deps if not d.done() or deps_used.get(id(d)) is not d._future]
-        if not stale:
-            self._inputs_settled(ref, attempt, error, rerun=False)
-            return
-        # An input was being retried when this attempt started: wait for it,
-        # then run again on its new value (not counted as a retry).
-        remaining = [len(stale)]
-        lock = threading.Lock()
-
-        def input_done(_):
-            with lock:
-                remaining[0] -= 1
-                if remaining[0]:
-                    return
-            self._inputs_settled(ref, attempt, error, rerun=True)
-
-        for dep in stale:
-            dep.add_done_callback(input_done)
-
-    def _inputs_settled(self, ref: TaskRef, attempt: int, error: BaseException, rerun: bool):
-        failed_inputs = [d for d in ref.deps if d.exception(timeout=0) is not None]
-        if failed_inputs:
-            if ref._fail(failed_inputs[0].exception(timeout=0)):
-                self._count("failed")
-            if ref.call_info is not None:
-                ref.call_info[0].skip(ref.call_info[1])
-        elif rerun:
-            ref._start_attempt(attempt)
-        elif ref.call_info is not None:
-            ref.call_info[0].call_failed(ref, error)
-        else:
-            self._apply_retry_policy(ref, attempt, error)
-
-    def _apply_retry_policy(self, ref: TaskRef, attempt: int, error: BaseException) -> None:
-        lost = isinstance(error, (KilledWorker, WorkerLostError))
-        decision = retry_rules.decide(ref.policy, attempt, error, worker_lost=lost)
-        if isinstance(decision, retry_rules.GiveUp):
-            if lost:
-                error = WorkerLostError(
-                    f"task {ref.name!r} lost its worker and has no retries left "
-                    f"({ref.attempts} attempts): {error}"
-                )
-            if ref._fail(error):
-                self._count("failed")
-            return
-        self._count("retried")
-        if decision.delay > 0:
-            timer = threading.Timer(decision.delay, ref._start_attempt, (decision.attempt,))
-            timer.daemon = True
-            timer.start()
-        else:
-            ref._start_attempt(decision.attempt)
-
-
-def collect_refs(obj, found: list) -> None:
-    """Append every TaskRef inside ``obj`` (lists, tuples, sets, dicts) to ``found``."""
-    if isinstance(obj, TaskRef):
-        if obj not in found:
-            found.append(obj)
-    elif isinstance(obj, (list, tuple, set, frozenset)):
-        for item in obj:
-            collect_refs(item, found)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            collect_refs(item, found)
-
-
-def resolve_refs(obj):
-    """Replace TaskRefs by their current Dask futures; returns (new obj, {id(ref): future})."""
-    used: dict = {}
-
-    def walk(item):
-        if isinstance(item, TaskRef):
-            used[id(item)] = item._future
-            return item._future
-        if isinstance(item, (list, tuple, set, frozenset)):
-            return type(item)(walk(x) for x in item)
-        if isinstance(item, dict):
-            return {k: walk(v) for k, v in item.items()}
-        return item
-
-    return walk(obj), used
-
-
-def check_versions(client: Client) -> None:
-    """Check that the workers can import this package, at this version."""
-    import hrl_tasks
-
-    def version():
-        try:
-            import hrl_tasks as remote
-
-            return remote.__version__
-        except ImportError:
-            return None
-
-    found = client.run(version)
-    wrong = {w: v for w, v in found.items() if v != hrl_tasks.__version__}
-    if wrong:
-        detail = ", ".join(f"{w}: {v or 'not installed'}" for w, v in sorted(wrong.items()))
-        raise EngineError(
-            f"hrl_tasks {hrl_tasks.__version__} is needed on every worker, found {detail}. "
-            "Install the same version in the workers' environment."
-        )

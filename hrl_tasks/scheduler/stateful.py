@@ -29,7 +29,7 @@ from distributed.scheduler import KilledWorker
 
 from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
-from hrl_tasks.scheduler.taskref import TaskRef
+from hrl_tasks.scheduler.taskref import TaskRef, collect_refs, resolve_refs
 from hrl_tasks.scheduler.worker_side import (
     call_object,
     change_supply,
@@ -154,8 +154,6 @@ class ObjectRecord:
     def call(
         self, method: str, args: tuple, kwargs: dict, internal: bool = False, speculation=None
     ) -> TaskRef:
-        from hrl_tasks.scheduler.engine import collect_refs
-
         if not isinstance(method, str):
             raise TypeError(f"call needs a method name (a str), got {method!r}")
         deps: list[TaskRef] = []
@@ -185,8 +183,6 @@ class ObjectRecord:
             raise self.gone
 
     def _call_launcher(self, ref: TaskRef, method: str, args: tuple, kwargs: dict, internal: bool):
-        from hrl_tasks.scheduler.engine import resolve_refs
-
         def launch(attempt: int):
             real_args, used = resolve_refs(args)
             real_kwargs, used_kw = resolve_refs(kwargs)

@@ -19,11 +19,12 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from hrl_tasks.scheduler import retry as retry_rules
-from hrl_tasks.scheduler.engine import _ACTIVE_ENGINE, RETURN_WHEN, collect_refs
+from hrl_tasks.scheduler.engine import _ACTIVE_ENGINE, RETURN_WHEN
 from hrl_tasks.scheduler.errors import ObjectStartError
 from hrl_tasks.scheduler.resources import Ledger, normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.stats import EngineStats
+from hrl_tasks.scheduler.taskref import collect_refs
 from hrl_tasks.scheduler.worker_side import _CURRENT_TASK, TaskContext
 
 

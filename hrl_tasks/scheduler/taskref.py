@@ -176,8 +176,6 @@ class TaskRef:
 
     def _start_backup(self, worker: str) -> None:
         """Launch a backup copy of this task on ``worker`` (speculation)."""
-        from hrl_tasks.scheduler.engine import resolve_refs
-
         fn, args, kwargs, request = self.call_args
         real_args, used = resolve_refs(args)
         real_kwargs, used_kw = resolve_refs(kwargs)
@@ -220,3 +218,33 @@ class TaskRef:
         if live:
             self.engine.cancel_futures(live)
         return True
+
+
+def collect_refs(obj, found: list) -> None:
+    """Append every TaskRef inside ``obj`` (lists, tuples, sets, dicts) to ``found``."""
+    if isinstance(obj, TaskRef):
+        if obj not in found:
+            found.append(obj)
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        for item in obj:
+            collect_refs(item, found)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            collect_refs(item, found)
+
+
+def resolve_refs(obj):
+    """Replace TaskRefs by their current Dask futures; returns (new obj, {id(ref): future})."""
+    used: dict = {}
+
+    def walk(item):
+        if isinstance(item, TaskRef):
+            used[id(item)] = item._future
+            return item._future
+        if isinstance(item, (list, tuple, set, frozenset)):
+            return type(item)(walk(x) for x in item)
+        if isinstance(item, dict):
+            return {k: walk(v) for k, v in item.items()}
+        return item
+
+    return walk(obj), used
