@@ -16,6 +16,7 @@ from hrl_tasks.scheduler import (  # noqa: E402
     WorkerLostError,
     current_engine,
     task_context,
+    worker_local,
 )
 
 
@@ -42,4 +43,5 @@ __all__ = [
     "current_engine",
     "task_context",
     "train",
+    "worker_local",
 ]

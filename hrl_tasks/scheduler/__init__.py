@@ -9,7 +9,7 @@ from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.stateful import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.sync import SyncEngine
 from hrl_tasks.scheduler.taskref import TaskRef
-from hrl_tasks.scheduler.worker_side import TaskContext, current_task
+from hrl_tasks.scheduler.worker_side import TaskContext, current_task, worker_local
 
 __all__ = [
     "Engine",
@@ -31,6 +31,7 @@ __all__ = [
     "WorkerLostError",
     "current_engine",
     "task_context",
+    "worker_local",
 ]
 
 

@@ -136,6 +136,8 @@ class Engine(AttemptSupervision):
         self._events: queue.Queue = queue.Queue()
         self.nthreads: dict[str, int] = {}
         self.speculator = Speculator(self)
+        self.local_cache: dict = {}  # worker_local() objects in the driver
+        self.local_cache_lock = threading.Lock()
         self._refresh_ledger()
         client.subscribe_topic(self.topic, self._on_reports)
         if not in_task_thread():  # nested engines find lost workers by their sweep

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -103,6 +104,8 @@ class SyncEngine:
         self.closed = False
         self._stats = EngineStats()
         self._keys = itertools.count()
+        self.local_cache: dict = {}  # worker_local() objects
+        self.local_cache_lock = threading.Lock()
         self._token = _ACTIVE_ENGINE.set(self)
 
     def __enter__(self) -> SyncEngine:

@@ -102,6 +102,28 @@ def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
         runtime.report(ctx.topic, "end", ctx.key, ctx.name, elapsed)
 
 
+def worker_local(key: str, factory):
+    """An object built once per worker process and shared by the tasks run there.
+
+    For large read-only things every task needs, such as ES's noise table:
+    ``table = worker_local("noise", lambda: make_table(seed))``. Outside a worker
+    (the driver, or the in-process SyncEngine) the object is kept by the current
+    engine instead.
+    """
+    if in_task_thread():
+        runtime = WorkerRuntime.of(get_worker())
+        store, lock = runtime.cache, runtime.cache_lock
+    else:
+        from hrl_tasks.scheduler.engine import current_engine
+
+        engine = current_engine()
+        store, lock = engine.local_cache, engine.local_cache_lock
+    with lock:
+        if key not in store:
+            store[key] = factory()
+        return store[key]
+
+
 def in_task_thread() -> bool:
     """Whether the calling thread runs a task of a Dask worker's thread pool."""
     try:
@@ -199,6 +221,8 @@ class WorkerRuntime(WorkerPlugin):
         self.flushing = False
         self.engine = None
         self.faults = None  # a FaultInjector while tests or benchmarks inject faults
+        self.cache: dict = {}  # worker_local() objects, one per key per worker process
+        self.cache_lock = threading.Lock()
 
     @classmethod
     def of(cls, worker) -> WorkerRuntime:

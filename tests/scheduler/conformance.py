@@ -74,3 +74,10 @@ class EngineConformance:
         weights = eng.put([1, 2, 3])
         refs = [eng.submit(tasks.total, weights) for _ in range(3)]
         assert eng.gather(refs, timeout=30) == [6, 6, 6]
+
+    def test_worker_local_builds_once_per_process(self, eng):
+        seen = eng.gather([eng.submit(tasks.local_table, "table") for _ in range(8)], timeout=30)
+        by_process = {}
+        for pid, identity in seen:
+            by_process.setdefault(pid, set()).add(identity)
+        assert all(len(ids) == 1 for ids in by_process.values()), by_process

@@ -119,3 +119,9 @@ class Sampler:
     def sample(self, seconds):
         time.sleep(seconds)
         return self.tag
+
+
+def local_table(key):
+    """(process id, identity of the worker_local object ``key`` in that process)."""
+    table = hrl.worker_local(key, lambda: {"rows": list(range(1000))})
+    return os.getpid(), id(table)
