@@ -6,11 +6,19 @@ from collections.abc import Callable, Mapping
 
 from hrl_tasks.algorithms.a3c import A3C, A3CConfig
 from hrl_tasks.algorithms.algorithm import Algorithm, CheckpointError
+from hrl_tasks.algorithms.apex import ApeX, ApeXConfig
 from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
+from hrl_tasks.algorithms.dqn import DQN, DQNConfig
 from hrl_tasks.algorithms.pg import A2C, A2CConfig
 from hrl_tasks.algorithms.ppo import PPO, PPOConfig
 
-ALGORITHMS: Mapping[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C, "a3c": A3C}
+ALGORITHMS: Mapping[str, type[Algorithm]] = {
+    "ppo": PPO,
+    "a2c": A2C,
+    "a3c": A3C,
+    "dqn": DQN,
+    "apex": ApeX,
+}
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
@@ -75,9 +83,13 @@ __all__ = [
     "A3C",
     "A3CConfig",
     "Algorithm",
+    "ApeX",
+    "ApeXConfig",
     "AlgorithmConfig",
     "CheckpointError",
     "ConfigError",
+    "DQN",
+    "DQNConfig",
     "PPO",
     "PPOConfig",
     "get_algorithm",

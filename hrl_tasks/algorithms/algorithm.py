@@ -69,7 +69,7 @@ class Algorithm(abc.ABC):
                 self.engine,
                 self.config.env,
                 self.make_policy(*spaces),
-                num_workers=self.config.num_workers,
+                num_workers=self.num_rollout_workers(),
                 num_envs_per_worker=self.config.num_envs_per_worker,
                 rollout_fragment_length=self.config.rollout_fragment_length,
                 seed=self.config.seed,
@@ -83,6 +83,10 @@ class Algorithm(abc.ABC):
         self.plan = self.build_plan(self.workers, self.ctx)
         self.iteration = 0
         self.time_total_s = 0.0
+
+    def num_rollout_workers(self) -> int:
+        """Remote rollout workers to build; ES overrides it with 0 (its episodes are tasks)."""
+        return self.config.num_workers
 
     def make_policy(self, observation_space, action_space):
         """The learner's policy (copied to every rollout worker)."""

@@ -15,6 +15,14 @@ from hrl_tasks.flow.concurrency import Concurrently, Dequeue, Enqueue
 from hrl_tasks.flow.context import STEPS_SAMPLED, STEPS_TRAINED, FlowContext
 from hrl_tasks.flow.iterators import LocalIterator, ParallelIterator
 from hrl_tasks.flow.metrics import StandardMetricsReporting
+from hrl_tasks.flow.replay_ops import (
+    Replay,
+    SetEpsilon,
+    StoreToReplayBuffer,
+    UpdatePriorities,
+    UpdateTargetNetwork,
+    linear_schedule,
+)
 from hrl_tasks.flow.rollout_ops import (
     ConcatBatches,
     ParallelRollouts,
@@ -42,6 +50,12 @@ __all__ = [
     "LocalIterator",
     "ParallelIterator",
     "ParallelRollouts",
+    "Replay",
+    "SetEpsilon",
+    "StoreToReplayBuffer",
+    "UpdatePriorities",
+    "UpdateTargetNetwork",
+    "linear_schedule",
     "SelectExperiences",
     "StandardMetricsReporting",
     "StandardizeFields",

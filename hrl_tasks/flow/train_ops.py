@@ -11,19 +11,27 @@ class TrainOneStep:
     """Learn on the batch with the driver's policy, then broadcast the new weights once.
 
     Yields ``(batch, learner info)``.
+
+    Args:
+        workers: the ``WorkerSet``.
+        ctx: the plan's metrics context.
+        sync_weights: broadcast after each step (off when the plan syncs itself,
+            e.g. once per sampling round in DQN).
     """
 
-    def __init__(self, workers, ctx: FlowContext):
+    def __init__(self, workers, ctx: FlowContext, sync_weights: bool = True):
         self.workers = workers
         self.ctx = ctx
+        self.sync_weights = sync_weights
 
     def __call__(self, batch):
         with self.ctx.timer("learn"):
             info = self.workers.local_worker.policy.learn_on_batch(batch)
         self.ctx.counters[STEPS_TRAINED] += batch.env_steps()
-        self.ctx.info = {k: float(v) for k, v in info.items() if np.ndim(v) == 0}
-        with self.ctx.timer("sync_weights"):
-            self.workers.sync_weights()
+        self.ctx.info.update({k: float(v) for k, v in info.items() if np.ndim(v) == 0})
+        if self.sync_weights:
+            with self.ctx.timer("sync_weights"):
+                self.workers.sync_weights()
         return batch, info
 
 

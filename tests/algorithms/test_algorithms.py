@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hrl_tasks
-from hrl_tasks.algorithms import A2C, A3C, PPO, CheckpointError
+from hrl_tasks.algorithms import A2C, A3C, DQN, PPO, ApeX, CheckpointError
 
 pytestmark = pytest.mark.cluster
 
@@ -17,6 +17,36 @@ TINY = {"num_workers": 2, "num_envs_per_worker": 2, "rollout_fragment_length": 1
         (PPO, {"train_batch_size": 64, "minibatch_size": 32, "num_sgd_iter": 2}),
         (A2C, {"train_batch_size": 64}),
         (A3C, {"min_steps_per_report": 64}),
+        (
+            DQN,
+            {
+                "learning_starts": 64,
+                "train_steps_per_round": 2,
+                "min_steps_per_report": 64,
+                "hidden": (32, 32),
+            },
+        ),
+        (
+            DQN,
+            {
+                "learning_starts": 64,
+                "train_steps_per_round": 2,
+                "min_steps_per_report": 64,
+                "prioritized_replay": True,
+                "n_step": 3,
+                "hidden": (32, 32),
+            },
+        ),
+        (
+            ApeX,
+            {
+                "learning_starts": 64,
+                "min_steps_per_report": 64,
+                "hidden": (32, 32),
+                "num_replay_shards": 2,
+                "train_batch_size": 32,
+            },
+        ),
     ],
 )
 def test_smoke(engine, algo_cls, extra):

@@ -143,3 +143,23 @@ def test_parallel_iterator_on_a_cluster(engine):
     finally:
         for shard in shards:
             shard.kill()
+
+
+def test_linear_schedule():
+    from hrl_tasks.flow import linear_schedule
+
+    assert linear_schedule(1.0, 0.1, 100, 0) == 1.0
+    assert abs(linear_schedule(1.0, 0.1, 100, 50) - 0.55) < 1e-9
+    assert abs(linear_schedule(1.0, 0.1, 100, 1000) - 0.1) < 1e-12
+
+
+def test_replay_waits_for_learning_starts_then_samples():
+    from hrl_tasks.data import ReplayBuffer
+    from hrl_tasks.flow import Replay, StoreToReplayBuffer
+
+    buffer = ReplayBuffer(100, seed=0)
+    replay = Replay(buffer, batch_size=4, learning_starts=8)
+    assert next(replay) is None
+    StoreToReplayBuffer(buffer)(SampleBatch({"obs": np.arange(10.0), "rewards": np.ones(10)}))
+    batch = next(replay)
+    assert len(batch) == 4 and set(batch["obs"]) <= set(np.arange(10.0))

@@ -1,0 +1,128 @@
+"""Ape-X's plan (Horgan et al. 2018): rollout workers with their own epsilons write to
+replay shards asynchronously; the learner reads from the shards and sends priorities
+back. Two sub-flows run concurrently, as in RLlib Flow; only the learner's is reported."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.apex.replay_shard import ReplayShard
+from hrl_tasks.algorithms.dqn.config import DQNConfig
+from hrl_tasks.flow import (
+    Concurrently,
+    LocalIterator,
+    SetEpsilon,
+    StandardMetricsReporting,
+    TrainOneStep,
+    UpdateTargetNetwork,
+)
+from hrl_tasks.flow.context import STEPS_SAMPLED
+from hrl_tasks.policies.dqn import DQNConfig as DQNPolicyConfig
+from hrl_tasks.policies.dqn import DQNPolicy
+
+
+@dataclass
+class ApeXConfig(DQNConfig):
+    """DQN's keys plus the replay shards and asynchrony."""
+
+    num_replay_shards: int = 2
+    """Replay buffers, each in its own stateful worker."""
+    num_async: int = 2
+    """Requests in flight per rollout worker and per replay shard."""
+    weight_sync_every: int = 16
+    """Learner updates between weight broadcasts to the rollout workers."""
+    rollout_fragment_length: int = 16
+    target_update_every: int = 100
+    min_steps_per_report: int = 2000
+
+
+def per_worker_epsilons(n: int) -> list[float]:
+    """Ape-X's fixed exploration: worker i of n gets 0.4 ** (1 + 7 i / (n - 1))."""
+    if n == 1:
+        return [0.4]
+    return [0.4 ** (1 + 7 * i / (n - 1)) for i in range(n)]
+
+
+class ApeX(Algorithm):
+    """Distributed prioritized experience replay (Horgan et al. 2018)."""
+
+    name = "apex"
+    policy_class = DQNPolicy
+    policy_config_class = DQNPolicyConfig
+    config_class = ApeXConfig
+
+    def build_plan(self, workers, ctx):
+        cfg = self.config
+        self.shards = [
+            workers.engine.create_worker(
+                ReplayShard,
+                cfg.buffer_size // cfg.num_replay_shards,
+                cfg.prioritized_alpha,
+                cfg.prioritized_beta,
+                cfg.learning_starts // cfg.num_replay_shards,
+                None if cfg.seed is None else cfg.seed + i,
+                name=f"ReplayShard-{i}",
+                label="ReplayShard",
+                strategy="pack",
+            )  # fmt: skip
+            for i in range(cfg.num_replay_shards)
+        ]
+        handles = list(workers.remote_workers)
+        for handle, epsilon in zip(handles, per_worker_epsilons(len(handles)), strict=True):
+            handle.call("apply", SetEpsilon(epsilon))
+        store_op = LocalIterator(self._store(workers, ctx, handles), "StoreToReplayShards")
+        train = TrainOneStep(workers, ctx, sync_weights=False)
+        target = UpdateTargetNetwork(workers, ctx, cfg.target_update_every)
+        replay_op = LocalIterator(self._replay(workers), "ReplayFromShards").for_each(
+            lambda item: item and target(self._send_priorities(train(item[1]), item[0]))
+        )
+        train_op = Concurrently([store_op, replay_op], mode="async", output_indexes=[1])
+        return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
+
+    def _store(self, workers, ctx, handles):
+        """Samples go from each rollout worker straight to a shard; only metrics come here."""
+        engine, in_flight = workers.engine, {}
+        for i, handle in enumerate(handles * self.config.num_async):
+            shard = self.shards[i % len(self.shards)]
+            in_flight[shard.call("add_sample", handle.call("sample"))] = (handle, shard)
+        while True:
+            done, _ = engine.wait(list(in_flight), return_when="FIRST_COMPLETED")
+            for ref in done:
+                handle, shard = in_flight.pop(ref)
+                workers.note_sampled(handle)
+                in_flight[shard.call("add_sample", handle.call("sample"))] = (handle, shard)
+                metrics = ref.result()
+                ctx.counters[STEPS_SAMPLED] += int(metrics["env_steps"])
+                ctx.add_episodes(metrics)
+                yield metrics
+
+    def _replay(self, workers):
+        """Prioritized batches from the shards, ``num_async`` requests in flight each."""
+        engine, size = workers.engine, self.config.train_batch_size
+        in_flight = {s.call("sample", size): s for s in self.shards * self.config.num_async}
+        updates = 0
+        while True:
+            done, _ = engine.wait(list(in_flight), return_when="FIRST_COMPLETED")
+            for ref in done:
+                shard = in_flight.pop(ref)
+                in_flight[shard.call("sample", size)] = shard
+                batch = ref.result()
+                if batch is None:
+                    yield None
+                    continue
+                updates += 1
+                if updates % self.config.weight_sync_every == 0:
+                    workers.sync_weights()
+                yield shard, batch
+
+    def _send_priorities(self, trained, shard):
+        batch, info = trained
+        priorities = np.abs(np.asarray(info["td_error"], dtype=np.float64)) + 1e-6
+        shard.call("update_priorities", batch["batch_indexes"], priorities)
+        return trained
+
+    def stop(self) -> None:
+        for shard in getattr(self, "shards", []):
+            shard.kill(timeout=10)
+        super().stop()
