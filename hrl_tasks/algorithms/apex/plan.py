@@ -2,6 +2,7 @@
 replay shards asynchronously; the learner reads from the shards and sends priorities
 back. Two sub-flows run concurrently, as in RLlib Flow; only the learner's is reported."""
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,7 @@ class ApeX(Algorithm):
 
     def build_plan(self, workers, ctx):
         cfg = self.config
+        self.stopping = threading.Event()  # ends the two sub-flows' threads at stop()
         self.shards = [
             workers.engine.create_worker(
                 ReplayShard,
@@ -86,8 +88,8 @@ class ApeX(Algorithm):
         for i, handle in enumerate(handles * self.config.num_async):
             shard = self.shards[i % len(self.shards)]
             in_flight[shard.call("add_sample", handle.call("sample"))] = (handle, shard)
-        while True:
-            done, _ = engine.wait(list(in_flight), return_when="FIRST_COMPLETED")
+        while not self.stopping.is_set():
+            done, _ = engine.wait(list(in_flight), timeout=1.0, return_when="FIRST_COMPLETED")
             for ref in done:
                 handle, shard = in_flight.pop(ref)
                 workers.note_sampled(handle)
@@ -102,8 +104,8 @@ class ApeX(Algorithm):
         engine, size = workers.engine, self.config.train_batch_size
         in_flight = {s.call("sample", size): s for s in self.shards * self.config.num_async}
         updates = 0
-        while True:
-            done, _ = engine.wait(list(in_flight), return_when="FIRST_COMPLETED")
+        while not self.stopping.is_set():
+            done, _ = engine.wait(list(in_flight), timeout=1.0, return_when="FIRST_COMPLETED")
             for ref in done:
                 shard = in_flight.pop(ref)
                 in_flight[shard.call("sample", size)] = shard
@@ -123,6 +125,7 @@ class ApeX(Algorithm):
         return trained
 
     def stop(self) -> None:
+        self.stopping.set()
         for shard in getattr(self, "shards", []):
             shard.kill(timeout=10)
         super().stop()
