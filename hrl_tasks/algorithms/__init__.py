@@ -9,6 +9,8 @@ from hrl_tasks.algorithms.algorithm import Algorithm, CheckpointError
 from hrl_tasks.algorithms.apex import ApeX, ApeXConfig
 from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
 from hrl_tasks.algorithms.dqn import DQN, DQNConfig
+from hrl_tasks.algorithms.es import ES, ESConfig
+from hrl_tasks.algorithms.impala import IMPALA, IMPALAConfig
 from hrl_tasks.algorithms.pg import A2C, A2CConfig
 from hrl_tasks.algorithms.ppo import PPO, PPOConfig
 
@@ -17,6 +19,8 @@ ALGORITHMS: Mapping[str, type[Algorithm]] = {
     "a2c": A2C,
     "a3c": A3C,
     "dqn": DQN,
+    "impala": IMPALA,
+    "es": ES,
     "apex": ApeX,
 }
 
@@ -90,6 +94,10 @@ __all__ = [
     "ConfigError",
     "DQN",
     "DQNConfig",
+    "ES",
+    "ESConfig",
+    "IMPALA",
+    "IMPALAConfig",
     "PPO",
     "PPOConfig",
     "get_algorithm",

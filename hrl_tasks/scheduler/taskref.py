@@ -179,11 +179,13 @@ class TaskRef:
         fn, args, kwargs, request = self.call_args
         real_args, used = resolve_refs(args)
         real_kwargs, used_kw = resolve_refs(kwargs)
+        with self._lock:  # a copy of the current attempt, not a retry: same number
+            attempt = max((a for _, a, _ in self._live.values()), default=0)
         future = self.engine.run(
-            fn, real_args, real_kwargs, name=self.name, attempt=self.attempts,
+            fn, real_args, real_kwargs, name=self.name, attempt=attempt,
             resources=request, workers=[worker],
         )  # fmt: skip
-        self._start_attempt(self.attempts, (future, {**used, **used_kw}), backup=True)
+        self._start_attempt(attempt, (future, {**used, **used_kw}), backup=True)
 
     def _finish(self, future: Future, by_backup: bool = False) -> bool:
         """Resolve with a successful copy; the others are cancelled. False if already done."""

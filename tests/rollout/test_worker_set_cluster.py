@@ -10,6 +10,7 @@ import pytest
 import hrl_tasks as hrl
 from hrl_tasks.policies import PPOConfig, PPOPolicy
 from hrl_tasks.rollout import WorkerSet
+from hrl_tasks.scheduler import clear_faults, inject_faults
 
 pytestmark = pytest.mark.cluster
 
@@ -69,7 +70,9 @@ def test_a_killed_worker_is_recreated_and_resynced(engine):
         workers.sync_weights(new)
         victim = workers.remote_workers[0]
         pids = engine.client.run(os.getpid)  # before sampling: the call waits for a busy worker
-        refs = workers.sample()  # about 0.6 s of stepping per worker
+        # The victim's sample is made 50x slower so that it is surely in flight at the kill.
+        inject_faults(engine, slow_workers={victim.address: 50.0}, names={"RolloutWorker.sample"})
+        refs = workers.sample()
         time.sleep(0.2)
         assert not refs[0].done()
         os.kill(pids[victim.address], signal.SIGKILL)
@@ -80,9 +83,11 @@ def test_a_killed_worker_is_recreated_and_resynced(engine):
         while victim.restarts == 0:
             assert time.monotonic() < deadline, "the killed rollout worker was not re-created"
             time.sleep(0.1)
+        clear_faults(engine)
         results = engine.gather(workers.sample(), timeout=60)
         assert [len(batch) for batch, _ in results] == [2000, 2000]
         assert workers.resyncs == 1
         assert_all_equal(workers.foreach_worker(lambda w: w.get_weights()), new)
     finally:
+        clear_faults(engine)
         workers.stop()

@@ -1,0 +1,56 @@
+"""IMPALA's plan: asynchronous sampling feeds a learner thread; weights go back to each source."""
+
+from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.impala.config import IMPALAConfig
+from hrl_tasks.algorithms.impala.learner import LearnerThread, RecordLearnerSteps, RecordSampled
+from hrl_tasks.flow import Enqueue, ParallelRollouts, StandardMetricsReporting
+from hrl_tasks.policies.impala import IMPALAConfig as IMPALAPolicyConfig
+from hrl_tasks.policies.impala import IMPALAPolicy
+
+
+class IMPALA(Algorithm):
+    """IMPALA (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561) on a Dask cluster.
+
+    The rollout workers sample with the weights they last received; the
+    learner thread in the driver corrects for the lag with V-trace, using the
+    behaviour ``logp`` stored in each batch.
+    """
+
+    name = "impala"
+    policy_class = IMPALAPolicy
+    policy_config_class = IMPALAPolicyConfig
+    config_class = IMPALAConfig
+
+    def build_plan(self, workers, ctx):
+        cfg = self.config
+        self.learner = LearnerThread(workers, cfg.train_batch_size, cfg.learner_queue_size)
+        self.learner.start()
+        # Batches as they come, num_async sample requests in flight per worker, with their source.
+        rollouts = ParallelRollouts(workers, ctx, mode="raw").zip_with_source_actor(cfg.num_async)
+        # Into the learner thread's queue (waits while it is full; raises if the learner
+        # failed): a V-trace step per train_batch_size steps, then new weights to the sources.
+        enqueue_op = rollouts.for_each(RecordSampled(ctx)).for_each(Enqueue(self.learner.inqueue))
+        # The learner's finished steps, read without waiting, in this thread.
+        train_op = enqueue_op.for_each(RecordLearnerSteps(self.learner, ctx))
+        return StandardMetricsReporting(
+            train_op, ctx, min_steps_per_report=cfg.min_steps_per_report, engine=workers.engine
+        )
+
+    # The learner thread owns the policy while it trains: the rest waits for its lock.
+
+    def evaluate(self, episodes=None):
+        with self.learner.lock:
+            return super().evaluate(episodes)
+
+    def get_state(self):
+        with self.learner.lock:
+            return super().get_state()
+
+    def set_state(self, state):
+        with self.learner.lock:
+            super().set_state(state)
+
+    def stop(self):
+        """End the learner thread, then the workers (and the cluster if this algorithm started it)."""
+        self.learner.stop()
+        super().stop()
