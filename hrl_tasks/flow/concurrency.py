@@ -22,9 +22,10 @@ def Concurrently(
     Args:
         ops: the sub-flows.
         mode: ``"round_robin"`` takes items in turn (``round_robin_weights[i]``
-            items from op ``i`` per turn; ``"*"`` means as many as it has ready,
-            at least one); ``"async"`` runs each op in its own thread and yields
-            items as they come.
+            items from op ``i`` per turn; ``"*"`` is accepted for RLlib
+            compatibility and takes one item, as a local iterator cannot tell
+            how many are ready); ``"async"`` runs each op in its own thread and
+            yields items as they come (the threads run until their ops end).
         output_indexes: yield only the items of these ops (the others still run).
 
     Returns:
