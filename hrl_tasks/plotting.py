@@ -36,10 +36,10 @@ def plot_learning_curve(
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     for label, metrics in runs.items():
-        points = [
+        points = [  # no episode finished yet: NaN in memory, null in metrics.jsonl
             (m["env_steps_sampled"], m["episode_return_mean"])
             for m in metrics
-            if not math.isnan(m.get("episode_return_mean", math.nan))
+            if m.get("episode_return_mean") is not None and not math.isnan(m["episode_return_mean"])
         ]
         if points:
             xs, ys = zip(*points, strict=True)
@@ -50,7 +50,8 @@ def plot_learning_curve(
     ax.set_ylabel("mean episode return (recent episodes)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -62,3 +62,24 @@ def test_train_writes_metrics_curve_checkpoints_and_resumes(tmp_path, capsys):
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
     assert json.loads(lines[2])["env_steps_sampled"] > json.loads(lines[1])["env_steps_sampled"]
+
+
+TINY_SETTINGS = {
+    "a2c": ["train_batch_size=32"],
+    "a3c": ["min_steps_per_report=32"],
+    "dqn": ["learning_starts=32", "train_steps_per_round=2", "min_steps_per_report=32"],
+    "apex": ["learning_starts=32", "min_steps_per_report=32", "train_batch_size=16"],
+    "impala": ["train_batch_size=32", "min_steps_per_report=32"],
+    "es": ["num_perturbations=2", "max_episode_steps=50"],
+}
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algorithm", sorted(TINY_SETTINGS))
+def test_every_algorithm_trains_from_the_command_line(tmp_path, capsys, algorithm):
+    sets = [item for kv in TINY_SETTINGS[algorithm] for item in ("--set", kv)]
+    argv = ["train", algorithm, "--env", "CartPole-v1", "--stop-iters", "1", "--num-workers", "1",
+            "--out", str(tmp_path), "--no-progress", "--set", "rollout_fragment_length=16", *sets]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "done: iteration 1" in capsys.readouterr().out
