@@ -14,7 +14,7 @@ Rounds of 16 tasks of 100-200 ms on 4 single-thread workers, in one run:
 
 Prints one JSON line with every figure.
 
-    python bench/stragglers.py [--rounds 12]
+    python bench/stragglers.py [--rounds 24]
 """
 
 import argparse
@@ -103,7 +103,7 @@ def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=12, help="measured rounds per scenario")
+    parser.add_argument("--rounds", type=int, default=24, help="measured rounds per scenario")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     r, s = args.rounds, args.seed

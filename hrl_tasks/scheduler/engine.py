@@ -374,6 +374,7 @@ class Engine(AttemptSupervision):
         resources: dict | None = None,
         workers: list[str] | None = None,
         internal: bool = False,
+        priority: int = 0,
     ) -> Future:
         """Submit one attempt through :func:`run_task` with a fresh key; a Dask future.
 
@@ -382,12 +383,13 @@ class Engine(AttemptSupervision):
         Args:
             workers: run only there (a stateful worker's home, a backup's target).
             internal: the engine's own housekeeping (never hit by fault injection).
+            priority: Dask priority; higher runs first (backups jump the queue).
         """
         spec = self._spec(name, attempt, resources, internal)
         pin = {} if workers is None else {"workers": workers, "allow_other_workers": False}
         return self.client.submit(
             run_task, fn, spec, args, kwargs,
-            key=spec["key"], pure=False, resources=resources or None, **pin,
+            key=spec["key"], pure=False, resources=resources or None, priority=priority, **pin,
         )  # fmt: skip
 
     def cancel_futures(self, futures: list[Future]) -> None:

@@ -20,8 +20,19 @@ copy has run longer than ``multiplier`` x the ``quantile`` of its name's
 durations (and at least ``min_elapsed_s``), or has waited that long without
 starting. Stragglers with fewer than ``1 + max_backups`` started copies (and at
 most one more queued) get a backup on a free slot of a worker that runs no copy
-of them and is not known to be slow, the longest-running first; with no free
-slot, behind a worker's only running task (``queue_on_busy``).
+of them and is not known to be slow, the longest-running first. With no free
+slot, a running straggler's backup is queued behind the one task of a busy
+worker (``queue_on_busy``), the one whose task should end soonest; the engine
+sends backups with a higher Dask priority, so they start next there.
+
+The defaults follow what the transient-straggler benchmark showed on a full
+cluster (docs/benchmarks.md): 1.5 x the median (Spark's default multiplier),
+up to two backups (a backup can straggle too), queue behind a busy worker
+rather than wait for the round to drain, and three slow tasks in a row before
+a worker counts as slow (with two, 5% transient stragglers benched a healthy
+worker for half the run). A copy that loses leaves its worker's thread pool
+(``WorkerRuntime.detach``): it runs on to its end, ignored, but the next task
+does not wait for it.
 """
 
 from __future__ import annotations
@@ -52,15 +63,15 @@ class SpeculationPolicy:
             when that task ends) instead of waiting for an idle thread.
     """
 
-    multiplier: float = 2.0
+    multiplier: float = 1.5
     quantile: float = 0.5
     min_samples: int = 5
     min_elapsed_s: float = 0.02
-    max_backups: int = 1
+    max_backups: int = 2
     slow_factor: float = 3.0
-    slow_min_samples: int = 2
+    slow_min_samples: int = 3
     slow_cooldown_s: float = 30.0
-    queue_on_busy: bool = False
+    queue_on_busy: bool = True
 
     def __post_init__(self):
         if self.multiplier < 1.0:
@@ -131,8 +142,15 @@ def plan_backups(
     durations: Mapping[str, Sequence[float]],
     free_slots: Mapping[str, int],
     slow: frozenset[str] | set[str] = frozenset(),
+    busy_since: Mapping[str, float] | None = None,
 ) -> list[Backup]:
-    """The backups to launch now (see the module docstring for the policy)."""
+    """The backups to launch now (see the module docstring for the policy).
+
+    ``busy_since[w]``: when the oldest task running on busy worker ``w``
+    started; a backup queued behind a busy worker goes to the one whose task
+    should end soonest (running longest, but not a straggler itself).
+    """
+    busy_since = busy_since or {}
     candidates = []
     for task in tasks:
         started = sum(1 for c in task.copies if c.started_at is not None)
@@ -148,21 +166,31 @@ def plan_backups(
             continue
         late = straggling_for(task, threshold, now)
         if late is not None:
-            candidates.append((late, task))
+            candidates.append((late, task, threshold))
     slots = {w: n for w, n in free_slots.items() if n >= 0 and w not in slow}
+    queued_on: set[str] = set()
     backups = []
-    for _, task in sorted(candidates, key=lambda item: -item[0]):
+    for _, task, threshold in sorted(candidates, key=lambda item: -item[0]):
         busy = {c.worker for c in task.copies}
+        running = any(c.started_at is not None for c in task.copies)
+        may_queue = task.policy.queue_on_busy and running  # queued copies take idle threads only
         choices = [
             w
             for w in slots
             if w not in busy
-            and (slots[w] > 0 or (slots[w] == 0 and task.policy.queue_on_busy))
+            and (slots[w] > 0 or (may_queue and free_slots[w] == 0 and w not in queued_on))
             and (task.allowed is None or w in task.allowed)
         ]
         if not choices:
             continue
-        worker = max(choices, key=lambda w: (slots[w], w))
+
+        def soon_free(w, threshold=threshold):
+            elapsed = now - busy_since.get(w, now)
+            return elapsed if elapsed < threshold else -1.0
+
+        worker = max(choices, key=lambda w: (slots[w], soon_free(w), w))
+        if slots[worker] <= 0:
+            queued_on.add(worker)  # one backup waits behind a worker's running task, no more
         slots[worker] -= 1
         backups.append(Backup(task.task_id, worker))
     return backups

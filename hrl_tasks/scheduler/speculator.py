@@ -39,6 +39,7 @@ class Speculator:
         self.live: set[TaskRef] = set()
         self.losers: dict[str, float] = {}  # loser key -> when the winner finished
         self.pending: dict[str, tuple[str, TaskRef]] = {}  # backup sent, not started yet
+        self.detached: dict[str, str] = {}  # running losers, out of their worker's pool
         self.speed = WorkerSpeed()
         self.thread: threading.Thread | None = None
 
@@ -52,7 +53,7 @@ class Speculator:
 
     def on_end(self, key: str, name: str, worker: str, elapsed: float, at: float) -> None:
         with self.lock:
-            if self.running.pop(key, None) is not None:
+            if self.running.pop(key, None) is not None and self.detached.pop(key, None) is None:
                 self.busy[worker] = max(0, self.busy.get(worker, 0) - 1)
             won_at = self.losers.pop(key, None)
             if won_at is None and (self.live or self.speed.slow_until):
@@ -72,18 +73,11 @@ class Speculator:
     def healthy_workers(self) -> list[str] | None:
         """Where new speculative work should go; ``None`` when that is anywhere.
 
-        Not to workers known to be slow, nor to workers whose every thread is
-        taken by a losing copy that Dask cannot stop: work sent there would
-        queue behind it.
+        Not to workers known to be slow (a losing copy that still runs does
+        not count: it has left its worker's pool).
         """
         with self.lock:
             avoid = self.speed.slow(time.monotonic())
-            for key in self.losers:
-                worker = self.running.get(key, (None,))[0]
-                if worker is not None and self.busy.get(worker, 0) >= self.engine.nthreads.get(
-                    worker, 1
-                ):
-                    avoid.add(worker)
         if not avoid:
             return None
         healthy = sorted(set(self.engine.nthreads) - avoid)
@@ -93,16 +87,23 @@ class Speculator:
         """A speculative task resolved with the copy ``winner_key``."""
         if not ref.backups:
             return
-        self.engine._count("backup_won" if winner_key in ref.backups else "original_won")
-        if winner_key in ref.backups:
-            now = time.monotonic()
-            typical = self._typical(ref.name)
-            with self.lock:
-                for key in loser_keys:
-                    self.losers[key] = now
-                    if key in self.running:  # losing to a backup says something of the worker
-                        worker, started = self.running[key]
-                        self.speed.record(worker, now - started, typical, now)
+        backup_won = winner_key in ref.backups
+        self.engine._count("backup_won" if backup_won else "original_won")
+        now = time.monotonic()
+        typical = self._typical(ref.name) if backup_won else None
+        with self.lock:
+            for key in loser_keys:
+                if backup_won:
+                    self.losers[key] = now  # for time_saved_s, when the loser ends
+                if key not in self.running or key in self.detached:
+                    continue
+                worker, started = self.running[key]
+                # The cancelled copy leaves its worker's pool (WorkerRuntime.detach):
+                # it runs on to its end, ignored, but no longer takes a thread.
+                self.detached[key] = worker
+                self.busy[worker] = max(0, self.busy.get(worker, 0) - 1)
+                if backup_won:  # losing to a backup says something of the worker
+                    self.speed.record(worker, now - started, typical, now)
 
     def _typical(self, name: str) -> float | None:
         with self.engine._stats_lock:
@@ -144,7 +145,11 @@ class Speculator:
         with self.lock:
             free = {w: n - self.busy.get(w, 0) for w, n in threads.items()}
             slow = self.speed.slow(now)
-        for backup in plan_backups(now, tasks, durations, free, slow):
+            busy_since: dict[str, float] = {}
+            for key, (worker, started) in self.running.items():
+                if key not in self.detached:
+                    busy_since[worker] = min(started, busy_since.get(worker, started))
+        for backup in plan_backups(now, tasks, durations, free, slow, busy_since):
             self._launch(by_id[backup.task_id], backup.worker)
 
     def _view(self, ref: TaskRef) -> SpecTask | None:

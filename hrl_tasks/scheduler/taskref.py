@@ -183,7 +183,7 @@ class TaskRef:
             attempt = max((a for _, a, _ in self._live.values()), default=0)
         future = self.engine.run(
             fn, real_args, real_kwargs, name=self.name, attempt=attempt,
-            resources=request, workers=[worker],
+            resources=request, workers=[worker], priority=1,
         )  # fmt: skip
         self._start_attempt(attempt, (future, {**used, **used_kw}), backup=True)
 

@@ -51,6 +51,11 @@ class TaskContext:
     resources: dict
     topic: str
     seceded: bool = False  # lent its resources to the worker while waiting
+    thread: threading.Thread | None = field(default=None, repr=False)
+    detached: bool = False  # cancelled while running: its thread left the pool
+    finished: bool = False
+    left_pool: bool = False  # waited once: the thread already left the pool
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def cancelled(self) -> bool:
         """Whether this attempt was cancelled (e.g. a backup copy won) while it runs.
@@ -86,6 +91,8 @@ def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
     faults = None if spec.get("internal") else runtime.faults
     runtime.report(ctx.topic, "start", ctx.key, ctx.name, None)
     token = _CURRENT_TASK.set(ctx)
+    ctx.thread = threading.current_thread()
+    runtime.running[ctx.key] = ctx
     start = time.perf_counter()
     try:
         if faults is not None:
@@ -97,6 +104,13 @@ def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
     finally:
         elapsed = time.perf_counter() - start
         _CURRENT_TASK.reset(token)
+        runtime.running.pop(ctx.key, None)
+        with ctx.lock:
+            ctx.finished = True
+            if ctx.detached:  # a new thread took this one's place in the pool: end here
+                from distributed.threadpoolexecutor import thread_state as pool_state
+
+                pool_state.proceed = False
         if ctx.seceded and ctx.resources:
             runtime.adjust_available(ctx.resources, -1)
         runtime.report(ctx.topic, "end", ctx.key, ctx.name, elapsed)
@@ -152,10 +166,17 @@ def task_wait():
         return
     from distributed.utils import thread_state
 
+    ctx = current_task()
+    if ctx is not None:
+        with ctx.lock:
+            detached = ctx.detached
+            ctx.left_pool = True
+        if detached:  # cancelled and already out of the pool: nothing to give back
+            yield
+            return
     if getattr(thread_state, "hrl_seceded", None) != thread_state.key:
         # First wait of this task: tell the worker (Dask allows one secede per task).
         thread_state.hrl_seceded = thread_state.key
-        ctx = current_task()
         if ctx is not None and ctx.resources:
             ctx.seceded = True
             WorkerRuntime.of(get_worker()).adjust_available(ctx.resources, +1)
@@ -223,6 +244,7 @@ class WorkerRuntime(WorkerPlugin):
         self.faults = None  # a FaultInjector while tests or benchmarks inject faults
         self.cache: dict = {}  # worker_local() objects, one per key per worker process
         self.cache_lock = threading.Lock()
+        self.running: dict[str, TaskContext] = {}  # engine tasks executing here, by key
 
     @classmethod
     def of(cls, worker) -> WorkerRuntime:
@@ -261,6 +283,51 @@ class WorkerRuntime(WorkerPlugin):
         now = time.monotonic()
         for topic, events in reports.items():
             self.worker.log_event(topic, [[*e[:5], now - e[5]] for e in events])
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        """Worker-state hook: a running engine task that gets cancelled leaves the pool."""
+        if start == "executing" and finish == "released" and key in self.running:
+            self.worker.loop.add_callback(self.detach, key)
+
+    def detach(self, key: str) -> None:
+        """Give a cancelled, still running task's thread slot to the next task.
+
+        Dask cannot stop a running task; a copy that lost to its backup (or any
+        cancelled task) would hold its thread until it ends. Here it leaves the
+        pool the way ``secede()`` does, from outside: the worker starts its next
+        task on a new thread while the old one runs to its end and then exits.
+        The task's resources stay held until it really ends. Runs on the
+        worker's event loop, where the task's state cannot change under it.
+        """
+        from distributed.threadpoolexecutor import threads_lock
+        from distributed.worker_state_machine import SecedeEvent
+
+        ctx = self.running.get(key)
+        state = self.worker.state.tasks.get(key)
+        if ctx is None or state is None:
+            return
+        if state.state != "cancelled" or state.previous != "executing":
+            return
+        with threads_lock:
+            executor = next(
+                (
+                    e
+                    for e in self.worker.executors.values()
+                    if ctx.thread in getattr(e, "_threads", ())
+                ),
+                None,
+            )
+            if executor is None or not hasattr(executor, "_rejoin_list"):
+                return  # not in a pool that can replace its threads
+            with ctx.lock:
+                if ctx.finished or ctx.left_pool or ctx.detached:
+                    return
+                ctx.detached = True
+            executor._threads.discard(ctx.thread)
+            executor._adjust_thread_count()
+        self.worker.handle_stimulus(
+            SecedeEvent(key=key, compute_duration=0.0, stimulus_id=f"hrl-detach-{time.time()}")
+        )
 
     def adjust_available(self, request: dict, sign: int) -> None:
         """Lend (+1) or take back (-1) resources on this worker, from any thread."""

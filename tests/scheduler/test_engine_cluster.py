@@ -70,6 +70,32 @@ def test_cancel(engine):
     assert not slow.cancel()
 
 
+def _pool_threads(dask_worker):
+    return len(dask_worker.executors["default"]._threads)
+
+
+def _executing(dask_worker):
+    return len(dask_worker.state.executing)
+
+
+def test_a_cancelled_running_task_gives_its_thread_to_the_next(engine):
+    # Both single-thread workers busy with 4 s tasks; cancel them once running.
+    slow = [engine.submit(tasks.sleep_then, i, 4.0) for i in range(2)]
+    deadline = time.monotonic() + 10
+    while sum(engine.client.run(_executing).values()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for ref in slow:
+        assert ref.cancel()
+    start = time.perf_counter()
+    assert engine.gather([engine.submit(tasks.inc, i) for i in range(4)], timeout=10) == [
+        1, 2, 3, 4,
+    ]  # fmt: skip
+    assert time.perf_counter() - start < 3.0  # did not wait for the 4 s tasks to end
+    # The cancelled tasks ran to their end on threads that then left: one per worker again.
+    time.sleep(4.5)
+    assert set(engine.client.run(_pool_threads).values()) == {1}
+
+
 def test_call_order_holds_when_an_argument_arrives_late(engine):
     box = engine.create_worker(tasks.Box)
     late = engine.submit(tasks.sleep_then, "payload", 0.5)

@@ -12,7 +12,9 @@ from hrl_tasks.scheduler.speculation import (
     straggling_for,
 )
 
-POLICY = SpeculationPolicy(multiplier=2.0, quantile=0.5, min_samples=3, min_elapsed_s=0.05)
+POLICY = SpeculationPolicy(
+    multiplier=2.0, quantile=0.5, min_samples=3, min_elapsed_s=0.05, max_backups=1
+)
 DURATIONS = {"rollout": [0.1, 0.1, 0.1, 0.1]}  # threshold 0.2 s
 
 
@@ -44,9 +46,15 @@ def test_not_late_yet():
     assert plan_backups(0.19, [task("t", running("a", 0.0))], DURATIONS, {"b": 1}) == []
 
 
-def test_all_workers_busy_means_no_backup():
-    slow = task("t", running("a", 0.0))
+def test_all_workers_busy_means_no_backup_without_queue_on_busy():
+    policy = SpeculationPolicy(multiplier=2.0, min_samples=3, queue_on_busy=False)
+    slow = task("t", running("a", 0.0), policy=policy)
     assert plan_backups(5.0, [slow], DURATIONS, {"a": 0, "b": 0}) == []
+
+
+def test_every_thread_over_full_means_no_backup():
+    slow = task("t", running("a", 0.0))
+    assert plan_backups(5.0, [slow], DURATIONS, {"a": 0, "b": -1}) == []
 
 
 def test_never_more_than_max_backups():
@@ -115,6 +123,19 @@ def test_queue_on_busy_puts_a_backup_behind_one_running_task():
     policy = SpeculationPolicy(min_samples=3, queue_on_busy=True)
     slow = task("t", running("a", 0.0), policy=policy)
     assert plan_backups(1.0, [slow], DURATIONS, {"a": 0, "b": 0, "c": -1}) == [Backup("t", "b")]
+
+
+def test_a_queued_backup_goes_behind_the_task_that_should_end_soonest():
+    slow = task("t", running("a", 0.0))
+    since = {"b": 0.85, "c": 0.9, "d": 0.2}  # d's task is past the threshold itself
+    busy = {"b": 0, "c": 0, "d": 0}
+    assert plan_backups(1.0, [slow], DURATIONS, busy, busy_since=since) == [Backup("t", "b")]
+
+
+def test_a_copy_still_queued_goes_only_to_an_idle_thread():
+    queued = task("t", Copy(None, None, submitted_at=0.0))
+    assert plan_backups(1.0, [queued], DURATIONS, {"a": 0, "b": 0}) == []
+    assert plan_backups(1.0, [queued], DURATIONS, {"a": 0, "b": 1}) == [Backup("t", "b")]
 
 
 def test_a_queued_backup_may_get_one_more_copy():
