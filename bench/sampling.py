@@ -26,7 +26,7 @@ from hrl_tasks.policies import PPOConfig, PPOPolicy
 from hrl_tasks.rollout import RolloutWorker, WorkerSet
 
 ENVS = 8
-FRAGMENT = 64  # 512 env steps per sample call
+FRAGMENT = 256  # 2048 env steps per sample call (--fragment)
 
 
 def make_policy():
@@ -47,9 +47,9 @@ def plain_loop(seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def local_worker(seconds: float) -> tuple[float, float]:
+def local_worker(seconds: float, fragment: int) -> tuple[float, float]:
     """The RolloutWorker in this process (batches, GAE); also bytes per step."""
-    worker = RolloutWorker("CartPole-v1", make_policy(), ENVS, FRAGMENT, seed=0)
+    worker = RolloutWorker("CartPole-v1", make_policy(), ENVS, fragment, seed=0)
     batch, _ = worker.sample()
     bytes_per_step = len(encode(batch)) / len(batch)
     steps, start = 0, time.perf_counter()
@@ -60,9 +60,9 @@ def local_worker(seconds: float) -> tuple[float, float]:
     return steps / (time.perf_counter() - start), bytes_per_step
 
 
-def worker_set(n: int, seconds: float) -> float:
+def worker_set(n: int, seconds: float, fragment: int) -> float:
     with hrl.Engine.local(n_workers=n, threads_per_worker=1) as engine:
-        workers = WorkerSet(engine, "CartPole-v1", make_policy(), n, ENVS, FRAGMENT, seed=0)
+        workers = WorkerSet(engine, "CartPole-v1", make_policy(), n, ENVS, fragment, seed=0)
         ctx = FlowContext()
         batches = ParallelRollouts(workers, ctx, mode="async", num_async=2)
         next(batches)  # warm up every worker's first call
@@ -80,11 +80,14 @@ def main():
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=8.0, help="measuring time per setting")
+    parser.add_argument(
+        "--fragment", type=int, default=FRAGMENT, help="steps per sub-env in one sample call"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)  # as rollout processes do (DESIGN.md): the faster baseline
     plain = plain_loop(args.seconds)
-    local, bytes_per_step = local_worker(args.seconds)
-    remote = {n: worker_set(n, args.seconds) for n in (1, 2, 4)}
+    local, bytes_per_step = local_worker(args.seconds, args.fragment)
+    remote = {n: worker_set(n, args.seconds, args.fragment) for n in (1, 2, 4)}
     print(
         json.dumps(
             {
@@ -92,7 +95,7 @@ def main():
                 "date": time.strftime("%Y-%m-%d"),
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
                 "envs_per_worker": ENVS,
-                "steps_per_call": ENVS * FRAGMENT,
+                "steps_per_call": ENVS * args.fragment,
                 "plain_loop_steps_per_s": round(plain),
                 "local_rollout_worker_steps_per_s": round(local),
                 "workers_1_steps_per_s": round(remote[1]),
