@@ -152,6 +152,9 @@ class SampleBatch:
     ) -> Iterator[SampleBatch]:
         """Shuffles once, then yields consecutive minibatches of `size` rows.
 
+        A `size` that covers the batch yields the batch itself, unshuffled (a
+        full-batch gradient does not depend on the row order).
+
         Args:
             size: Rows per minibatch.
             rng: A numpy Generator, or a seed for one.
@@ -165,6 +168,9 @@ class SampleBatch:
         """
         if size <= 0:
             raise ValueError(f"minibatch size must be positive, got {size}")
+        if size >= len(self):  # one minibatch of every row: its order does not matter
+            yield self
+            return
         shuffled = self.shuffle(rng)
         stop = len(self) - len(self) % size if drop_last else len(self)
         for start in range(0, stop, size):

@@ -20,6 +20,7 @@ from torch import nn
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy, add_gae, normalize
 from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
+from hrl_tasks.policies.policy import adam
 from hrl_tasks.policies.torch_utils import Info, resolve_config
 
 
@@ -96,7 +97,7 @@ class PPOPolicy(ActorCriticPolicy):
         super().__init__(observation_space, action_space, config, single_thread=single_thread)
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.Adam(model.parameters(), lr=self.config.lr, eps=1e-5)
+        return adam(model.parameters(), lr=self.config.lr, eps=1e-5)
 
     def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
         """Adds GAE ``advantages`` and ``value_targets``."""
