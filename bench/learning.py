@@ -42,6 +42,22 @@ RUNS = {
                 "train_batch_size": 2048, "minibatch_size": 64, "num_sgd_iter": 10,
                 "lr": 1e-3, "gamma": 0.9, "lam": 0.95, "ent_coef": 0.0, "clip": 0.2},
     ),
+    "dqn-cartpole": dict(
+        algorithm="dqn", env="CartPole-v1", threshold=450.0, budget=150_000,
+        config={**CARTPOLE},  # defaults: rl-zoo's rounds, lr 5e-4, double Q, dueling
+    ),
+    "apex-cartpole": dict(
+        algorithm="apex", env="CartPole-v1", threshold=450.0, budget=600_000,
+        config={**CARTPOLE},  # defaults: 2 replay shards, 3-step targets, 16 batches a call
+    ),
+    "impala-cartpole": dict(
+        algorithm="impala", env="CartPole-v1", threshold=450.0, budget=400_000,
+        config={**CARTPOLE},  # defaults: 2 requests in flight per worker, V-trace
+    ),
+    "es-cartpole": dict(
+        algorithm="es", env="CartPole-v1", threshold=450.0, budget=600_000,
+        config={"num_workers": 2},  # 32 antithetic pairs per iteration
+    ),
 }  # fmt: skip
 
 

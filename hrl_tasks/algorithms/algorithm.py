@@ -50,6 +50,7 @@ class Algorithm(abc.ABC):
     config_class: type[AlgorithmConfig] = AlgorithmConfig
     policy_class: type | None = None  # built from the policy config's keys of config_class
     policy_config_class: type | None = None
+    threads_per_worker = 1  # of the embedded cluster's worker processes
 
     def __init__(self, config: AlgorithmConfig | Mapping | None = None, engine=None, **overrides):
         if isinstance(config, AlgorithmConfig):
@@ -62,7 +63,7 @@ class Algorithm(abc.ABC):
         probe.close()
         self.owns_engine = engine is None
         self.engine = engine or Engine.local(
-            n_workers=max(1, self.config.num_workers), threads_per_worker=1
+            n_workers=max(1, self.config.num_workers), threads_per_worker=self.threads_per_worker
         )
         try:
             self.workers = WorkerSet(

@@ -19,7 +19,8 @@ weights without waiting for them on the driver.
 
 Recovery: the engine re-creates a remote worker whose process died, from its
 construction arguments, so with the initial weights. The set remembers the
-last weights TaskRef and each worker's ``restarts`` count at its last sync;
+last weights TaskRef and each worker's ``restarts`` count at its last sync
+(and re-runs the worker's `set_worker_setup` function, if it has one);
 `sample` (or `note_sampled`, for callers that sample through the handles)
 re-sends the weights first to a worker whose count grew. A ``sample``
 that was running when the worker died fails with ``WorkerLostError`` (it is
@@ -127,6 +128,7 @@ class WorkerSet:
         self._weights_ref: Any = None
         self._weights: dict[str, np.ndarray] | None = None
         self._synced_restarts = [0] * num_workers
+        self._setups: dict[int, Callable[[RolloutWorker], Any]] = {}
         self.resyncs = 0
         self._stopped = False
         self.sync_weights()
@@ -196,6 +198,23 @@ class WorkerSet:
             refs.append(handle.call("sample", speculative=speculative))
         return refs
 
+    def set_worker_setup(self, handle: Any, fn: Callable[[RolloutWorker], Any]) -> Any:
+        """Runs ``fn(worker)`` on ``handle`` now and again whenever it is re-created.
+
+        For per-worker settings that are not weights, such as Ape-X's fixed
+        exploration epsilon of each worker (a re-created worker starts from
+        the policy's config).
+
+        Returns:
+            The TaskRef of this first ``apply`` call.
+
+        Raises:
+            ValueError: If ``handle`` is not in this set.
+        """
+        index, member = self._find(handle)
+        self._setups[index] = fn
+        return member.call("apply", fn)
+
     def note_sampled(self, handle: Any) -> None:
         """Re-sends the weights to ``handle`` if it was re-created since its last sync.
 
@@ -226,6 +245,8 @@ class WorkerSet:
             return
         self._synced_restarts[index] = restarts
         handle.call("set_weights", self._weights_in_cluster())
+        if index in self._setups:
+            handle.call("apply", self._setups[index])
         self.resyncs += 1
 
     def foreach_worker(self, fn: Callable[[RolloutWorker], Any], local: bool = True) -> list[Any]:

@@ -50,3 +50,18 @@ class RecordActions(gym.Wrapper):
     def step(self, action):
         self.received.append(np.array(action, copy=True))
         return self.env.step(action)
+
+
+class Tag:
+    """Picklable worker setup: marks a RolloutWorker with ``value``."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, worker):
+        worker.tag = self.value
+        return self.value
+
+    @staticmethod
+    def read(worker):
+        return getattr(worker, "tag", None)

@@ -7,7 +7,7 @@ import pytest
 import hrl_tasks as hrl
 from hrl_tasks.policies import PPOConfig, PPOPolicy
 from hrl_tasks.rollout import UnknownEnvError, WorkerSet, register_env
-from tests.rollout.envs import ChainEnv
+from tests.rollout.envs import ChainEnv, Tag
 
 
 def ppo(obs_space, act_space):
@@ -97,6 +97,20 @@ def test_a_restarted_worker_gets_the_weights_again_before_its_next_sample(engine
         assert_same_weights(weights, new)
     engine.gather(workers.sample())
     assert workers.resyncs == 1  # only once per restart
+
+
+def test_a_restarted_worker_runs_its_setup_again(engine):
+    workers = WorkerSet(engine, "CartPole-v1", ppo, num_workers=2, rollout_fragment_length=8)
+    victim = workers.remote_workers[1]
+    workers.set_worker_setup(victim, Tag("set up")).result(timeout=30)
+    assert workers.foreach_worker(Tag.read, local=False) == [None, "set up"]
+    victim.call("apply", Tag(None))  # what a re-created worker looks like
+    victim.restarts += 1
+    engine.gather(workers.sample())
+    assert workers.foreach_worker(Tag.read, local=False) == [None, "set up"]
+    with pytest.raises(ValueError, match="not a remote worker"):
+        workers.set_worker_setup(object(), Tag("x"))
+    workers.stop()
 
 
 def test_a_policy_object_is_copied_into_each_remote_worker(engine):

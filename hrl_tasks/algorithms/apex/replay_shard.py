@@ -29,8 +29,9 @@ class ReplayShard:
         return metrics
 
     def sample(self, n: int) -> SampleBatch | None:
-        """A prioritized batch of ``n`` rows, or None until ``learning_starts`` rows arrived."""
-        if len(self.buffer) < max(n, self.learning_starts):
+        """A prioritized batch of ``n`` rows (drawn with replacement), or None until
+        ``learning_starts`` rows arrived."""
+        if len(self.buffer) < max(1, self.learning_starts):
             return None
         return self.buffer.sample(n)
 

@@ -39,5 +39,5 @@ class DQNConfig(AlgorithmConfig, DQNPolicyConfig):
     """Importance-sampling correction of prioritized replay."""
     min_steps_per_report: int = 1000
     """Env steps per train() iteration."""
-    lr: float = 2.3e-3
+    lr: float = 5e-4
     hidden: tuple[int, ...] = (256, 256)
