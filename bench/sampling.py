@@ -4,10 +4,18 @@ In one run: a plain single-process gymnasium vector-env loop (the baseline),
 the same RolloutWorker in the driver, and a WorkerSet with 1, 2 and 4 remote
 rollout workers sampling asynchronously (2 requests in flight per worker).
 Target on 2 cores: 2 workers >= 1.6x the plain loop (the limit is 2x).
-Prints one JSON line, including ``ratio_2_workers`` and the bytes on the wire
-per env step (the encoded SampleBatch).
 
-    python bench/sampling.py [--seconds 8]
+Each remote ``sample`` call is one Dask task, and a Dask worker spends a few
+milliseconds of CPU on every task (messages, result transfer): on this 2-core
+machine a worker process loses about 15% of a 2048-step call to it, with
+``client.submit`` as with the engine. So workers take ``--fragment`` 1024 steps
+per sub-env (8192 env steps, about 0.3 s, per call), and 2 workers are measured
+again with ``--small-fragment`` 256 (2048 steps per call, RLlib's usual size).
+Prints one JSON line, including ``ratio_2_workers``,
+``ratio_2_workers_small_calls`` and the bytes on the wire per env step (the
+encoded SampleBatch).
+
+    python bench/sampling.py [--seconds 8] [--fragment 1024] [--small-fragment 256]
 """
 
 import argparse
@@ -26,7 +34,8 @@ from hrl_tasks.policies import PPOConfig, PPOPolicy
 from hrl_tasks.rollout import RolloutWorker, WorkerSet
 
 ENVS = 8
-FRAGMENT = 256  # 2048 env steps per sample call (--fragment)
+FRAGMENT = 1024  # 8192 env steps per sample call (--fragment)
+SMALL_FRAGMENT = 256  # 2048 env steps per call (--small-fragment)
 
 
 def make_policy():
@@ -83,11 +92,18 @@ def main():
     parser.add_argument(
         "--fragment", type=int, default=FRAGMENT, help="steps per sub-env in one sample call"
     )
+    parser.add_argument(
+        "--small-fragment",
+        type=int,
+        default=SMALL_FRAGMENT,
+        help="the same for the second 2-worker measurement",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)  # as rollout processes do (DESIGN.md): the faster baseline
     plain = plain_loop(args.seconds)
     local, bytes_per_step = local_worker(args.seconds, args.fragment)
     remote = {n: worker_set(n, args.seconds, args.fragment) for n in (1, 2, 4)}
+    small_calls = worker_set(2, args.seconds, args.small_fragment)
     print(
         json.dumps(
             {
@@ -103,6 +119,9 @@ def main():
                 "workers_4_steps_per_s": round(remote[4]),
                 "ratio_2_workers": round(remote[2] / plain, 3),
                 "ratio_2_workers_vs_local_worker": round(remote[2] / local, 3),
+                "steps_per_small_call": ENVS * args.small_fragment,
+                "workers_2_small_calls_steps_per_s": round(small_calls),
+                "ratio_2_workers_small_calls": round(small_calls / plain, 3),
                 "bytes_per_env_step": round(bytes_per_step, 1),
             }
         )

@@ -85,6 +85,14 @@ def gae(
     delta_t = r_t + gamma * np.where(term_t, 0.0, v_tp1) - v_t
     trace_t = gamma * lam * ~(term_t | trunc_t)
     adv_t = np.empty_like(delta_t)
+    if delta_t.ndim == 1:  # one trajectory: Python floats step ~5x faster than numpy scalars
+        deltas, traces = delta_t.tolist(), trace_t.tolist()
+        acc, out = 0.0, [0.0] * len(deltas)
+        for t in range(len(deltas) - 1, -1, -1):
+            acc = deltas[t] + traces[t] * acc
+            out[t] = acc
+        adv_t[:] = out
+        return adv_t, adv_t + v_t
     acc = np.zeros_like(delta_t[0])
     for t in reversed(range(len(delta_t))):
         acc = delta_t[t] + trace_t[t] * acc

@@ -103,7 +103,7 @@ class RolloutWorker:
         self._eps_id = np.array([self._new_eps_id() for _ in range(num_envs)], np.int64)
         self._ep_return = np.zeros(num_envs, np.float64)
         self._ep_len = np.zeros(num_envs, np.int64)
-        self._error_counts = self._env_error_counts()
+        self._error_counts = [env.num_errors for env in self.env.envs]
         self._errors_seen = 0
         self._totals = {"env_steps": 0, "episodes": 0, "env_errors": 0}
         self._unreported: dict[str, list] = {"episode_returns": [], "episode_lengths": []}
@@ -153,13 +153,11 @@ class RolloutWorker:
         steps = self.rollout_fragment_length if num_steps is None else int(num_steps)
         if steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {steps}")
-        rows: dict[str, list[np.ndarray]] = {}
+        columns: dict[str, np.ndarray] = {}  # [T, N, ...], filled step by step
         metrics = {"env_steps": steps * self.num_envs, "episode_returns": [], "episode_lengths": []}
         errors_before = self._errors_seen
-        for _ in range(steps):
-            for name, value in self._step(metrics).items():
-                rows.setdefault(name, []).append(value)
-        columns = {name: np.stack(values) for name, values in rows.items()}  # [T, N, ...]
+        for t in range(steps):
+            self._step(t, steps, columns, metrics)
         if SampleBatch.VALUES in columns:
             columns[SampleBatch.NEXT_VALUES] = self._next_values(columns)
         fragments = [
@@ -176,51 +174,87 @@ class RolloutWorker:
             self._unreported[key].extend(metrics[key])
         return SampleBatch.concat_samples(fragments), metrics
 
-    def _step(self, metrics: dict[str, Any]) -> dict[str, np.ndarray]:
-        """One vector step; returns this step's row of every column, ``[N, ...]`` each."""
+    def _step(
+        self, t: int, steps: int, columns: dict[str, np.ndarray], metrics: dict[str, Any]
+    ) -> None:
+        """One vector step, written into row ``t`` of ``columns`` (allocated at ``t == 0``)."""
         obs = self._obs
         actions, extras = self.policy.compute_actions(obs, explore=True)
         env_actions = (
             actions if self._action_bounds is None else np.clip(actions, *self._action_bounds)
         )
         next_obs, rewards, terminateds, truncateds, infos = self.env.step(env_actions)
-        errored = self._count_errors()
-        done = terminateds | truncateds
-        final_obs = np.array(next_obs, copy=True)
-        for i in np.flatnonzero(done):
-            final_obs[i] = infos["final_obs"][i]
         row = {
             SampleBatch.OBS: obs,
             SampleBatch.ACTIONS: actions,
-            SampleBatch.REWARDS: rewards.astype(np.float32),
-            SampleBatch.TERMINATEDS: terminateds.astype(bool),
-            SampleBatch.TRUNCATEDS: truncateds.astype(bool),
-            SampleBatch.NEXT_OBS: final_obs,
-            SampleBatch.EPS_ID: self._eps_id.copy(),
-            SampleBatch.T: self._ep_len.copy(),
-            **{name: np.asarray(value) for name, value in extras.items()},
+            SampleBatch.REWARDS: rewards,
+            SampleBatch.TERMINATEDS: terminateds,
+            SampleBatch.TRUNCATEDS: truncateds,
+            SampleBatch.NEXT_OBS: next_obs,
+            SampleBatch.EPS_ID: self._eps_id,
+            SampleBatch.T: self._ep_len,
+            **extras,
         }
+        if t == 0:
+            columns.update(self._allocate(row, steps))
+        for name, value in row.items():
+            columns[name][t] = value
         self._ep_return += rewards
         self._ep_len += 1
-        for i in np.flatnonzero(done):
-            if not errored[i]:
-                metrics["episode_returns"].append(float(self._ep_return[i]))
-                metrics["episode_lengths"].append(int(self._ep_len[i]))
-                self._totals["episodes"] += 1
-            self._ep_return[i], self._ep_len[i] = 0.0, 0
-            self._eps_id[i] = self._new_eps_id()
+        ended = np.flatnonzero(terminateds | truncateds)
+        if len(ended):
+            self._end_episodes(t, ended, infos, columns, metrics)
         self._obs = next_obs
-        return row
 
-    def _count_errors(self) -> np.ndarray:
-        """Which sub-envs raised since the last look (a bool per sub-env)."""
-        counts, previous = self._env_error_counts(), self._error_counts
-        self._error_counts = counts
-        self._errors_seen += int((counts - previous).sum())
-        return counts > previous
+    @staticmethod
+    def _allocate(row: dict[str, Any], steps: int) -> dict[str, np.ndarray]:
+        """Empty ``[steps, N, ...]`` columns shaped like the first step's row."""
+        dtypes = {
+            SampleBatch.REWARDS: np.float32,
+            SampleBatch.TERMINATEDS: bool,
+            SampleBatch.TRUNCATEDS: bool,
+        }
+        columns = {}
+        for name, value in row.items():
+            value = np.asarray(value)
+            columns[name] = np.empty((steps, *value.shape), dtypes.get(name, value.dtype))
+        return columns
 
-    def _env_error_counts(self) -> np.ndarray:
-        return np.array([env.num_errors for env in self.env.envs], np.int64)
+    def _end_episodes(
+        self,
+        t: int,
+        ended: np.ndarray,
+        infos: dict[str, Any],
+        columns: dict[str, np.ndarray],
+        metrics: dict[str, Any],
+    ) -> None:
+        """Sub-envs ``ended`` finished an episode at step ``t``: the final observation
+        goes to ``next_obs``, the episode to the metrics (unless the env raised), and
+        the sub-env gets a new episode id."""
+        final_obs = infos["final_obs"]
+        next_obs = columns[SampleBatch.NEXT_OBS]
+        counted = [i for i in ended if not self._raised(i)]
+        for i in ended:
+            next_obs[t, i] = final_obs[i]
+        metrics["episode_returns"].extend(self._ep_return[counted].tolist())
+        metrics["episode_lengths"].extend(self._ep_len[counted].tolist())
+        self._totals["episodes"] += len(counted)
+        self._ep_return[ended] = 0.0
+        self._ep_len[ended] = 0
+        self._eps_id[ended] = np.arange(self._next_eps, self._next_eps + len(ended))
+        self._next_eps += len(ended)
+
+    def _raised(self, i: int) -> bool:
+        """Whether sub-env ``i`` raised since the last look; counts what it raised.
+
+        Looked at when its episode ends: a step that raises ends the episode,
+        and the env is only reset (which may raise too) after an end."""
+        errors = self.env.envs[i].num_errors
+        new = errors - self._error_counts[i]
+        if new:
+            self._error_counts[i] = errors
+            self._errors_seen += new
+        return new > 0
 
     def _next_values(self, columns: dict[str, np.ndarray]) -> np.ndarray:
         """``V(s_{t+1})`` per row, ``[T, N]``: the next row's value inside an episode,

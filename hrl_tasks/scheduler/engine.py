@@ -64,6 +64,11 @@ _ACTIVE_ENGINE: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
     "hrl_tasks_active_engine", default=None
 )
 RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
+# Dask gives submissions less than ``fifo_timeout`` apart one generation, and a worker
+# runs the newest of equal priority first (depth-first, for graphs). The engine's
+# tasks are a queue: with no window, what was submitted first runs first, and a
+# stateful worker's calls arrive in their order instead of waiting for their turn.
+FIFO = "0 ms"
 
 
 def current_engine() -> Engine:
@@ -397,7 +402,8 @@ class Engine(AttemptSupervision):
         pin = {} if workers is None else {"workers": workers, "allow_other_workers": False}
         return self.client.submit(
             run_task, fn, spec, args, kwargs,
-            key=spec["key"], pure=False, resources=resources or None, priority=priority, **pin,
+            key=spec["key"], pure=False, resources=resources or None, priority=priority,
+            fifo_timeout=FIFO, **pin,
         )  # fmt: skip
 
     def cancel_futures(self, futures: list[Future]) -> None:
@@ -446,7 +452,8 @@ class Engine(AttemptSupervision):
             used.append({**used_args, **used_kw})
         futures = self.client.map(
             run_task, [fn] * len(refs), specs, arg_lists, kwarg_lists,
-            key=[spec["key"] for spec in specs], pure=False, resources=request or None, **pin,
+            key=[spec["key"] for spec in specs], pure=False, resources=request or None,
+            fifo_timeout=FIFO, **pin,
         )  # fmt: skip
         for ref, future, deps_used in zip(refs, futures, used, strict=True):
             ref._start_attempt(0, (future, deps_used))

@@ -7,12 +7,13 @@ import pytest
 from gymnasium.envs.registration import EnvSpec
 
 from hrl_tasks.rollout import CatchEnvErrors, UnknownEnvError, make_env, register_env, resolve_env
+from hrl_tasks.rollout.env import SameStepVectorEnv
 from tests.rollout.envs import ChainEnv
 
 
 def test_make_env_from_gymnasium_id():
     envs = make_env("CartPole-v1", num_envs=3, seed=0)
-    assert isinstance(envs, gym.vector.SyncVectorEnv)
+    assert isinstance(envs, gym.vector.SyncVectorEnv)  # a SameStepVectorEnv
     assert envs.num_envs == 3
     assert envs.autoreset_mode == gym.vector.AutoresetMode.SAME_STEP
     obs, _ = envs.reset()
@@ -86,3 +87,69 @@ def test_catch_env_errors_turns_a_crash_into_a_counted_truncation():
     np.testing.assert_array_equal(crashed[0], obs)  # the last observation
     assert crashed[1:4] == (0.0, False, True)
     assert "simulated env crash" in crashed[4]["env_error"]
+
+
+class InfoEveryThirdStep(gym.Wrapper):
+    """Puts ``{"third": step count}`` in the info of every third step (and a reset info)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.count = 0
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, {"reset_marker": 1}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.count += 1
+        if self.count % 3 == 0:
+            info = {**info, "third": self.count}
+        return obs, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("with_infos", [False, True])
+def test_same_step_vector_env_matches_gymnasium(with_infos):
+    def create():
+        env = gym.make("CartPole-v1", max_episode_steps=15)
+        return InfoEveryThirdStep(env) if with_infos else env
+
+    ours = SameStepVectorEnv([create] * 3)
+    theirs = gym.vector.SyncVectorEnv(
+        [create] * 3, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    np.testing.assert_array_equal(ours.reset(seed=5)[0], theirs.reset(seed=5)[0])
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(60):
+        actions = rng.integers(0, 2, size=3)
+        mine, gyms = ours.step(actions), theirs.step(actions)
+        for a, b in zip(mine[:4], gyms[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert sorted(mine[4]) == sorted(gyms[4])
+        if "final_obs" in gyms[4]:
+            ended += 1
+            np.testing.assert_array_equal(mine[4]["_final_obs"], gyms[4]["_final_obs"])
+            for i in np.flatnonzero(gyms[4]["_final_obs"]):
+                np.testing.assert_array_equal(mine[4]["final_obs"][i], gyms[4]["final_obs"][i])
+        for key in ("third", "reset_marker"):
+            if key in gyms[4]:
+                np.testing.assert_array_equal(mine[4][key], gyms[4][key])
+                np.testing.assert_array_equal(mine[4]["_" + key], gyms[4]["_" + key])
+        if "final_info" in gyms[4] and "third" in gyms[4]["final_info"]:
+            np.testing.assert_array_equal(
+                mine[4]["final_info"]["third"], gyms[4]["final_info"]["third"]
+            )
+    assert ended > 0  # episodes ended, so the final-observation path ran
+
+
+def test_same_step_vector_env_returns_a_copy_unless_told_not_to():
+    envs = SameStepVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    first, _ = envs.reset(seed=0)
+    second = envs.step(np.zeros(2, np.int64))[0]
+    assert not np.shares_memory(first, second)
+    shared = SameStepVectorEnv([lambda: gym.make("CartPole-v1")] * 2, copy=False)
+    shared.reset(seed=0)
+    a = shared.step(np.zeros(2, np.int64))[0]
+    b = shared.step(np.zeros(2, np.int64))[0]
+    assert np.shares_memory(a, b)  # the env's own buffer, rewritten by each step

@@ -125,3 +125,14 @@ def local_table(key):
     """(process id, identity of the worker_local object ``key`` in that process)."""
     table = hrl.worker_local(key, lambda: {"rows": list(range(1000))})
     return os.getpid(), id(table)
+
+
+class ThreadLog:
+    """A stateful worker that records which thread ran each call, and when."""
+
+    def record(self, i, seconds=0.0):
+        import threading
+
+        started = time.monotonic()
+        time.sleep(seconds)
+        return i, threading.get_ident(), started

@@ -96,6 +96,19 @@ def test_a_cancelled_running_task_gives_its_thread_to_the_next(engine):
     assert set(engine.client.run(_pool_threads).values()) == {1}
 
 
+def test_queued_calls_start_in_their_order_on_the_one_thread(engine):
+    # Dask runs the newest of equal-priority tasks first unless submissions are a
+    # generation apart; then each call would wait for its turn on a thread of its own.
+    log = engine.create_worker(tasks.ThreadLog)
+    refs = [log.call("record", 0, 0.3)] + [log.call("record", i) for i in range(1, 8)]
+    results = engine.gather(refs, timeout=30)
+    assert [i for i, _, _ in results] == list(range(8))
+    assert len({thread for _, thread, _ in results}) == 1
+    starts = [started for _, _, started in results]
+    assert starts == sorted(starts)
+    log.kill()
+
+
 def test_call_order_holds_when_an_argument_arrives_late(engine):
     box = engine.create_worker(tasks.Box)
     late = engine.submit(tasks.sleep_then, "payload", 0.5)
