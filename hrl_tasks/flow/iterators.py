@@ -76,7 +76,8 @@ class ParallelIterator:
         method: the worker method that produces one item, e.g. ``"sample"``.
         transforms: functions ``fn(worker, item) -> item`` applied on the worker.
         speculative: back up straggling calls on idle peers (a ``WorkerGroup``).
-        before_call: called with the handle before each call to it.
+        before_call: called with the handle before each call to it; a dict it
+            returns is passed to the method as keyword arguments.
     """
 
     def __init__(
@@ -98,12 +99,11 @@ class ParallelIterator:
         )  # fmt: skip
 
     def _call(self, handle):
-        if self.before_call is not None:
-            self.before_call(handle)
+        kwargs = (self.before_call(handle) if self.before_call is not None else None) or {}
         options = {"speculative": True} if self.speculative else {}
         if not self.transforms:
-            return handle.call(self.method, **options)
-        return handle.call("apply", _Pipeline(self.method, self.transforms), **options)
+            return handle.call(self.method, **kwargs, **options)
+        return handle.call("apply", _Pipeline(self.method, self.transforms, kwargs), **options)
 
     def gather_sync(self, prefetch: bool = False) -> LocalIterator:
         """Yield, each step, the list of one item from every shard (bulk-synchronous).
@@ -157,12 +157,13 @@ class ParallelIterator:
 class _Pipeline:
     """Picklable: ``method`` of the worker, then each transform, in one call."""
 
-    def __init__(self, method: str, transforms: tuple):
+    def __init__(self, method: str, transforms: tuple, kwargs: dict | None = None):
         self.method = method
         self.transforms = transforms
+        self.kwargs = kwargs or {}
 
     def __call__(self, worker):
-        item = getattr(worker, self.method)()
+        item = getattr(worker, self.method)(**self.kwargs)
         for fn in self.transforms:
             item = fn(worker, item)
         return item

@@ -65,7 +65,7 @@ def ParallelRollouts(
         handles,
         "sample",
         speculative=speculative and mode == "bulk_sync",
-        before_call=workers.note_sampled,  # re-syncs a worker that was re-created
+        before_call=workers.sample_kwargs,  # deferred weights; re-syncs re-created workers
     )
     if mode == "raw":
         return parallel

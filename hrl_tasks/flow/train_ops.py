@@ -17,12 +17,18 @@ class TrainOneStep:
         ctx: the plan's metrics context.
         sync_weights: broadcast after each step (off when the plan syncs itself,
             e.g. once per sampling round in DQN).
+        defer_sync: let the weights ride on each worker's next sample call
+            (``WorkerSet.sync_weights(defer=True)``): for plans whose workers
+            only sample through ``ParallelRollouts``, one task less per worker.
     """
 
-    def __init__(self, workers, ctx: FlowContext, sync_weights: bool = True):
+    def __init__(
+        self, workers, ctx: FlowContext, sync_weights: bool = True, defer_sync: bool = False
+    ):
         self.workers = workers
         self.ctx = ctx
         self.sync_weights = sync_weights
+        self.defer_sync = defer_sync
 
     def __call__(self, batch):
         with self.ctx.timer("learn"):
@@ -31,7 +37,7 @@ class TrainOneStep:
         self.ctx.info.update({k: float(v) for k, v in info.items() if np.ndim(v) == 0})
         if self.sync_weights:
             with self.ctx.timer("sync_weights"):
-                self.workers.sync_weights()
+                self.workers.sync_weights(defer=self.defer_sync)
         return batch, info
 
 

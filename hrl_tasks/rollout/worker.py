@@ -137,12 +137,16 @@ class RolloutWorker:
 
     # Sampling -------------------------------------------------------------------------
 
-    def sample(self, num_steps: int | None = None) -> tuple[SampleBatch, dict[str, Any]]:
+    def sample(
+        self, num_steps: int | None = None, weights: dict[str, np.ndarray] | None = None
+    ) -> tuple[SampleBatch, dict[str, Any]]:
         """Steps every sub-env ``num_steps`` times with ``explore=True``.
 
         Args:
             num_steps: Steps per sub-env; default ``rollout_fragment_length``.
                 The batch has ``num_steps * num_envs`` rows.
+            weights: Loaded into the policy first (how a `WorkerSet` sends
+                deferred weights: one call instead of two).
 
         Returns:
             ``(batch, metrics)``: the postprocessed batch, and a dict with
@@ -153,6 +157,8 @@ class RolloutWorker:
         steps = self.rollout_fragment_length if num_steps is None else int(num_steps)
         if steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {steps}")
+        if weights is not None:
+            self.set_weights(weights)
         columns: dict[str, np.ndarray] = {}  # [T, N, ...], filled step by step
         metrics = {"env_steps": steps * self.num_envs, "episode_returns": [], "episode_lengths": []}
         errors_before = self._errors_seen

@@ -15,7 +15,9 @@ remote worker's ``set_weights`` call (a single target gets them in its call). A 
 each worker fetches the weights from where they are (worker to worker); the
 driver sends them once, not once per worker. Calls to one worker run in the
 order they were made, so a ``sample`` made after `sync_weights` uses the new
-weights without waiting for them on the driver.
+weights without waiting for them on the driver. With ``sync_weights(defer=True)``
+the weights ride on each worker's next ``sample`` call instead (made through
+`sample` or a ``ParallelRollouts``): one task per worker and update, not two.
 
 Recovery: the engine re-creates a remote worker whose process died, from its
 construction arguments, so with the initial weights. The set remembers the
@@ -128,6 +130,7 @@ class WorkerSet:
         self._weights_ref: Any = None
         self._weights: dict[str, np.ndarray] | None = None
         self._synced_restarts = [0] * num_workers
+        self._deferred: set[int] = set()  # workers whose next sample carries the weights
         self._setups: dict[int, Callable[[RolloutWorker], Any]] = {}
         self.resyncs = 0
         self._stopped = False
@@ -144,7 +147,11 @@ class WorkerSet:
         return self._remote
 
     def sync_weights(
-        self, weights: dict[str, np.ndarray] | None = None, to: Sequence[Any] | None = None
+        self,
+        weights: dict[str, np.ndarray] | None = None,
+        to: Sequence[Any] | None = None,
+        *,
+        defer: bool = False,
     ) -> list[Any]:
         """Sends one set of weights to the remote workers, in one broadcast.
 
@@ -153,10 +160,15 @@ class WorkerSet:
                 worker. None sends the local worker's weights.
             to: Handles of the workers to update (e.g. the source of the
                 gradients, in A3C); None updates all of them.
+            defer: Send nothing now: each target's next ``sample`` call (made
+                through `sample` or with `sample_kwargs`, as ``ParallelRollouts``
+                does) loads the weights first. Saves a task per worker per
+                update when sampling follows every update, as in PPO.
 
         Returns:
             The TaskRefs of the ``set_weights`` calls (waiting is optional:
-            later calls to each worker run after its ``set_weights``).
+            later calls to each worker run after its ``set_weights``); empty
+            with ``defer``.
 
         Raises:
             ValueError: If ``to`` names a handle that is not in this set.
@@ -167,6 +179,10 @@ class WorkerSet:
             self._local.set_weights(weights)
         self._weights, self._weights_ref = weights, None
         targets = list(enumerate(self._remote)) if to is None else [self._find(h) for h in to]
+        if defer:
+            self._deferred.update(index for index, _ in targets)
+            return []
+        self._deferred.difference_update(index for index, _ in targets)
         if not targets:
             return []
         # A single target gets the weights in its call; several share one TaskRef.
@@ -192,11 +208,29 @@ class WorkerSet:
         """
         if not len(self._remote):
             raise ValueError("no remote workers: call local_worker.sample() instead")
-        refs = []
-        for index, handle in enumerate(self._remote):
-            self._resync_if_restarted(index, handle)
-            refs.append(handle.call("sample", speculative=speculative))
-        return refs
+        return [
+            handle.call("sample", **self.sample_kwargs(handle), speculative=speculative)
+            for handle in self._remote
+        ]
+
+    def sample_kwargs(self, handle: Any) -> dict[str, Any]:
+        """Keyword arguments for the next ``sample`` call to ``handle``.
+
+        Re-sends the weights first if the worker was re-created since its last
+        sync (see `note_sampled`), and hands over weights deferred by
+        ``sync_weights(defer=True)`` as ``{"weights": ...}``.
+
+        Raises:
+            ValueError: If ``handle`` is not in this set.
+        """
+        index, member = self._find(handle)
+        self._resync_if_restarted(index, member)
+        if index not in self._deferred:
+            return {}
+        self._deferred.discard(index)
+        self._synced_restarts[index] = member.restarts
+        single = len(self._remote) == 1
+        return {"weights": self._weights if single else self._weights_in_cluster()}
 
     def set_worker_setup(self, handle: Any, fn: Callable[[RolloutWorker], Any]) -> Any:
         """Runs ``fn(worker)`` on ``handle`` now and again whenever it is re-created.
@@ -244,6 +278,7 @@ class WorkerSet:
         if restarts == self._synced_restarts[index]:
             return
         self._synced_restarts[index] = restarts
+        self._deferred.discard(index)  # the re-sync sends the latest weights
         handle.call("set_weights", self._weights_in_cluster())
         if index in self._setups:
             handle.call("apply", self._setups[index])

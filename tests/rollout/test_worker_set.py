@@ -159,3 +159,34 @@ def test_sync_weights_to_one_worker_and_note_sampled(engine):
     workers.note_sampled(second)
     assert workers.resyncs == 1
     assert_same_weights(workers.foreach_worker(lambda w: w.get_weights())[1], new)
+
+
+def test_deferred_weights_ride_on_the_next_sample_calls(engine, monkeypatch):
+    workers = WorkerSet(engine, "CartPole-v1", ppo, num_workers=2, rollout_fragment_length=8)
+    start = workers.local_worker.get_weights()
+    new = perturbed(start)
+    spy = SubmitSpy(engine, monkeypatch)
+    assert workers.sync_weights(new, defer=True) == []
+    assert spy.calls == []  # nothing sent yet
+    assert_same_weights(workers.foreach_worker(lambda w: w.get_weights())[1], start)
+    engine.gather(workers.sample())
+    assert len(spy.named("weights")) == 1  # still one broadcast
+    assert not [c for c in spy.calls if c[0] and c[0].endswith(".set_weights")]
+    for weights in workers.foreach_worker(lambda w: w.get_weights()):
+        assert_same_weights(weights, new)
+    first, _ = workers.remote_workers
+    assert workers.sample_kwargs(first) == {}  # delivered once, not again
+    workers.stop()
+
+
+def test_deferred_weights_reach_workers_sampled_by_parallel_rollouts(engine):
+    from hrl_tasks.flow import FlowContext, ParallelRollouts
+
+    workers = WorkerSet(engine, "CartPole-v1", ppo, num_workers=2, rollout_fragment_length=8)
+    new = perturbed(workers.local_worker.get_weights())
+    workers.sync_weights(new, defer=True)
+    batches = ParallelRollouts(workers, FlowContext(), mode="bulk_sync")
+    assert len(next(batches)) == 16
+    for weights in workers.foreach_worker(lambda w: w.get_weights()):
+        assert_same_weights(weights, new)
+    workers.stop()

@@ -18,6 +18,6 @@ class A2C(Algorithm):
     def build_plan(self, workers, ctx):
         rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync")
         train_op = rollouts.combine(ConcatBatches(self.config.train_batch_size)).for_each(
-            TrainOneStep(workers, ctx)
+            TrainOneStep(workers, ctx, defer_sync=True)
         )
         return StandardMetricsReporting(train_op, ctx, engine=workers.engine)

@@ -25,6 +25,6 @@ class PPO(Algorithm):
             workers, ctx, mode="bulk_sync", prefetch=self.config.overlap_sampling
         )
         train_op = rollouts.combine(ConcatBatches(self.config.train_batch_size)).for_each(
-            TrainOneStep(workers, ctx)
+            TrainOneStep(workers, ctx, defer_sync=True)
         )
         return StandardMetricsReporting(train_op, ctx, engine=workers.engine)
