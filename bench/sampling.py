@@ -100,10 +100,14 @@ def main():
     )
     args = parser.parse_args()
     torch.set_num_threads(1)  # as rollout processes do (DESIGN.md): the faster baseline
-    plain = plain_loop(args.seconds)
+    plain_before = plain_loop(args.seconds)
     local, bytes_per_step = local_worker(args.seconds, args.fragment)
     remote = {n: worker_set(n, args.seconds, args.fragment) for n in (1, 2, 4)}
     small_calls = worker_set(2, args.seconds, args.small_fragment)
+    # The baseline again at the end, so that a slow spell of the machine at either
+    # end does not decide the ratios; they use the mean of the two.
+    plain_after = plain_loop(args.seconds)
+    plain = (plain_before + plain_after) / 2
     print(
         json.dumps(
             {
@@ -113,6 +117,7 @@ def main():
                 "envs_per_worker": ENVS,
                 "steps_per_call": ENVS * args.fragment,
                 "plain_loop_steps_per_s": round(plain),
+                "plain_loop_first_last": [round(plain_before), round(plain_after)],
                 "local_rollout_worker_steps_per_s": round(local),
                 "workers_1_steps_per_s": round(remote[1]),
                 "workers_2_steps_per_s": round(remote[2]),
