@@ -51,6 +51,7 @@ class Algorithm(abc.ABC):
     policy_class: type | None = None  # built from the policy config's keys of config_class
     policy_config_class: type | None = None
     threads_per_worker = 1  # of the embedded cluster's worker processes
+    workers_learn = False  # rollout workers compute gradients (A3C): they need the full policy
 
     def __init__(self, config: AlgorithmConfig | Mapping | None = None, engine=None, **overrides):
         if isinstance(config, AlgorithmConfig):
@@ -65,16 +66,18 @@ class Algorithm(abc.ABC):
         self.engine = engine or Engine.local(
             n_workers=max(1, self.config.num_workers), threads_per_worker=self.threads_per_worker
         )
+        policy = self.make_policy(*spaces)
         try:
             self.workers = WorkerSet(
                 self.engine,
                 self.config.env,
-                self.make_policy(*spaces),
+                policy,
                 num_workers=self.num_rollout_workers(),
                 num_envs_per_worker=self.config.num_envs_per_worker,
                 rollout_fragment_length=self.config.rollout_fragment_length,
                 seed=self.config.seed,
                 env_config=self.config.env_config,
+                remote_policy=None if self.workers_learn else policy.inference_copy(),
             )
         except BaseException:
             if self.owns_engine:

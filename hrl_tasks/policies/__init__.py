@@ -3,72 +3,57 @@
 Estimators (`gae`, `vtrace`, ...) and losses (`clipped_surrogate_loss`, ...)
 are pure functions; the policy classes (`PGPolicy`, `PPOPolicy`, `DQNPolicy`,
 `IMPALAPolicy`, `ESPolicy`) are thin layers over them, each with a config
-dataclass.
+dataclass. `NumpyActorCritic` is the numpy acting copy that rollout workers use.
+
+Names are imported from their modules on first use, so that a rollout process
+acting with a numpy copy (`Policy.inference_copy`) never imports torch.
 """
 
-from hrl_tasks.policies.actor_critic import ActorCriticPolicy, add_gae
-from hrl_tasks.policies.distributions import (
-    ActionDistribution,
-    Categorical,
-    CategoricalHead,
-    DiagGaussian,
-    DiagGaussianHead,
-    make_action_dist,
-)
-from hrl_tasks.policies.dqn import N_STEP_DISCOUNTS, DQNConfig, DQNPolicy
-from hrl_tasks.policies.es import NOISE_SEEDS, RETURNS, ESConfig, ESPolicy, centered_ranks
-from hrl_tasks.policies.estimators import (
-    discount_cumsum,
-    gae,
-    n_step_returns,
-    n_step_targets,
-    td_target_dqn,
-    vtrace,
-)
-from hrl_tasks.policies.impala import IMPALAConfig, IMPALAPolicy
-from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
-from hrl_tasks.policies.models import CNN, MLP, ActorCritic, QNetwork, make_encoder
-from hrl_tasks.policies.pg import PGConfig, PGPolicy
-from hrl_tasks.policies.policy import Policy, TorchPolicy
-from hrl_tasks.policies.ppo import PPOConfig, PPOPolicy
+import importlib
 
-__all__ = [
-    "CNN",
-    "MLP",
-    "N_STEP_DISCOUNTS",
-    "NOISE_SEEDS",
-    "RETURNS",
-    "ActionDistribution",
-    "ActorCritic",
-    "ActorCriticPolicy",
-    "Categorical",
-    "CategoricalHead",
-    "DQNConfig",
-    "DQNPolicy",
-    "DiagGaussian",
-    "DiagGaussianHead",
-    "ESConfig",
-    "ESPolicy",
-    "IMPALAConfig",
-    "IMPALAPolicy",
-    "PGConfig",
-    "PGPolicy",
-    "PPOConfig",
-    "PPOPolicy",
-    "Policy",
-    "QNetwork",
-    "TorchPolicy",
-    "add_gae",
-    "centered_ranks",
-    "clipped_surrogate_loss",
-    "discount_cumsum",
-    "entropy_loss",
-    "gae",
-    "make_action_dist",
-    "make_encoder",
-    "n_step_returns",
-    "n_step_targets",
-    "td_target_dqn",
-    "value_loss",
-    "vtrace",
-]
+_MODULES = {
+    "actor_critic": ("ActorCriticPolicy",),
+    "distributions": (
+        "ActionDistribution",
+        "Categorical",
+        "CategoricalHead",
+        "DiagGaussian",
+        "DiagGaussianHead",
+        "make_action_dist",
+    ),
+    "dqn": ("N_STEP_DISCOUNTS", "DQNConfig", "DQNPolicy"),
+    "es": ("NOISE_SEEDS", "RETURNS", "ESConfig", "ESPolicy", "centered_ranks"),
+    "estimators": (
+        "discount_cumsum",
+        "gae",
+        "n_step_returns",
+        "n_step_targets",
+        "td_target_dqn",
+        "vtrace",
+    ),
+    "impala": ("IMPALAConfig", "IMPALAPolicy"),
+    "losses": ("clipped_surrogate_loss", "entropy_loss", "value_loss"),
+    "models": ("CNN", "MLP", "ActorCritic", "QNetwork", "make_encoder"),
+    "numpy_actor_critic": ("NumpyActorCritic",),
+    "pg": ("PGConfig", "PGPolicy"),
+    "policy": ("Policy",),
+    "postprocessing": ("add_discounted_returns", "add_gae"),
+    "ppo": ("PPOConfig", "PPOPolicy"),
+    "torch_policy": ("TorchPolicy",),
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

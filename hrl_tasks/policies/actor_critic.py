@@ -19,52 +19,18 @@ rollout worker writes for an actor-critic policy:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.distributions import ActionDistribution, make_action_dist
-from hrl_tasks.policies.estimators import gae
 from hrl_tasks.policies.models import ActorCritic, make_encoder
-from hrl_tasks.policies.policy import TorchPolicy
-
-
-def add_gae(batch: SampleBatch, gamma: float, lam: float) -> SampleBatch:
-    """Adds ``advantages`` and ``value_targets`` (float32) to a fragment with `estimators.gae`.
-
-    Reads ``rewards``, ``values``, ``next_values``, ``terminateds`` and
-    ``truncateds``; columns may be ``[T]`` or time-major ``[T, N]``.
-
-    Args:
-        batch: One env's fragment, rows in time order.
-        gamma: Discount factor.
-        lam: GAE lambda.
-
-    Returns:
-        A new batch with all of `batch`'s columns plus the two new ones.
-
-    Raises:
-        KeyError: If a needed column is missing.
-    """
-    needed = (
-        SampleBatch.REWARDS,
-        SampleBatch.VALUES,
-        SampleBatch.NEXT_VALUES,
-        SampleBatch.TERMINATEDS,
-        SampleBatch.TRUNCATEDS,
-    )
-    missing = [c for c in needed if c not in batch]
-    if missing:
-        raise KeyError(f"GAE postprocessing needs columns {missing}; have {batch.columns}")
-    advantages, targets = gae(*(batch[c] for c in needed), gamma=gamma, lam=lam)
-    return SampleBatch(
-        {
-            **dict(batch.items()),
-            SampleBatch.ADVANTAGES: advantages.astype(np.float32),
-            SampleBatch.VALUE_TARGETS: targets.astype(np.float32),
-        }
-    )
+from hrl_tasks.policies.numpy_actor_critic import NumpyActorCritic
+from hrl_tasks.policies.policy import Policy
+from hrl_tasks.policies.torch_policy import TorchPolicy
 
 
 def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -80,6 +46,10 @@ class ActorCriticPolicy(TorchPolicy):
     `compute_values` gives the bootstrap values a rollout worker puts in
     ``next_values``. Actions from a Box space are not clipped to its bounds.
     The config needs ``hidden`` and ``shared_trunk`` besides `TorchPolicy`'s fields.
+
+    Subclasses give their trajectory postprocessing as a torch-free function
+    (`postprocessor`), which `postprocess_trajectory` applies and which
+    `inference_copy` hands to the numpy copy for rollout workers.
     """
 
     def make_model(self) -> nn.Module:
@@ -87,6 +57,25 @@ class ActorCriticPolicy(TorchPolicy):
         head = make_action_dist(self.action_space)
         return ActorCritic(
             encoder, feature_dim, head, self.config.hidden, nn.Tanh, self.config.shared_trunk
+        )
+
+    def postprocessor(self) -> Callable[[SampleBatch], SampleBatch] | None:
+        """What `postprocess_trajectory` applies to a fragment: a picklable function
+        without torch (e.g. ``partial(add_gae, gamma=..., lam=...)``); None: nothing."""
+        return None
+
+    def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
+        postprocess = self.postprocessor()
+        return batch if postprocess is None else postprocess(batch)
+
+    def inference_copy(self) -> Policy:
+        """A `NumpyActorCritic` with these weights when the model is an MLP on
+        flattened observations (no torch in the rollout process, and a cheaper
+        step); a full copy for a CNN."""
+        if not isinstance(self.model.encoder, nn.Flatten):
+            return super().inference_copy()
+        return NumpyActorCritic(
+            self.observation_space, self.action_space, self.get_weights(), self.postprocessor()
         )
 
     @torch.no_grad()

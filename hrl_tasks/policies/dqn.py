@@ -21,7 +21,7 @@ from torch import nn
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.estimators import n_step_returns, td_target_dqn
 from hrl_tasks.policies.models import QNetwork, make_encoder
-from hrl_tasks.policies.policy import TorchPolicy
+from hrl_tasks.policies.torch_policy import TorchPolicy
 from hrl_tasks.policies.torch_utils import load_module_weights, module_weights, resolve_config
 
 N_STEP_DISCOUNTS = "discounts"

@@ -21,7 +21,7 @@ from torch import nn
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.distributions import make_action_dist
 from hrl_tasks.policies.models import MLP, make_encoder
-from hrl_tasks.policies.policy import TorchPolicy
+from hrl_tasks.policies.torch_policy import TorchPolicy
 from hrl_tasks.policies.torch_utils import resolve_config
 
 NOISE_SEEDS = "noise_seeds"

@@ -9,14 +9,15 @@ Loss on rows ``(s, a, A, G)``: ``-mean(log pi(a|s) A) + vf_coef * 0.5 mean((V(s)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.actor_critic import ActorCriticPolicy, add_gae, normalize
+from hrl_tasks.policies.actor_critic import ActorCriticPolicy, normalize
 from hrl_tasks.policies.losses import entropy_loss, value_loss
+from hrl_tasks.policies.postprocessing import add_discounted_returns, add_gae
 from hrl_tasks.policies.torch_utils import resolve_config
 
 
@@ -81,19 +82,11 @@ class PGPolicy(ActorCriticPolicy):
         config = resolve_config(config, PGConfig)
         super().__init__(observation_space, action_space, config, single_thread=single_thread)
 
-    def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
+    def postprocessor(self):
         """Adds GAE ``advantages`` and ``value_targets`` (without a critic: discounted returns)."""
         if self.config.use_critic:
-            return add_gae(batch, self.config.gamma, self.config.lam)
-        zeros = np.zeros(np.shape(batch[SampleBatch.REWARDS]), np.float32)
-        no_values = {SampleBatch.VALUES: zeros, SampleBatch.NEXT_VALUES: zeros}
-        with_returns = add_gae(
-            SampleBatch({**dict(batch.items()), **no_values}), self.config.gamma, 1.0
-        )
-        columns = dict(batch.items())
-        for name in (SampleBatch.ADVANTAGES, SampleBatch.VALUE_TARGETS):
-            columns[name] = with_returns[name]
-        return SampleBatch(columns)
+            return partial(add_gae, gamma=self.config.gamma, lam=self.config.lam)
+        return partial(add_discounted_returns, gamma=self.config.gamma)
 
     def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         """Terms ``loss_policy``, ``loss_value`` (with a critic), ``loss_entropy``; ``entropy``."""

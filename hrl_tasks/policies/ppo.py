@@ -9,8 +9,8 @@ norm clipping, Adam with eps 1e-5, optional early stop on the approximate KL.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -18,10 +18,11 @@ import torch
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.actor_critic import ActorCriticPolicy, add_gae, normalize
+from hrl_tasks.policies.actor_critic import ActorCriticPolicy, normalize
 from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
-from hrl_tasks.policies.policy import adam
-from hrl_tasks.policies.torch_utils import Info, resolve_config
+from hrl_tasks.policies.postprocessing import add_gae
+from hrl_tasks.policies.torch_policy import adam
+from hrl_tasks.policies.torch_utils import Info, minibatch_indices, resolve_config
 
 
 @dataclass
@@ -99,32 +100,55 @@ class PPOPolicy(ActorCriticPolicy):
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         return adam(model.parameters(), lr=self.config.lr, eps=1e-5)
 
-    def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
+    def postprocessor(self):
         """Adds GAE ``advantages`` and ``value_targets``."""
-        return add_gae(batch, self.config.gamma, self.config.lam)
+        return partial(add_gae, gamma=self.config.gamma, lam=self.config.lam)
 
     def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         """Terms ``loss_policy``, ``loss_value``, ``loss_entropy``; diagnostics ``entropy``,
         ``kl`` (approximate ``KL(old || new)``) and ``clip_fraction``."""
+        return self._loss(self._tensors(batch))
+
+    def _tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        """The columns `loss` reads, as tensors (once per `learn_on_batch`, not per step)."""
+        discrete = np.issubdtype(self.action_space.dtype, np.integer)
+        names = [SampleBatch.LOGP, SampleBatch.ADVANTAGES, SampleBatch.VALUE_TARGETS]
+        if self.config.vf_clip is not None:
+            names.append(SampleBatch.VALUES)
+        return {
+            SampleBatch.OBS: self.obs_tensor(batch[SampleBatch.OBS]),
+            SampleBatch.ACTIONS: self.column(
+                batch, SampleBatch.ACTIONS, np.int64 if discrete else np.float32
+            ),
+            **{name: self.column(batch, name) for name in names},
+        }
+
+    def _loss(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         cfg = self.config
-        dist, values, logp = self.forward_batch(batch)
-        old_logp = self.column(batch, SampleBatch.LOGP)
-        advantages = self.column(batch, SampleBatch.ADVANTAGES)
+        dist, values = self.model(data[SampleBatch.OBS])
+        logp = dist.logp(data[SampleBatch.ACTIONS])
+        old_logp = data[SampleBatch.LOGP]
+        advantages = data[SampleBatch.ADVANTAGES]
         if cfg.normalize_advantages:
             advantages = normalize(advantages)
-        targets = self.column(batch, SampleBatch.VALUE_TARGETS)
-        old_values = self.column(batch, SampleBatch.VALUES) if cfg.vf_clip is not None else None
-        entropy = dist.entropy()
+        targets = data[SampleBatch.VALUE_TARGETS]
+        old_values = data.get(SampleBatch.VALUES)
         terms = {
             "loss_policy": clipped_surrogate_loss(logp, old_logp, advantages, cfg.clip),
             "loss_value": cfg.vf_coef * value_loss(values, targets, cfg.vf_clip, old_values),
-            "loss_entropy": cfg.ent_coef * entropy_loss(entropy),
         }
+        if cfg.ent_coef:
+            entropy = dist.entropy()
+            terms["loss_entropy"] = cfg.ent_coef * entropy_loss(entropy)
         with torch.no_grad():
+            if not cfg.ent_coef:  # a diagnostic only: kept out of the backward pass
+                entropy = dist.entropy()
+                terms["loss_entropy"] = torch.zeros(())
             # k3 estimator, http://joschu.net/blog/kl-approx.html (as CleanRL's approx_kl).
             log_ratio = logp - old_logp
-            kl = (torch.exp(log_ratio) - 1.0 - log_ratio).mean()
-            clip_fraction = ((log_ratio.exp() - 1.0).abs() > cfg.clip).float().mean()
+            ratio = log_ratio.exp()
+            kl = (ratio - 1.0 - log_ratio).mean()
+            clip_fraction = ((ratio - 1.0).abs() > cfg.clip).float().mean()
         return {
             **terms,
             "total": sum(terms.values()),
@@ -141,17 +165,17 @@ class PPOPolicy(ActorCriticPolicy):
             plus ``num_sgd_steps``.
         """
         cfg = self.config
-        stats: dict[str, list[float]] = defaultdict(list)
+        data = self._tensors(batch)
+        steps: list[dict[str, torch.Tensor]] = []
         for _ in range(cfg.num_sgd_iter):
             seed = int(torch.randint(2**62, (), generator=self.generator))
-            for minibatch in batch.minibatches(cfg.minibatch_size, rng=seed):
-                info = self._backward(minibatch)
+            for rows in minibatch_indices(len(batch), cfg.minibatch_size, seed):
+                minibatch = data if rows is None else {k: v[rows] for k, v in data.items()}
+                steps.append(self._backward_terms(self._loss(minibatch)))
                 self._step()
-                for name, value in info.items():
-                    stats[name].append(value)
-            if cfg.target_kl is not None and stats["kl"][-1] > cfg.target_kl:
+            if cfg.target_kl is not None and float(steps[-1]["kl"]) > cfg.target_kl:
                 break
-        return {
-            **{name: float(np.mean(values)) for name, values in stats.items()},
-            "num_sgd_steps": float(len(stats["total"])),
+        means = {
+            name: float(torch.stack([s[name].detach() for s in steps]).mean()) for name in steps[0]
         }
+        return {**means, "num_sgd_steps": float(len(steps))}

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-Info = dict[str, Any]
+from hrl_tasks.policies.policy import Info
 
 
 def resolve_config(config: Any, config_cls: type) -> Any:
@@ -60,3 +60,16 @@ def tree_to_torch(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return type(obj)(tree_to_torch(v) for v in obj)
     return obj
+
+
+def minibatch_indices(n: int, size: int, seed: int) -> list[torch.Tensor | None]:
+    """Row indices of each minibatch of an epoch, as `SampleBatch.minibatches` cuts them.
+
+    One shuffle (``numpy.random.default_rng(seed).permutation(n)``), then
+    consecutive slices of `size`; a `size` that covers the batch gives
+    ``[None]``: every row, in order (a full-batch gradient does not depend on it).
+    """
+    if size >= n:
+        return [None]
+    order = torch.from_numpy(np.random.default_rng(seed).permutation(n))
+    return [order[start : start + size] for start in range(0, n, size)]

@@ -30,12 +30,12 @@ construction arguments and its `WorkerSet` re-sends the weights.
 from __future__ import annotations
 
 import secrets
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies import Policy
@@ -43,6 +43,13 @@ from hrl_tasks.rollout.env import EnvLike, make_env
 
 PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
 EPS_ID_BITS = 40  # eps_id = worker_index << 40 | counter
+
+
+def _torch_single_thread() -> None:
+    """One torch thread in this process, if torch is loaded (by a torch policy)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def derive_seed(seed: int, *salt: int) -> int:
@@ -60,17 +67,18 @@ class RolloutWorker:
             ``factory(observation_space, action_space) -> Policy`` of one sub-env.
         num_envs: Sub-envs stepped together.
         rollout_fragment_length: Steps per sub-env in one `sample` call.
-        seed: Makes runs reproducible: envs and the policy's exploration
-            generator are seeded from ``(seed, worker_index)``. None: envs are
-            seeded at random, and the policy's generator is left as it is for
-            ``worker_index`` 0 and derived from its own seed otherwise. Episode
+        seed: Makes runs reproducible: envs and the policy's randomness
+            (`Policy.seed`) are seeded from ``(seed, worker_index)``. None: envs
+            are seeded at random, and so is the policy of a remote worker
+            (``worker_index`` >= 1; worker 0's is left as it is). Episode
             ids are deterministic with a seed; without one they start at a
             random offset, so a re-created worker does not reuse its ids.
         env_config: Keyword arguments for the env.
         worker_index: 0 for a local worker, 1.. for remote ones; keeps seeds
             and episode ids apart between workers.
-        single_thread: Call ``torch.set_num_threads(1)`` (rollout processes
-            must; a driver that also learns should not).
+        single_thread: Limit torch to one thread, if torch is loaded (rollout
+            processes must; a driver that also learns should not). A policy
+            that acts in numpy never loads it.
     """
 
     def __init__(
@@ -85,8 +93,8 @@ class RolloutWorker:
         *,
         single_thread: bool = True,
     ) -> None:
-        if single_thread:
-            torch.set_num_threads(1)
+        if single_thread:  # before the policy is built, and again after: it may load torch
+            _torch_single_thread()
         if rollout_fragment_length < 1:
             raise ValueError(f"rollout_fragment_length must be >= 1, got {rollout_fragment_length}")
         self.worker_index = int(worker_index)
@@ -95,6 +103,8 @@ class RolloutWorker:
         env_seed = None if seed is None else derive_seed(seed, self.worker_index, 0)
         self.env = make_env(env, num_envs, env_config=env_config, catch_errors=True)
         self.policy = self._make_policy(policy_factory_or_policy)
+        if single_thread:
+            _torch_single_thread()
         self._seed_policy(seed)
         self._action_bounds = self._bounds(self.env.single_action_space)
         self._obs, _ = self.env.reset(seed=env_seed)
@@ -119,13 +129,10 @@ class RolloutWorker:
         return policy
 
     def _seed_policy(self, seed: int | None) -> None:
-        generator = getattr(self.policy, "generator", None)
-        if not isinstance(generator, torch.Generator):
-            return
         if seed is not None:
-            generator.manual_seed(derive_seed(seed, self.worker_index, 1))
+            self.policy.seed(derive_seed(seed, self.worker_index, 1))
         elif self.worker_index != 0:  # copies of one policy must not explore in lockstep
-            generator.manual_seed(derive_seed(generator.initial_seed(), self.worker_index, 1))
+            self.policy.seed(derive_seed(secrets.randbits(62), self.worker_index, 1))
 
     @staticmethod
     def _bounds(space: gym.Space) -> tuple[np.ndarray, np.ndarray] | None:

@@ -74,6 +74,12 @@ class WorkerSet:
         env_config: Keyword arguments for the env.
         resources_per_worker: Held by each remote worker for its life, e.g.
             ``{"CPU": 1}``; None holds nothing.
+        remote_policy: What remote workers act with, a `Policy` (each gets a
+            copy) or a factory; None: copies of `policy_factory_or_policy`.
+            Plans whose remote workers only sample pass
+            ``policy.inference_copy()`` (for an MLP actor-critic, a numpy copy:
+            no torch in the worker processes); workers that compute
+            gradients (A3C) need the full policy.
 
     Attributes:
         resyncs: How often weights were re-sent to a re-created remote worker.
@@ -94,6 +100,7 @@ class WorkerSet:
         seed: int | None = None,
         env_config: Mapping[str, Any] | None = None,
         resources_per_worker: Mapping[str, float] | None = None,
+        remote_policy: Policy | PolicyFactory | None = None,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
@@ -103,7 +110,8 @@ class WorkerSet:
         config = {"seed": seed, "env_config": None if env_config is None else dict(env_config)}
         local_args = (env, policy, num_envs_per_worker, rollout_fragment_length)
         self._local = RolloutWorker(*local_args, **config, worker_index=0, single_thread=False)
-        factory = _PolicyCopy(policy) if isinstance(policy, Policy) else policy
+        remote = policy if remote_policy is None else remote_policy
+        factory = _PolicyCopy(remote) if isinstance(remote, Policy) else remote
         args = (env, factory, num_envs_per_worker, rollout_fragment_length)
         # One create_worker per member rather than create_group, whose members all get
         # the same arguments: each needs its own worker_index (seeds, episode ids).

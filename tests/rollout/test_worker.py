@@ -16,6 +16,16 @@ def ppo(obs_space, act_space):
     return PPOPolicy(obs_space, act_space, PPOConfig(seed=0, gamma=GAMMA, lam=1.0))
 
 
+def numpy_ppo(obs_space, act_space):
+    return ppo(obs_space, act_space).inference_copy()
+
+
+@pytest.fixture(params=["torch", "numpy"])
+def actor(request):
+    """The PPO policy, or its numpy inference copy: rollouts behave the same."""
+    return {"torch": ppo, "numpy": numpy_ppo}[request.param]
+
+
 def truncating_chain():
     return TimeLimit(ChainEnv(), max_episode_steps=3)
 
@@ -30,8 +40,8 @@ def blocks(batch, num_envs):
     return [batch[i * size : (i + 1) * size] for i in range(num_envs)]
 
 
-def test_cartpole_batch_columns_shapes_and_layout():
-    worker = RolloutWorker("CartPole-v1", ppo, num_envs=2, rollout_fragment_length=40, seed=0)
+def test_cartpole_batch_columns_shapes_and_layout(actor):
+    worker = RolloutWorker("CartPole-v1", actor, num_envs=2, rollout_fragment_length=40, seed=0)
     batch, metrics = worker.sample()
     assert len(batch) == 80 and metrics["env_steps"] == 80
     expected = {
@@ -68,9 +78,9 @@ def test_cartpole_batch_columns_shapes_and_layout():
     assert len(metrics["episode_returns"]) == len(metrics["episode_lengths"])
 
 
-def test_pendulum_actions_are_clipped_for_the_env_but_kept_in_the_batch():
+def test_pendulum_actions_are_clipped_for_the_env_but_kept_in_the_batch(actor):
     worker = RolloutWorker(
-        lambda: RecordActions(gym.make("Pendulum-v1")), ppo, rollout_fragment_length=200, seed=0
+        lambda: RecordActions(gym.make("Pendulum-v1")), actor, rollout_fragment_length=200, seed=0
     )
     batch, _ = worker.sample()
     assert batch["obs"].shape == (200, 3)
@@ -82,8 +92,8 @@ def test_pendulum_actions_are_clipped_for_the_env_but_kept_in_the_batch():
     assert set(batch.columns) >= {"logp", "values", "next_values", "advantages"}
 
 
-def test_next_values_bootstrap_the_final_observation_on_truncation():
-    worker = RolloutWorker(truncating_chain, ppo, rollout_fragment_length=8, seed=0)
+def test_next_values_bootstrap_the_final_observation_on_truncation(actor):
+    worker = RolloutWorker(truncating_chain, actor, rollout_fragment_length=8, seed=0)
     batch, metrics = worker.sample()
 
     def value(t):
@@ -102,8 +112,8 @@ def test_next_values_bootstrap_the_final_observation_on_truncation():
     assert metrics["episode_lengths"] == [3, 3]
 
 
-def test_next_values_are_zero_on_termination():
-    worker = RolloutWorker(terminating_chain, ppo, rollout_fragment_length=8, seed=0)
+def test_next_values_are_zero_on_termination(actor):
+    worker = RolloutWorker(terminating_chain, actor, rollout_fragment_length=8, seed=0)
     batch, _ = worker.sample()
     np.testing.assert_array_equal(batch["terminateds"], [0, 0, 1, 0, 0, 1, 0, 0])
     assert not batch["truncateds"].any()
@@ -134,11 +144,11 @@ def test_eps_ids_change_exactly_at_episode_ends_and_differ_between_workers():
     assert nxt["eps_id"][0] == batches[0]["eps_id"][6] and nxt["t"][0] == 1
 
 
-def test_same_seed_gives_the_same_batch():
+def test_same_seed_gives_the_same_batch(actor):
     def run(seed, worker_index=1):
         worker = RolloutWorker(
             "CartPole-v1",
-            ppo,
+            actor,
             num_envs=2,
             rollout_fragment_length=30,
             seed=seed,
@@ -155,8 +165,8 @@ def test_same_seed_gives_the_same_batch():
     assert not np.array_equal(run(3, worker_index=2)[0]["obs"], first[0]["obs"])
 
 
-def test_copies_of_one_policy_object_explore_differently_without_a_seed():
-    policy = ppo(ChainEnv.observation_space, ChainEnv.action_space)
+def test_copies_of_one_policy_object_explore_differently_without_a_seed(actor):
+    policy = actor(ChainEnv.observation_space, ChainEnv.action_space)
     actions = [
         RolloutWorker(ChainEnv, policy, rollout_fragment_length=64, worker_index=i).sample()[0][
             "actions"

@@ -32,6 +32,7 @@ class A3C(Algorithm):
     policy_class = PGPolicy
     policy_config_class = PGPolicyConfig
     config_class = A3CConfig
+    workers_learn = True
 
     def build_plan(self, workers, ctx):
         grads = (
