@@ -211,6 +211,13 @@ class Engine(AttemptSupervision):
             # The statistical profiler takes the GIL every 10 ms from Python-heavy
             # tasks such as env stepping (sampling ran markedly slower with it).
             "distributed.worker.profile.enabled": False,
+            # Each server's event-loop tick (every 20 ms) and each nanny's memory check
+            # (every 100 ms, two per worker in the driver) wake the driver's event loop
+            # about 100 times a second when nothing happens; every wake-up takes the GIL
+            # from the learner. Stalls of the loop (warned about after 3 s) and memory
+            # overruns are still seen.
+            "distributed.admin.tick.interval": "500ms",
+            "distributed.worker.memory.monitor-interval": "500ms",
         }
         with dask.config.set(settings):  # worker processes take the config at their start
             cluster = LocalCluster(
@@ -234,7 +241,7 @@ class Engine(AttemptSupervision):
                             },
                         }
                     cluster.sync(cluster._correct_state)
-                client = Client(cluster)
+                client = Client(cluster, direct_to_workers=True)
                 client.wait_for_workers(n_workers, timeout=120)
             except BaseException:
                 cluster.close()

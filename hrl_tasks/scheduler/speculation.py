@@ -52,7 +52,9 @@ class SpeculationPolicy:
         multiplier: a copy straggles past this many times the quantile.
         quantile: which quantile of the name's finished durations to use.
         min_samples: durations needed before any decision (too few: no backups).
-        min_elapsed_s: never back up a copy that ran less than this.
+        min_elapsed_s: never back up a copy that ran less than this (as Spark's
+            ``spark.speculation.minTaskRuntime``, 100 ms: a backup of a shorter task
+            rarely finishes first, and each costs a task on another worker).
         max_backups: copies beyond the original, at most.
         slow_factor: a worker whose recent tasks ran this many times slower than
             their names' medians is known to be slow...
@@ -66,7 +68,7 @@ class SpeculationPolicy:
     multiplier: float = 1.5
     quantile: float = 0.5
     min_samples: int = 5
-    min_elapsed_s: float = 0.02
+    min_elapsed_s: float = 0.1
     max_backups: int = 2
     slow_factor: float = 3.0
     slow_min_samples: int = 3
