@@ -2,8 +2,9 @@
 
 Prints one JSON line: no-op round-trip latency and 5,000-task throughput through
 the engine and through the raw ``distributed.Client`` (as one ``map`` batch, and
-as a loop of single ``submit`` calls), a stateful-worker call beside a Dask
-actor call, and a nested depth-3 tree.
+as a loop of single ``submit`` calls), a stateful-worker call, the same call
+made direct, and a Dask actor call (latency and the driver's CPU per call), and
+a nested depth-3 tree.
 
 Targets: engine latency <= 1.15x raw, engine throughput >= 0.85x raw.
 
@@ -44,6 +45,15 @@ def median_latency(call, rounds):
         call()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def driver_cpu(call, rounds):
+    """CPU seconds of this (the driver's) process per call."""
+    call()
+    start = time.process_time()
+    for _ in range(rounds):
+        call()
+    return (time.process_time() - start) / rounds
 
 
 def throughput(run_batch, n_tasks, repeats=3):
@@ -88,9 +98,14 @@ def main():
 
         echo = engine.create_worker(Echo)
         echo.ready()
-        stateful_latency = median_latency(lambda: echo.call("ping").result(), args.rounds)
         actor = client.submit(Echo, actor=True).result()
-        actor_latency = median_latency(lambda: actor.ping().result(), args.rounds)
+        calls = {
+            "stateful_call": lambda: echo.call("ping").result(),
+            "direct_call": lambda: echo.call("ping", direct=True).result(),
+            "dask_actor_call": lambda: actor.ping().result(),
+        }
+        call_latency = {name: median_latency(call, args.rounds) for name, call in calls.items()}
+        call_cpu = {name: driver_cpu(call, args.rounds) for name, call in calls.items()}
         tree_latency = median_latency(lambda: engine.submit(tree, 3, 3).result(), 20)
 
     figures = {
@@ -107,8 +122,8 @@ def main():
         "raw_submit_loop_tasks_per_s": round(raw_loop_tput, 1),
         "engine_submit_loop_tasks_per_s": round(engine_loop_tput, 1),
         "submit_loop_throughput_ratio": round(engine_loop_tput / raw_loop_tput, 3),
-        "stateful_call_ms": round(stateful_latency * 1e3, 3),
-        "dask_actor_call_ms": round(actor_latency * 1e3, 3),
+        **{f"{name}_ms": round(t * 1e3, 3) for name, t in call_latency.items()},
+        **{f"{name}_driver_cpu_ms": round(t * 1e3, 3) for name, t in call_cpu.items()},
         "nested_tree_depth3_fanout3_ms": round(tree_latency * 1e3, 2),
     }
     print(json.dumps(figures))

@@ -78,6 +78,7 @@ class Algorithm(abc.ABC):
                 seed=self.config.seed,
                 env_config=self.config.env_config,
                 remote_policy=None if self.workers_learn else policy.inference_copy(),
+                direct_calls=self.config.direct_calls,
             )
         except BaseException:
             if self.owns_engine:

@@ -38,6 +38,10 @@ class AlgorithmConfig:
     other cores; small models learn faster on one); None leaves torch's default."""
     metrics_smoothing_episodes: int = 20
     """episode_return_mean and episode_len_mean are over this many last episodes."""
+    direct_calls: bool = True
+    """Call the rollout workers directly instead of through the Dask scheduler:
+    about 1 ms of the driver's time per call instead of 6-9 ms here. False makes
+    each call an ordinary task, shown in the dashboard's task stream."""
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None = None, **overrides: Any):

@@ -78,11 +78,13 @@ class ParallelIterator:
         speculative: back up straggling calls on idle peers (a ``WorkerGroup``).
         before_call: called with the handle before each call to it; a dict it
             returns is passed to the method as keyword arguments.
+        direct: make the calls direct (straight to the workers, not through
+            the scheduler; see ``hrl_tasks.scheduler.direct``).
     """
 
     def __init__(
         self, engine, handles: list, method: str, transforms: tuple = (), speculative=False,
-        before_call=None,
+        before_call=None, direct: bool = False,
     ):  # fmt: skip
         self.engine = engine
         self.handles = list(handles)
@@ -90,17 +92,20 @@ class ParallelIterator:
         self.transforms = tuple(transforms)
         self.speculative = speculative
         self.before_call = before_call  # e.g. re-send weights to a worker that was re-created
+        self.direct = direct
 
     def for_each(self, fn: Callable[[Any, Any], Any]) -> ParallelIterator:
         """Apply ``fn(worker, item)`` on each worker to each of its items."""
         return ParallelIterator(
             self.engine, self.handles, self.method, (*self.transforms, fn), self.speculative,
-            self.before_call,
+            self.before_call, self.direct,
         )  # fmt: skip
 
     def _call(self, handle):
         kwargs = (self.before_call(handle) if self.before_call is not None else None) or {}
         options = {"speculative": True} if self.speculative else {}
+        if self.direct:
+            options["direct"] = True
         if not self.transforms:
             return handle.call(self.method, **kwargs, **options)
         return handle.call("apply", _Pipeline(self.method, self.transforms, kwargs), **options)

@@ -66,6 +66,7 @@ def ParallelRollouts(
         "sample",
         speculative=speculative and mode == "bulk_sync",
         before_call=workers.sample_kwargs,  # deferred weights; re-syncs re-created workers
+        direct=workers.direct_calls,
     )
     if mode == "raw":
         return parallel

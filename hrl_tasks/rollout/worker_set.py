@@ -27,6 +27,11 @@ last weights TaskRef and each worker's ``restarts`` count at its last sync
 re-sends the weights first to a worker whose count grew. A ``sample``
 that was running when the worker died fails with ``WorkerLostError`` (it is
 not re-issued: it would run on the initial weights); the next one succeeds.
+
+With ``direct_calls=True`` every call goes straight to the worker process
+instead of through the Dask scheduler (`hrl_tasks.scheduler.direct`), and
+the shared weights are placed with ``engine.put`` on one rollout worker, from
+which the others fetch them: still one upload per update.
 """
 
 from __future__ import annotations
@@ -80,6 +85,9 @@ class WorkerSet:
             ``policy.inference_copy()`` (for an MLP actor-critic, a numpy copy:
             no torch in the worker processes); workers that compute
             gradients (A3C) need the full policy.
+        direct_calls: Call the remote workers directly, not through the
+            scheduler (much less of the driver's time per call; the calls do
+            not show in the dashboard's task stream).
 
     Attributes:
         resyncs: How often weights were re-sent to a re-created remote worker.
@@ -101,11 +109,13 @@ class WorkerSet:
         env_config: Mapping[str, Any] | None = None,
         resources_per_worker: Mapping[str, float] | None = None,
         remote_policy: Policy | PolicyFactory | None = None,
+        direct_calls: bool = False,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         env = resolve_env(env)
         self.engine = engine
+        self.direct_calls = bool(direct_calls)
         policy = policy_factory_or_policy
         config = {"seed": seed, "env_config": None if env_config is None else dict(env_config)}
         local_args = (env, policy, num_envs_per_worker, rollout_fragment_length)
@@ -198,7 +208,7 @@ class WorkerSet:
         refs = []
         for index, handle in targets:
             self._synced_restarts[index] = handle.restarts  # read first: a later restart is seen
-            refs.append(handle.call("set_weights", sent))
+            refs.append(handle.call("set_weights", sent, direct=self.direct_calls))
         return refs
 
     def sample(self, speculative: bool = False) -> list[Any]:
@@ -217,7 +227,12 @@ class WorkerSet:
         if not len(self._remote):
             raise ValueError("no remote workers: call local_worker.sample() instead")
         return [
-            handle.call("sample", **self.sample_kwargs(handle), speculative=speculative)
+            handle.call(
+                "sample",
+                **self.sample_kwargs(handle),
+                speculative=speculative,
+                direct=self.direct_calls,
+            )
             for handle in self._remote
         ]
 
@@ -255,7 +270,7 @@ class WorkerSet:
         """
         index, member = self._find(handle)
         self._setups[index] = fn
-        return member.call("apply", fn)
+        return member.call("apply", fn, direct=self.direct_calls)
 
     def note_sampled(self, handle: Any) -> None:
         """Re-sends the weights to ``handle`` if it was re-created since its last sync.
@@ -275,9 +290,18 @@ class WorkerSet:
         raise ValueError(f"{handle!r} is not a remote worker of this WorkerSet")
 
     def _weights_in_cluster(self) -> Any:
-        """The TaskRef holding the last weights, submitted on first need or if lost."""
+        """The TaskRef holding the last weights, placed on first need or if lost.
+
+        Direct calls get them as ``engine.share(weights)``: the first call takes
+        them along and the other workers fetch them from its worker. Scheduled
+        calls get a small task's result, which Dask can compute again should
+        its worker die.
+        """
         ref = self._weights_ref
-        if ref is None or (ref.done() and ref.exception(timeout=0) is not None):
+        if self.direct_calls:
+            if ref is None:
+                ref = self._weights_ref = self.engine.share(self._weights)
+        elif ref is None or (ref.done() and ref.exception(timeout=0) is not None):
             ref = self._weights_ref = self.engine.submit(_identity, self._weights, name="weights")
         return ref
 
@@ -287,9 +311,9 @@ class WorkerSet:
             return
         self._synced_restarts[index] = restarts
         self._deferred.discard(index)  # the re-sync sends the latest weights
-        handle.call("set_weights", self._weights_in_cluster())
+        handle.call("set_weights", self._weights_in_cluster(), direct=self.direct_calls)
         if index in self._setups:
-            handle.call("apply", self._setups[index])
+            handle.call("apply", self._setups[index], direct=self.direct_calls)
         self.resyncs += 1
 
     def foreach_worker(self, fn: Callable[[RolloutWorker], Any], local: bool = True) -> list[Any]:
@@ -302,7 +326,7 @@ class WorkerSet:
         Returns:
             The results, local worker first, then remote workers in order.
         """
-        refs = [handle.call("apply", fn) for handle in self._remote]
+        refs = [handle.call("apply", fn, direct=self.direct_calls) for handle in self._remote]
         results = [fn(self._local)] if local else []
         return results + list(self.engine.gather(refs))
 

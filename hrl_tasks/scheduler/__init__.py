@@ -1,5 +1,6 @@
 """The engine: resource-aware tasks, nested tasks and stateful workers on Dask."""
 
+from hrl_tasks.scheduler.direct import Shared
 from hrl_tasks.scheduler.engine import Engine, current_engine
 from hrl_tasks.scheduler.errors import EngineError, ObjectStartError, ResourceError, WorkerLostError
 from hrl_tasks.scheduler.faults import InjectedFault, clear_faults, inject_faults, kill_worker_after
@@ -18,6 +19,7 @@ __all__ = [
     "ObjectStartError",
     "ResourceError",
     "RetryPolicy",
+    "Shared",
     "SyncEngine",
     "TaskContext",
     "TaskRef",

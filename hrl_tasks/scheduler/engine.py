@@ -41,6 +41,7 @@ import psutil
 from distributed import Client, Future
 
 from hrl_tasks.scheduler.clusters import check_versions, count_gpus
+from hrl_tasks.scheduler.direct import DirectFuture, Shared
 from hrl_tasks.scheduler.errors import EngineError
 from hrl_tasks.scheduler.resources import Ledger, normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
@@ -53,7 +54,7 @@ from hrl_tasks.scheduler.taskref import TaskRef, collect_refs, resolve_refs
 from hrl_tasks.scheduler.worker_side import (
     WorkerRuntime,
     current_task,
-    in_task_thread,
+    in_worker_task,
     local_resources,
     run_task,
     task_wait,
@@ -80,7 +81,7 @@ def current_engine() -> Engine:
     Raises:
         EngineError: if there is none.
     """
-    if in_task_thread():
+    if in_worker_task():
         from distributed import get_worker
 
         return WorkerRuntime.of(get_worker()).nested_engine()
@@ -153,7 +154,7 @@ class Engine(AttemptSupervision):
         self.local_cache_lock = threading.Lock()
         self._refresh_ledger()
         client.subscribe_topic(self.topic, self._on_reports)
-        if not in_task_thread():  # nested engines find lost workers by their sweep
+        if not in_worker_task():  # nested engines find lost workers by their sweep
             client.subscribe_topic("all", self._on_cluster_event)
         self._keeper = threading.Thread(
             target=object_keeper, args=(self,), name=f"{self.topic}-keeper", daemon=True
@@ -163,7 +164,7 @@ class Engine(AttemptSupervision):
             target=self._settle_loop, name=f"{self.topic}-settle", daemon=True
         )
         self._settler.start()
-        self._active_token = _ACTIVE_ENGINE.set(self) if not in_task_thread() else None
+        self._active_token = _ACTIVE_ENGINE.set(self) if not in_worker_task() else None
 
     # --- construction -------------------------------------------------------
 
@@ -413,10 +414,16 @@ class Engine(AttemptSupervision):
             fifo_timeout=FIFO, **pin,
         )  # fmt: skip
 
-    def cancel_futures(self, futures: list[Future]) -> None:
-        """Cancel Dask futures from any thread, the client's event loop included, without waiting."""
-        if futures:
-            self.client.loop.add_callback(self.client._cancel, list(futures))
+    def cancel_futures(self, futures: list) -> None:
+        """Cancel attempts from any thread, the client's event loop included, without waiting."""
+        dask_futures = []
+        for future in futures:
+            if isinstance(future, DirectFuture):
+                future.cancel()
+            else:
+                dask_futures.append(future)
+        if dask_futures:
+            self.client.loop.add_callback(self.client._cancel, dask_futures)
 
     def new_key(self, name: str) -> str:
         """A fresh Dask key for an attempt of task ``name`` (Dask groups keys by ``name``)."""
@@ -427,12 +434,18 @@ class Engine(AttemptSupervision):
 
         Unlike passing ``value`` to each task, it travels to the cluster once and
         is not copied into every task's graph (the way to broadcast weights).
+        For direct calls, use :meth:`share`.
         """
-        future = self.client.scatter(value, hash=False)
+        (future,) = self.client.scatter([value], hash=False)  # a list: not a dict's items
         ref = TaskRef(self, "put", lambda attempt: (future, {}), [])
         ref._future = future
         ref._outcome.set_result(future)
         return ref
+
+    @staticmethod
+    def share(value) -> Shared:
+        """``value`` for many direct calls, to leave the driver once (see :class:`Shared`)."""
+        return Shared(value)
 
     def map(self, fn, *iterables, **submit_kwargs) -> list[TaskRef]:
         """``[submit(fn, *args, **submit_kwargs) for args in zip(*iterables)]``, sent as one batch."""
@@ -482,7 +495,9 @@ class Engine(AttemptSupervision):
             for ref in refs:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 futures.append(ref._wait_outcome(left))
-            return self.client.gather(futures)
+            in_cluster = [f for f in futures if not isinstance(f, DirectFuture)]
+            fetched = iter(self.client.gather(in_cluster) if in_cluster else ())
+            return [f.result() if isinstance(f, DirectFuture) else next(fetched) for f in futures]
 
     def wait(
         self,

@@ -21,7 +21,17 @@ class WorkerLostError(EngineError):
     Raised for a task whose retry budget is spent after worker losses, and for
     a stateful-worker call that was in flight when its worker died and whose
     handle does not allow re-issuing calls.
+
+    Attributes:
+        address: the worker that was lost, when known.
     """
+
+    def __init__(self, message: str, address: str | None = None):
+        super().__init__(message)
+        self.address = address
+
+    def __reduce__(self):
+        return type(self), (str(self), self.address)
 
 
 class ObjectStartError(EngineError):

@@ -204,7 +204,7 @@ class Speculator:
         if peer is None:
             return
         method, args, kwargs = ref.call_args
-        backup = peer.call(method, args, kwargs, internal=True)
+        backup = peer.call(method, args, kwargs, internal=True, direct=ref.direct)
         ref.linked.append(backup)
         ref.backups.update(backup.copies)
         for key in backup.copies:

@@ -74,7 +74,7 @@ class SyncHandle:
         self.restarts = 0
         self._obj = obj
 
-    def call(self, method: str, *args, speculative=False, **kwargs) -> SyncRef:
+    def call(self, method: str, *args, speculative=False, direct=False, **kwargs) -> SyncRef:
         bound = getattr(self._obj, method)
         return self.engine.submit(bound, *args, name=f"{self.name}.{method}", **kwargs)
 
@@ -167,11 +167,16 @@ class SyncEngine:
             self._stats.count("finished")
             return ref
 
-    def put(self, value) -> SyncRef:
-        """A finished ref holding ``value``."""
+    def put(self, value, worker: str | None = None) -> SyncRef:
+        """A finished ref holding ``value`` (``worker`` is ignored: there is one process)."""
         ref = SyncRef("put", f"put-{next(self._keys)}")
         ref._outcome.set_result(value)
         return ref
+
+    @staticmethod
+    def share(value):
+        """``value`` itself: in-process calls need no upload."""
+        return value
 
     def map(self, fn, *iterables, **submit_kwargs) -> list[SyncRef]:
         return [self.submit(fn, *args, **submit_kwargs) for args in zip(*iterables, strict=True)]

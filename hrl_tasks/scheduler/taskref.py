@@ -15,6 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from hrl_tasks.scheduler.direct import Shared
 from hrl_tasks.scheduler.worker_side import task_wait
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class TaskRef:
         self.copies: dict[str, float] = {}  # key of each attempt -> when it was sent
         self.backups: set[str] = set()  # keys of backup copies
         self.linked: list[TaskRef] = []  # backup calls on peers of a stateful-worker group
+        self.direct = False  # a direct call (scheduler/direct.py): its result lives in the driver
 
     # --- user API -----------------------------------------------------------
 
@@ -199,7 +201,7 @@ class TaskRef:
         losers = [f.key for f in others]
         if others:
             self.engine.cancel_futures(others)
-            if self.call_info is not None:  # a peer's copy won: this call may never run
+            if self.call_info is not None and not self.direct:  # it may never run: say so
                 self.call_info[0].skip(self.call_info[1])
         for peer_call in self.linked:
             if peer_call.future is not future:
@@ -236,11 +238,19 @@ def collect_refs(obj, found: list) -> None:
 
 
 def resolve_refs(obj):
-    """Replace TaskRefs by their current Dask futures; returns (new obj, {id(ref): future})."""
+    """Replace TaskRefs by their current Dask futures, and `Shared` values by the values
+    (a task carries them in its graph); returns (new obj, {id(ref): future})."""
     used: dict = {}
 
     def walk(item):
+        if isinstance(item, Shared):
+            return item.value
         if isinstance(item, TaskRef):
+            if item.direct:
+                raise TypeError(
+                    f"{item.name!r} was a direct call: its result lives in the driver, not in "
+                    "the cluster, so it cannot be a task's input; pass its .result() instead"
+                )
             used[id(item)] = item._future
             return item._future
         if isinstance(item, (list, tuple, set, frozenset)):

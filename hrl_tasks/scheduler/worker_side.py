@@ -12,25 +12,65 @@ Ordering of calls to one object: the driver numbers the calls of a handle
 failed or been cancelled, so ``set_weights`` followed by ``sample`` never runs
 the other way round even when the first waits for its argument to arrive.
 Calls run one at a time unless the object's class sets ``thread_safe = True``.
+
+Direct calls (``handle.call(..., direct=True)``) skip the scheduler: the
+driver sends them to the worker's ``hrl_tasks_direct_call`` handler
+(:meth:`WorkerRuntime.direct_call`), which runs them in threads of the
+object's own (not in Dask's pool) under the same numbering, and answers with
+the result. A value shared by many direct calls (``engine.share``) arrives
+with the first of them (:class:`SharedValue`) and is kept here; the other
+workers' calls carry a :class:`SharedRef` and fetch it from this worker
+(:meth:`WorkerRuntime.shared_value`), so it leaves the driver once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures as cf
 import contextlib
 import contextvars
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from distributed import get_client, get_worker, rejoin, secede
 from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.protocol import to_serialize
 from distributed.threadpoolexecutor import secede as pool_secede
+from distributed.worker import _worker_cvar
 
 from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
 
 RUNTIME_NAME = "hrl-tasks-runtime"
 FLUSH_INTERVAL_S = 0.05
+DIRECT_HANDLER = "hrl_tasks_direct_call"
+SHARED_HANDLER = "hrl_tasks_shared_value"
+DIRECT_THREADS = 8  # per object: direct calls may arrive out of order and wait for their turn
+SHARED_KEPT = 4  # shared values kept per worker process, the newest
+SHARED_WAIT_S = 30.0  # a peer asking for a shared value waits this long for it to arrive
+_DIRECT_THREAD = threading.local()
+
+
+@dataclass(frozen=True)
+class SharedValue:
+    """A shared value in a direct call's arguments, sent with it; kept for the peers."""
+
+    key: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class SharedRef:
+    """A shared value in a direct call's arguments, to fetch from the worker ``holder``."""
+
+    key: str
+    holder: str
+
+
+class InputLostError(Exception):
+    """A direct call's shared input could not be fetched from the worker holding it."""
 
 
 @dataclass
@@ -55,14 +95,18 @@ class TaskContext:
     detached: bool = False  # cancelled while running: its thread left the pool
     finished: bool = False
     left_pool: bool = False  # waited once: the thread already left the pool
+    direct: bool = False  # a direct call, run outside Dask's task machinery
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def cancelled(self) -> bool:
         """Whether this attempt was cancelled (e.g. a backup copy won) while it runs.
 
         Dask cannot stop a running task, but a task that checks this between
-        steps of its work can stop early and give its thread back.
+        steps of its work can stop early and give its thread back. A direct
+        call is never told: this is always False there.
         """
+        if self.direct:
+            return False
         state = get_worker().state.tasks.get(self.key)
         return state is None or state.state in ("cancelled", "released", "forgotten")
 
@@ -77,43 +121,90 @@ def current_task() -> TaskContext | None:
     return _CURRENT_TASK.get()
 
 
-def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
-    """Run one attempt of an engine task on a worker, reporting its start and end."""
-    worker = get_worker()
-    ctx = TaskContext(
+def _context(spec: dict, direct: bool = False) -> TaskContext:
+    return TaskContext(
         key=spec["key"],
         name=spec["name"],
         attempt=spec["attempt"],
         resources=spec["resources"],
         topic=spec["topic"],
+        direct=direct,
     )
-    runtime = WorkerRuntime.of(worker)
-    faults = None if spec.get("internal") else runtime.faults
+
+
+@contextlib.contextmanager
+def _reported(runtime: WorkerRuntime, ctx: TaskContext):
+    """Run the body as ``ctx``'s task: reported at its start and end, and findable
+    by `current_task` and the runtime meanwhile."""
     runtime.report(ctx.topic, "start", ctx.key, ctx.name, None)
     token = _CURRENT_TASK.set(ctx)
     ctx.thread = threading.current_thread()
     runtime.running[ctx.key] = ctx
     start = time.perf_counter()
     try:
-        if faults is not None:
-            faults.maybe_fail(ctx.name)
-        result = fn(*args, **kwargs)
-        if faults is not None:
-            faults.maybe_slow_down(ctx.name, time.perf_counter() - start)
-        return result
+        yield
     finally:
         elapsed = time.perf_counter() - start
         _CURRENT_TASK.reset(token)
         runtime.running.pop(ctx.key, None)
-        with ctx.lock:
-            ctx.finished = True
-            if ctx.detached:  # a new thread took this one's place in the pool: end here
-                from distributed.threadpoolexecutor import thread_state as pool_state
-
-                pool_state.proceed = False
-        if ctx.seceded and ctx.resources:
-            runtime.adjust_available(ctx.resources, -1)
         runtime.report(ctx.topic, "end", ctx.key, ctx.name, elapsed)
+
+
+def _call_with_faults(runtime: WorkerRuntime, spec: dict, fn, args: tuple, kwargs: dict) -> Any:
+    """``fn(*args, **kwargs)``, with the faults injected into this worker (not internal work)."""
+    faults = None if spec.get("internal") else runtime.faults
+    if faults is None:
+        return fn(*args, **kwargs)
+    start = time.perf_counter()
+    faults.maybe_fail(spec["name"])
+    result = fn(*args, **kwargs)
+    faults.maybe_slow_down(spec["name"], time.perf_counter() - start)
+    return result
+
+
+def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
+    """Run one attempt of an engine task on a worker, reporting its start and end."""
+    runtime = WorkerRuntime.of(get_worker())
+    ctx = _context(spec)
+    with _reported(runtime, ctx):
+        try:
+            return _call_with_faults(runtime, spec, fn, args, kwargs)
+        finally:
+            with ctx.lock:
+                ctx.finished = True
+                if ctx.detached:  # a new thread took this one's place in the pool: end here
+                    from distributed.threadpoolexecutor import thread_state as pool_state
+
+                    pool_state.proceed = False
+            if ctx.seceded and ctx.resources:
+                runtime.adjust_available(ctx.resources, -1)
+
+
+def run_direct(runtime: WorkerRuntime, spec: dict, call: tuple) -> Any:
+    """Run a direct call (``call_object``'s arguments) in a thread of the object's own.
+
+    ``get_worker()`` works there as in a task (Dask's actors set the same
+    context variable around their calls).
+    """
+    _DIRECT_THREAD.active = True
+    token = _worker_cvar.set(runtime.worker)
+    ctx = _context(spec, direct=True)
+    try:
+        with _reported(runtime, ctx):
+            return _call_with_faults(runtime, spec, call_object, call, {})
+    finally:
+        ctx.finished = True
+        _worker_cvar.reset(token)
+
+
+def in_direct_call() -> bool:
+    """Whether the calling thread runs a direct call of a stateful worker."""
+    return getattr(_DIRECT_THREAD, "active", False)
+
+
+def in_worker_task() -> bool:
+    """Whether the calling thread runs an engine task or a direct call on a worker."""
+    return in_task_thread() or in_direct_call()
 
 
 def worker_local(key: str, factory):
@@ -124,7 +215,7 @@ def worker_local(key: str, factory):
     (the driver, or the in-process SyncEngine) the object is kept by the current
     engine instead.
     """
-    if in_task_thread():
+    if in_worker_task():
         runtime = WorkerRuntime.of(get_worker())
         store, lock = runtime.cache, runtime.cache_lock
     else:
@@ -201,6 +292,19 @@ class ObjectEntry:
     watermark: int = -1
     cond: threading.Condition = field(default_factory=threading.Condition)
     call_lock: threading.RLock = field(default_factory=threading.RLock)
+    direct_pool: cf.ThreadPoolExecutor | None = None  # direct calls' threads, made on first use
+
+    def direct_executor(self) -> cf.ThreadPoolExecutor:
+        with self.cond:
+            if self.direct_pool is None:
+                self.direct_pool = cf.ThreadPoolExecutor(
+                    DIRECT_THREADS, thread_name_prefix=f"hrl-direct-{self.obj_id}"
+                )
+            return self.direct_pool
+
+    def close_direct(self) -> None:
+        if self.direct_pool is not None:
+            self.direct_pool.shutdown(wait=False)
 
     def mark_finished(self, seq: int) -> None:
         with self.cond:
@@ -245,6 +349,10 @@ class WorkerRuntime(WorkerPlugin):
         self.cache: dict = {}  # worker_local() objects, one per key per worker process
         self.cache_lock = threading.Lock()
         self.running: dict[str, TaskContext] = {}  # engine tasks executing here, by key
+        self.shared: OrderedDict[str, Any] = OrderedDict()  # shared values, the newest last
+        self.shared_arrived: dict[str, asyncio.Event] = {}  # peers waiting for one
+        worker.handlers[DIRECT_HANDLER] = self.direct_call
+        worker.handlers[SHARED_HANDLER] = self.shared_value
 
     @classmethod
     def of(cls, worker) -> WorkerRuntime:
@@ -283,6 +391,74 @@ class WorkerRuntime(WorkerPlugin):
         now = time.monotonic()
         for topic, events in reports.items():
             self.worker.log_event(topic, [[*e[:5], now - e[5]] for e in events])
+
+    async def direct_call(self, comm=None, spec=None, call=None) -> dict:
+        """Handler of a direct call: ``call`` is ``call_object``'s arguments.
+
+        Answers ``{"status": "OK", "result": ...}``, ``{"status": "error",
+        "exception": ...}`` (what the method raised) or ``{"status":
+        "input-lost", "key": ...}`` when a shared input cannot be fetched (the
+        call did not run; the driver sends it again with the value).
+        """
+        obj_id, seq, method, args, kwargs = call
+        try:
+            args, kwargs = await self._resolve_shared((args, kwargs))
+        except InputLostError as exc:
+            return {"status": "input-lost", "key": str(exc)}
+        entry = self.entry(obj_id)
+        loop = asyncio.get_running_loop()
+        call = (obj_id, seq, method, args, kwargs)
+        try:
+            result = await loop.run_in_executor(
+                entry.direct_executor(), run_direct, self, spec, call
+            )
+        except Exception as exc:  # the method's error, for the caller
+            return {"status": "error", "exception": to_serialize(exc)}
+        return {"status": "OK", "result": to_serialize(result)}
+
+    async def shared_value(self, comm=None, key=None) -> dict:
+        """Handler: a peer's request for shared value ``key`` (waits for it to arrive)."""
+        if key not in self.shared:
+            arrived = self.shared_arrived.setdefault(key, asyncio.Event())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(arrived.wait(), SHARED_WAIT_S)
+        if key not in self.shared:
+            return {"status": "missing"}
+        return {"status": "OK", "value": to_serialize(self.shared[key])}
+
+    def _keep_shared(self, key: str, value: Any) -> None:
+        self.shared[key] = value
+        self.shared.move_to_end(key)
+        while len(self.shared) > SHARED_KEPT:
+            self.shared.popitem(last=False)
+        arrived = self.shared_arrived.pop(key, None)
+        if arrived is not None:
+            arrived.set()
+
+    async def _resolve_shared(self, obj):
+        """``obj`` with shared values in place of SharedValue / SharedRef markers."""
+        if isinstance(obj, SharedValue):
+            self._keep_shared(obj.key, obj.value)
+            return obj.value
+        if isinstance(obj, SharedRef):
+            return await self._fetch_shared(obj)
+        if isinstance(obj, (list, tuple)):
+            return type(obj)([await self._resolve_shared(x) for x in obj])
+        if isinstance(obj, dict):
+            return {k: await self._resolve_shared(v) for k, v in obj.items()}
+        return obj
+
+    async def _fetch_shared(self, ref: SharedRef) -> Any:
+        if ref.key in self.shared:
+            return self.shared[ref.key]
+        try:
+            response = await getattr(self.worker.rpc(ref.holder), SHARED_HANDLER)(key=ref.key)
+        except OSError:
+            raise InputLostError(ref.key) from None  # the holder is gone
+        if response["status"] != "OK":
+            raise InputLostError(ref.key)
+        self._keep_shared(ref.key, response["value"])
+        return response["value"]
 
     def transition(self, key, start, finish, **kwargs) -> None:
         """Worker-state hook: a running engine task that gets cancelled leaves the pool."""
@@ -352,6 +528,7 @@ class WorkerRuntime(WorkerPlugin):
 
     def teardown(self, worker):
         for entry in list(self.objects.values()):
+            entry.close_direct()
             close = getattr(entry.obj, "close", None)
             if callable(close):
                 with contextlib.suppress(Exception):
@@ -427,6 +604,7 @@ def destroy_object(obj_id: str, seq: int) -> bool:
     entry = runtime.entry(obj_id)
     entry.wait_turn(seq)
     runtime.objects.pop(obj_id, None)
+    entry.close_direct()
     close = getattr(entry.obj, "close", None)
     if callable(close):
         close()

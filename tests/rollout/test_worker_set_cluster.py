@@ -55,7 +55,34 @@ def test_sample_and_one_broadcast_weight_sync(engine):
         assert_all_equal(workers.foreach_worker(lambda w: w.get_weights()), new)
 
 
-def test_a_killed_worker_is_recreated_and_resynced(engine):
+def test_direct_calls_sample_and_share_one_upload_of_the_weights(engine):
+    with WorkerSet(
+        engine,
+        "CartPole-v1",
+        ppo,
+        num_workers=2,
+        num_envs_per_worker=2,
+        rollout_fragment_length=32,
+        seed=0,
+        direct_calls=True,
+    ) as workers:
+        results = engine.gather(workers.sample(speculative=True))
+        assert sorted(m["worker_index"] for _, m in results) == [1, 2]
+        new = perturbed(workers.local_worker.get_weights(), seed=0)
+        refs = workers.sync_weights(new)
+        assert all(ref.direct for ref in refs)
+        engine.gather(refs)
+        shared = workers._weights_ref  # one upload: the second worker fetched it from the first
+        assert isinstance(shared, hrl.Shared) and shared.holder == workers.remote_workers[0].address
+        assert_all_equal(workers.foreach_worker(lambda w: w.get_weights()), new)
+        deferred = perturbed(new, seed=1)
+        workers.sync_weights(deferred, defer=True)  # rides on the next sample calls
+        engine.gather(workers.sample())
+        assert_all_equal(workers.foreach_worker(lambda w: w.get_weights()), deferred)
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_killed_worker_is_recreated_and_resynced(engine, direct):
     workers = WorkerSet(
         engine,
         "CartPole-v1",
@@ -64,6 +91,7 @@ def test_a_killed_worker_is_recreated_and_resynced(engine):
         num_envs_per_worker=4,
         rollout_fragment_length=500,
         seed=0,
+        direct_calls=direct,
     )
     try:
         new = perturbed(workers.local_worker.get_weights(), seed=1)

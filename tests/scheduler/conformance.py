@@ -74,6 +74,21 @@ class EngineConformance:
         weights = eng.put([1, 2, 3])
         refs = [eng.submit(tasks.total, weights) for _ in range(3)]
         assert eng.gather(refs, timeout=30) == [6, 6, 6]
+        mapping = eng.put({"a": 1, "b": 2})  # one value, not one per item
+        assert eng.submit(sorted, mapping).result(timeout=30) == ["a", "b"]
+
+    def test_direct_calls_and_shared_values(self, eng):
+        boxes = [eng.create_worker(tasks.Box) for _ in range(2)]
+        shared = eng.share([1, 2, 3])
+        assert eng.gather([b.call("put", shared, direct=True) for b in boxes], timeout=30) == [
+            True,
+            True,
+        ]
+        assert (
+            eng.gather([b.call("get", direct=True) for b in boxes], timeout=30) == [[1, 2, 3]] * 2
+        )
+        for box in boxes:
+            box.kill()
 
     def test_worker_local_builds_once_per_process(self, eng):
         seen = eng.gather([eng.submit(tasks.local_table, "table") for _ in range(8)], timeout=30)

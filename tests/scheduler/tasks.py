@@ -136,3 +136,18 @@ class ThreadLog:
         started = time.monotonic()
         time.sleep(seconds)
         return i, threading.get_ident(), started
+
+
+class Nester:
+    """A stateful worker whose calls use the engine and worker_local from the worker."""
+
+    def nested_inc(self, x):
+        return hrl.current_engine().submit(inc, x).result()
+
+    def where(self):
+        from distributed import get_worker
+
+        return get_worker().address
+
+    def table(self):
+        return os.getpid(), id(hrl.worker_local("nester", dict))

@@ -63,28 +63,40 @@ def test_stateful_counter_survives_its_worker(fresh):
     assert counter.address != first_home
 
 
-def test_call_in_flight_fails_with_worker_lost(fresh):
+@pytest.mark.parametrize("direct", [False, True])
+def test_call_in_flight_fails_with_worker_lost(fresh, direct):
     counter = fresh.create_worker(tasks.Counter, start=0)
     counter.ready(timeout=30)
-    in_flight = counter.call("slow_add", 1, 20)
+    in_flight = counter.call("slow_add", 1, 20, direct=direct)
     time.sleep(0.5)
     start = time.monotonic()
     kill_worker(fresh, counter.address)
     with pytest.raises(hrl.WorkerLostError, match="Counter.*reissue_calls"):
         in_flight.result(timeout=30)
     assert time.monotonic() - start < 30
-    assert counter.call("value").result(timeout=30) == 0
+    assert counter.call("value", direct=direct).result(timeout=30) == 0
 
 
-def test_call_in_flight_is_reissued_when_allowed(fresh):
+@pytest.mark.parametrize("direct", [False, True])
+def test_call_in_flight_is_reissued_when_allowed(fresh, direct):
     counter = fresh.create_worker(tasks.Counter, start=0, reissue_calls=True)
     counter.ready(timeout=30)
-    in_flight = counter.call("slow_add", 5, 1.0)
-    queued = counter.call("add", 1)
+    in_flight = counter.call("slow_add", 5, 1.0, direct=direct)
+    queued = counter.call("add", 1, direct=direct)
     time.sleep(0.3)
     kill_worker(fresh, counter.address)
     assert in_flight.result(timeout=30) == 5
     assert queued.result(timeout=30) == 6
+
+
+def test_a_shared_value_whose_holder_died_is_sent_again(fresh):
+    holder, other = (fresh.create_worker(tasks.Box, strategy="spread") for _ in range(2))
+    assert holder.ready(timeout=30).address != other.ready(timeout=30).address
+    shared = fresh.share(list(range(1000)))
+    assert holder.call("put", shared, direct=True).result(timeout=30)
+    kill_worker(fresh, holder.address)
+    assert other.call("put", shared, direct=True).result(timeout=30)
+    assert other.call("get", direct=True).result(timeout=30) == list(range(1000))
 
 
 def test_object_gives_up_after_max_restarts(fresh):

@@ -1,5 +1,7 @@
 """Speculative re-execution on a real cluster with one worker slowed down."""
 
+import time
+
 import pytest
 
 import hrl_tasks as hrl
@@ -67,22 +69,29 @@ def test_a_task_not_marked_speculative_is_never_copied(four, slow_worker):
     assert four.stats()["speculated"] == before
 
 
-def test_a_group_call_speculates_to_an_idle_peer(four):
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_group_call_speculates_to_an_idle_peer(four, direct):
     group = four.create_group(tasks.Sampler, 3)
     homes = sorted(h.address for h in group)
     assert len(set(homes)) == 3  # spread
     for _ in range(3):  # durations for the planner
-        assert sorted(four.gather(group.call_all("sample", TASK_S), timeout=30)) == homes
+        calls = group.call_all("sample", TASK_S, direct=direct)
+        assert sorted(four.gather(calls, timeout=30)) == homes
     straggler = group[0]
     inject_faults(four, slow_workers={straggler.address: 40.0})
     try:
         before = four.stats()["backup_won"]
-        answer = straggler.call("sample", TASK_S, speculative=True).result(timeout=30)
+        call = straggler.call("sample", TASK_S, speculative=True, direct=direct)
+        answer = call.result(timeout=30)
         assert answer in set(homes) - {straggler.address}, "the slow member answered"
+        deadline = time.monotonic() + 5  # counted just after the result is handed out
+        while four.stats()["backup_won"] < before + 1:
+            assert time.monotonic() < deadline, "the backup's win was not counted"
+            time.sleep(0.01)
         assert four.stats()["backup_won"] == before + 1
         clear_faults(four)
         # the member whose copy lost still takes calls (its skipped turn does not block them)
-        assert straggler.call("sample", 0.0).result(timeout=60) == straggler.address
+        assert straggler.call("sample", 0.0, direct=direct).result(timeout=60) == straggler.address
     finally:
         clear_faults(four)
         group.kill()

@@ -1,0 +1,101 @@
+"""Direct calls of stateful workers on a real cluster, and their pieces without one."""
+
+import time
+
+import numpy as np
+import pytest
+
+import hrl_tasks as hrl
+from hrl_tasks.scheduler.direct import DirectFuture, Shared, direct_arguments, inline
+from hrl_tasks.scheduler.worker_side import SharedRef, SharedValue
+from tests.scheduler import tasks
+
+
+def test_a_shared_value_rides_with_the_first_call_and_is_referenced_after():
+    shared = Shared(np.arange(3))
+    first, values = direct_arguments(((shared,), {"w": [shared]}), "tcp://a")
+    assert isinstance(first[0][0], SharedValue) and shared.holder == "tcp://a"
+    again, _ = direct_arguments(((shared,), {}), "tcp://a")
+    other, _ = direct_arguments(((1, shared), {}), "tcp://b")
+    assert again[0][0] == SharedRef(shared.key, "tcp://a")
+    assert other[0] == (1, SharedRef(shared.key, "tcp://a"))
+    sent_again = inline(other, values)  # what goes when the holder is gone
+    assert isinstance(sent_again[0][1], SharedValue) and sent_again[0][1].value is shared.value
+    with pytest.raises(TypeError, match="not inside other objects"):
+        hrl.Engine.share(1).__reduce__()
+
+
+def test_direct_future_states():
+    done, failed, dropped = DirectFuture("a", "w"), DirectFuture("b", "w"), DirectFuture("c", "w")
+    assert done.status == "pending" and not done.done()
+    done._settle(5)
+    failed._settle(error=ValueError("no"))
+    dropped.cancel()
+    dropped._settle(7)  # an answer after a cancel is dropped
+    assert (done.status, done.result()) == ("finished", 5)
+    assert failed.status == "error" and isinstance(failed.exception(), ValueError)
+    assert dropped.status == "cancelled"
+
+
+@pytest.mark.cluster
+def test_direct_and_scheduled_calls_keep_one_order(engine):
+    counter = engine.create_worker(tasks.Counter, start=0)  # snapshots after calls, too
+    refs = [counter.call("add", 1, direct=i % 3 == 0) for i in range(30)]
+    assert engine.gather(refs, timeout=30) == list(range(1, 31))
+    assert [r.direct for r in refs[:3]] == [True, False, False]
+    deadline = time.monotonic() + 10  # durations arrive with the workers' batched reports
+    while engine.stats()["by_name"]["Counter.add"]["count"] < 30:
+        assert time.monotonic() < deadline, "direct calls' durations were not recorded"
+        time.sleep(0.05)
+    counter.kill()
+
+
+@pytest.mark.cluster
+def test_a_direct_call_raises_what_the_method_raised_and_later_calls_go_on(engine):
+    box = engine.create_worker(tasks.Box)
+    with pytest.raises(AttributeError, match="has no method 'nope'"):
+        box.call("nope", direct=True).result(timeout=30)
+    assert box.call("put", 3, direct=True).result(timeout=30) is True
+    assert box.call("get").result(timeout=30) == 3
+    box.kill()
+
+
+@pytest.mark.cluster
+def test_direct_calls_take_values_and_their_results_stay_in_the_driver(engine):
+    box = engine.create_worker(tasks.Box)
+    with pytest.raises(TypeError, match="takes values, not TaskRefs"):
+        box.call("put", engine.submit(tasks.inc, 1), direct=True)
+    answer = box.call("get", direct=True)
+    assert answer.result(timeout=30) is None
+    with pytest.raises(TypeError, match="was a direct call"):
+        engine.submit(tasks.inc, answer)
+    assert box.call("put", engine.share(7)).result(timeout=30) is True  # scheduled: the value
+    assert box.call("get", direct=True).result(timeout=30) == 7
+    box.kill()
+
+
+@pytest.mark.cluster
+def test_a_shared_value_reaches_every_worker_from_the_first(engine):
+    boxes = [engine.create_worker(tasks.Box, strategy="spread") for _ in range(2)]
+    assert len({b.ready().address for b in boxes}) == 2
+    weights = {"w": np.arange(20_000, dtype=np.float32)}
+    shared = engine.share(weights)
+    assert engine.gather([b.call("put", shared, direct=True) for b in boxes], timeout=30) == [
+        True,
+        True,
+    ]
+    assert shared.holder == boxes[0].address
+    for got in engine.gather([b.call("get", direct=True) for b in boxes], timeout=30):
+        np.testing.assert_array_equal(got["w"], weights["w"])
+    for box in boxes:
+        box.kill()
+
+
+@pytest.mark.cluster
+def test_calls_use_the_engine_and_worker_local_from_the_worker(engine):
+    nester = engine.create_worker(tasks.Nester)
+    assert nester.call("nested_inc", 1, direct=True).result(timeout=30) == 2
+    assert nester.call("where", direct=True).result(timeout=30) == nester.address
+    tables = engine.gather([nester.call("table", direct=d) for d in (True, False)], timeout=30)
+    assert tables[0] == tables[1]  # one worker_local object per process, either way
+    nester.kill()
