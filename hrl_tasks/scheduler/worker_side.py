@@ -382,8 +382,6 @@ class WorkerRuntime(WorkerPlugin):
             self.worker.loop.add_callback(self._flush_later)
 
     async def _flush_later(self):
-        import asyncio
-
         await asyncio.sleep(FLUSH_INTERVAL_S)
         with self.reports_lock:
             reports, self.reports = self.reports, {}
@@ -423,6 +421,7 @@ class WorkerRuntime(WorkerPlugin):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(arrived.wait(), SHARED_WAIT_S)
         if key not in self.shared:
+            self.shared_arrived.pop(key, None)
             return {"status": "missing"}
         return {"status": "OK", "value": to_serialize(self.shared[key])}
 
