@@ -15,7 +15,11 @@ Prints one JSON line, including ``ratio_2_workers``,
 ``ratio_2_workers_small_calls`` and the bytes on the wire per env step (the
 encoded SampleBatch).
 
-    python bench/sampling.py [--seconds 8] [--fragment 1024] [--small-fragment 256]
+With ``--numpy``, everything acts with the policy's numpy inference copy (the
+plain loop too, so the ratios compare like with like) and the workers are
+called directly, as the algorithms do.
+
+    python bench/sampling.py [--seconds 8] [--fragment 1024] [--small-fragment 256] [--numpy]
 """
 
 import argparse
@@ -38,14 +42,16 @@ FRAGMENT = 1024  # 8192 env steps per sample call (--fragment)
 SMALL_FRAGMENT = 256  # 2048 env steps per call (--small-fragment)
 
 
-def make_policy():
+def make_policy(numpy: bool = False):
+    """The 64x64 PPO policy, or its numpy inference copy (what the algorithms' workers use)."""
     env = gym.make("CartPole-v1")
-    return PPOPolicy(env.observation_space, env.action_space, PPOConfig(hidden=(64, 64), seed=0))
+    policy = PPOPolicy(env.observation_space, env.action_space, PPOConfig(hidden=(64, 64), seed=0))
+    return policy.inference_copy() if numpy else policy
 
 
-def plain_loop(seconds: float) -> float:
+def plain_loop(seconds: float, numpy: bool = False) -> float:
     """env.step with the policy's actions, nothing else: the baseline."""
-    policy = make_policy()
+    policy = make_policy(numpy)
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(ENVS)])
     obs, _ = envs.reset(seed=0)
     steps, start = 0, time.perf_counter()
@@ -56,9 +62,9 @@ def plain_loop(seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def local_worker(seconds: float, fragment: int) -> tuple[float, float]:
+def local_worker(seconds: float, fragment: int, numpy: bool = False) -> tuple[float, float]:
     """The RolloutWorker in this process (batches, GAE); also bytes per step."""
-    worker = RolloutWorker("CartPole-v1", make_policy(), ENVS, fragment, seed=0)
+    worker = RolloutWorker("CartPole-v1", make_policy(numpy), ENVS, fragment, seed=0)
     batch, _ = worker.sample()
     bytes_per_step = len(encode(batch)) / len(batch)
     steps, start = 0, time.perf_counter()
@@ -69,9 +75,12 @@ def local_worker(seconds: float, fragment: int) -> tuple[float, float]:
     return steps / (time.perf_counter() - start), bytes_per_step
 
 
-def worker_set(n: int, seconds: float, fragment: int) -> float:
+def worker_set(n: int, seconds: float, fragment: int, numpy: bool = False) -> float:
     with hrl.Engine.local(n_workers=n, threads_per_worker=1) as engine:
-        workers = WorkerSet(engine, "CartPole-v1", make_policy(), n, ENVS, fragment, seed=0)
+        workers = WorkerSet(
+            engine, "CartPole-v1", make_policy(numpy), n, ENVS, fragment, seed=0,
+            direct_calls=numpy,
+        )  # fmt: skip
         ctx = FlowContext()
         batches = ParallelRollouts(workers, ctx, mode="async", num_async=2)
         next(batches)  # warm up every worker's first call
@@ -98,15 +107,21 @@ def main():
         default=SMALL_FRAGMENT,
         help="the same for the second 2-worker measurement",
     )
+    parser.add_argument(
+        "--numpy",
+        action="store_true",
+        help="act with the policy's numpy inference copy, everywhere (the plain loop too), "
+        "and call the workers directly: the algorithms' way",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)  # as rollout processes do (DESIGN.md): the faster baseline
-    plain_before = plain_loop(args.seconds)
-    local, bytes_per_step = local_worker(args.seconds, args.fragment)
-    remote = {n: worker_set(n, args.seconds, args.fragment) for n in (1, 2, 4)}
-    small_calls = worker_set(2, args.seconds, args.small_fragment)
+    plain_before = plain_loop(args.seconds, args.numpy)
+    local, bytes_per_step = local_worker(args.seconds, args.fragment, args.numpy)
+    remote = {n: worker_set(n, args.seconds, args.fragment, args.numpy) for n in (1, 2, 4)}
+    small_calls = worker_set(2, args.seconds, args.small_fragment, args.numpy)
     # The baseline again at the end, so that a slow spell of the machine at either
     # end does not decide the ratios; they use the mean of the two.
-    plain_after = plain_loop(args.seconds)
+    plain_after = plain_loop(args.seconds, args.numpy)
     plain = (plain_before + plain_after) / 2
     print(
         json.dumps(
@@ -114,6 +129,7 @@ def main():
                 "bench": "sampling",
                 "date": time.strftime("%Y-%m-%d"),
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+                "policy": "numpy copy, direct calls" if args.numpy else "torch",
                 "envs_per_worker": ENVS,
                 "steps_per_call": ENVS * args.fragment,
                 "plain_loop_steps_per_s": round(plain),
