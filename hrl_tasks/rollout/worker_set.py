@@ -30,8 +30,8 @@ not re-issued: it would run on the initial weights); the next one succeeds.
 
 With ``direct_calls=True`` every call goes straight to the worker process
 instead of through the Dask scheduler (`hrl_tasks.scheduler.direct`), and
-the shared weights are placed with ``engine.put`` on one rollout worker, from
-which the others fetch them: still one upload per update.
+the weights of an update go as one ``engine.share``: the first worker's call
+carries them and the others fetch them from it, still one upload per update.
 """
 
 from __future__ import annotations

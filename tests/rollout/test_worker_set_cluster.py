@@ -24,6 +24,12 @@ def perturbed(weights, seed):
     return {k: (v + 0.1 * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in weights.items()}
 
 
+def cartpole_workers(engine, **options):
+    """Two remote CartPole workers of a PPO policy (2 envs, 32 steps unless ``options`` say)."""
+    config = {"num_envs_per_worker": 2, "rollout_fragment_length": 32, **options}
+    return WorkerSet(engine, "CartPole-v1", ppo, num_workers=2, seed=0, **config)
+
+
 def assert_all_equal(weights_list, expected):
     for weights in weights_list:
         assert weights.keys() == expected.keys()
@@ -32,15 +38,7 @@ def assert_all_equal(weights_list, expected):
 
 
 def test_sample_and_one_broadcast_weight_sync(engine):
-    with WorkerSet(
-        engine,
-        "CartPole-v1",
-        ppo,
-        num_workers=2,
-        num_envs_per_worker=2,
-        rollout_fragment_length=32,
-        seed=0,
-    ) as workers:
+    with cartpole_workers(engine) as workers:
         assert isinstance(workers.remote_workers, hrl.WorkerGroup)
         results = engine.gather(workers.sample())
         assert sorted(m["worker_index"] for _, m in results) == [1, 2]
@@ -56,16 +54,7 @@ def test_sample_and_one_broadcast_weight_sync(engine):
 
 
 def test_direct_calls_sample_and_share_one_upload_of_the_weights(engine):
-    with WorkerSet(
-        engine,
-        "CartPole-v1",
-        ppo,
-        num_workers=2,
-        num_envs_per_worker=2,
-        rollout_fragment_length=32,
-        seed=0,
-        direct_calls=True,
-    ) as workers:
+    with cartpole_workers(engine, direct_calls=True) as workers:
         results = engine.gather(workers.sample(speculative=True))
         assert sorted(m["worker_index"] for _, m in results) == [1, 2]
         new = perturbed(workers.local_worker.get_weights(), seed=0)
@@ -83,15 +72,8 @@ def test_direct_calls_sample_and_share_one_upload_of_the_weights(engine):
 
 @pytest.mark.parametrize("direct", [False, True])
 def test_a_killed_worker_is_recreated_and_resynced(engine, direct):
-    workers = WorkerSet(
-        engine,
-        "CartPole-v1",
-        ppo,
-        num_workers=2,
-        num_envs_per_worker=4,
-        rollout_fragment_length=500,
-        seed=0,
-        direct_calls=direct,
+    workers = cartpole_workers(
+        engine, num_envs_per_worker=4, rollout_fragment_length=500, direct_calls=direct
     )
     try:
         new = perturbed(workers.local_worker.get_weights(), seed=1)
