@@ -101,3 +101,24 @@ def test_a_killed_worker_is_recreated_and_resynced(engine, direct):
     finally:
         clear_faults(engine)
         workers.stop()
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_slow_rollout_worker_is_covered_by_its_peer(engine, direct):
+    with cartpole_workers(engine, direct_calls=direct) as workers:
+        for _ in range(6):  # durations for the speculation planner
+            engine.gather(workers.sample(speculative=True), timeout=60)
+        slow = workers.remote_workers[0]
+        inject_faults(engine, slow_workers={slow.address: 100.0}, names={"RolloutWorker.sample"})
+        try:
+            before = engine.stats()["backup_won"]
+            results = engine.gather(workers.sample(speculative=True), timeout=60)
+            # Both batches come from the fast worker: its own, and the slow one's backup.
+            assert [m["worker_index"] for _, m in results] == [2, 2]
+            assert [len(batch) for batch, _ in results] == [64, 64]
+            deadline = time.monotonic() + 5  # counted just after the result is handed out
+            while engine.stats()["backup_won"] == before:
+                assert time.monotonic() < deadline, "the backup's win was not counted"
+                time.sleep(0.01)
+        finally:
+            clear_faults(engine)
