@@ -87,7 +87,9 @@ class WorkerSet:
             gradients (A3C) need the full policy.
         direct_calls: Call the remote workers directly, not through the
             scheduler (much less of the driver's time per call; the calls do
-            not show in the dashboard's task stream).
+            not show in the dashboard's task stream). Ignored, with a
+            warning, when this process cannot reach the workers itself
+            (`Engine.reaches_workers`).
 
     Attributes:
         resyncs: How often weights were re-sent to a re-created remote worker.
@@ -115,7 +117,7 @@ class WorkerSet:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         env = resolve_env(env)
         self.engine = engine
-        self.direct_calls = bool(direct_calls)
+        self.direct_calls = bool(direct_calls) and num_workers > 0 and engine.reaches_workers()
         policy = policy_factory_or_policy
         config = {"seed": seed, "env_config": None if env_config is None else dict(env_config)}
         local_args = (env, policy, num_envs_per_worker, rollout_fragment_length)

@@ -25,6 +25,7 @@ Nesting:
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import contextvars
 import itertools
@@ -151,6 +152,7 @@ class Engine(AttemptSupervision):
         self.nthreads: dict[str, int] = {}
         self.speculator = Speculator(self)
         self.local_cache: dict = {}  # worker_local() objects in the driver
+        self._reaches_workers: bool | None = None  # see reaches_workers(); None: not asked
         self.local_cache_lock = threading.Lock()
         self._refresh_ledger()
         client.subscribe_topic(self.topic, self._on_reports)
@@ -293,8 +295,9 @@ class Engine(AttemptSupervision):
         self.closed = True
         self._events.put(None)
         self._settled.put(None)
-        for topic in (self.topic, "all"):
-            if topic in self.client._event_handlers:
+        handlers = {self.topic: self._on_reports, "all": self._on_cluster_event}
+        for topic, handler in handlers.items():
+            if self.client._event_handlers.get(topic) == handler:  # not another engine's
                 self.client.unsubscribe_topic(topic)
         if self._active_token is not None:
             try:
@@ -446,6 +449,28 @@ class Engine(AttemptSupervision):
     def share(value) -> Shared:
         """``value`` for many direct calls, to leave the driver once (see :class:`Shared`)."""
         return Shared(value)
+
+    def reaches_workers(self, timeout: float = 5.0) -> bool:
+        """Whether this process can connect to every worker itself, as direct calls do.
+
+        On the embedded cluster it always can; on a remote one (``connect``,
+        ``from_cluster``) the workers may only be reachable by the scheduler.
+        Asks each worker for its identity once and remembers the answer.
+        """
+        if self._reaches_workers is None:
+            addresses = sorted(self.nthreads)
+
+            async def identities():
+                calls = [self.client.rpc(address).identity() for address in addresses]
+                await asyncio.wait_for(asyncio.gather(*calls), timeout)
+
+            try:
+                self.client.sync(identities)
+                self._reaches_workers = True
+            except (OSError, asyncio.TimeoutError) as exc:
+                logger.warning("hrl_tasks: the workers cannot be called directly: %r", exc)
+                self._reaches_workers = False
+        return self._reaches_workers
 
     def map(self, fn, *iterables, **submit_kwargs) -> list[TaskRef]:
         """``[submit(fn, *args, **submit_kwargs) for args in zip(*iterables)]``, sent as one batch."""

@@ -178,6 +178,10 @@ class SyncEngine:
         """``value`` itself: in-process calls need no upload."""
         return value
 
+    def reaches_workers(self, timeout: float = 5.0) -> bool:
+        """Always: the one "worker" is this process."""
+        return True
+
     def map(self, fn, *iterables, **submit_kwargs) -> list[SyncRef]:
         return [self.submit(fn, *args, **submit_kwargs) for args in zip(*iterables, strict=True)]
 

@@ -1,4 +1,9 @@
-"""WorkerSet on a real local cluster (two single-thread worker processes, see tests/conftest.py)."""
+"""WorkerSet on a real local cluster (two single-thread worker processes, see tests/conftest.py).
+
+Tests that kill or slow down workers get a cluster of their own (``fresh``): a
+killed worker's replacement, or earlier calls' durations (which speculation
+reads), would otherwise carry over into the next test.
+"""
 
 import os
 import signal
@@ -22,6 +27,12 @@ def ppo(obs_space, act_space):
 def perturbed(weights, seed):
     rng = np.random.default_rng(seed)
     return {k: (v + 0.1 * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in weights.items()}
+
+
+@pytest.fixture
+def fresh():
+    with hrl.Engine.local(n_workers=2, threads_per_worker=1) as engine:
+        yield engine
 
 
 def cartpole_workers(engine, **options):
@@ -71,7 +82,8 @@ def test_direct_calls_sample_and_share_one_upload_of_the_weights(engine):
 
 
 @pytest.mark.parametrize("direct", [False, True])
-def test_a_killed_worker_is_recreated_and_resynced(engine, direct):
+def test_a_killed_worker_is_recreated_and_resynced(fresh, direct):
+    engine = fresh
     workers = cartpole_workers(
         engine, num_envs_per_worker=4, rollout_fragment_length=500, direct_calls=direct
     )
@@ -104,7 +116,8 @@ def test_a_killed_worker_is_recreated_and_resynced(engine, direct):
 
 
 @pytest.mark.parametrize("direct", [False, True])
-def test_a_slow_rollout_worker_is_covered_by_its_peer(engine, direct):
+def test_a_slow_rollout_worker_is_covered_by_its_peer(fresh, direct):
+    engine = fresh
     with cartpole_workers(engine, direct_calls=direct) as workers:
         for _ in range(6):  # durations for the speculation planner
             engine.gather(workers.sample(speculative=True), timeout=60)

@@ -99,3 +99,16 @@ def test_calls_use_the_engine_and_worker_local_from_the_worker(engine):
     tables = engine.gather([nester.call("table", direct=d) for d in (True, False)], timeout=30)
     assert tables[0] == tables[1]  # one worker_local object per process, either way
     nester.kill()
+
+
+@pytest.mark.cluster
+def test_reaching_the_workers_is_checked_once(engine):
+    assert engine.reaches_workers()
+    other = hrl.Engine(engine.client, owns_client=False)
+    try:
+        other.nthreads["tcp://127.0.0.1:9"] = 1  # a worker nobody listens for
+        assert not other.reaches_workers(timeout=5)
+        other.nthreads.pop("tcp://127.0.0.1:9")
+        assert not other.reaches_workers()  # remembered
+    finally:
+        other.close()
