@@ -40,7 +40,7 @@ class AlgorithmConfig:
     """episode_return_mean and episode_len_mean are over this many last episodes."""
     direct_calls: bool = True
     """Call the rollout workers directly instead of through the Dask scheduler:
-    about 1 ms of the driver's time per call instead of 6-9 ms here. False makes
+    about 1.3 ms of the driver's CPU per call instead of 5.5 ms here. False makes
     each call an ordinary task, shown in the dashboard's task stream."""
 
     @classmethod

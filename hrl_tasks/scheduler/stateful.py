@@ -412,7 +412,7 @@ class WorkerHandle:
                 workers holding the same weights): the result is an
                 equivalent one, not an identical one.
             direct: send the call straight to the worker instead of through
-                the scheduler (about 1 ms instead of 6-9 here; see
+                the scheduler (about 2 ms instead of 7-9 ms here; see
                 :mod:`~hrl_tasks.scheduler.direct`). The result then lives in
                 the driver, and the arguments must be values or
                 ``engine.put`` TaskRefs.
