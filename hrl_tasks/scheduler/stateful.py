@@ -414,14 +414,14 @@ class WorkerHandle:
             direct: send the call straight to the worker instead of through
                 the scheduler (about 2 ms instead of 7-9 ms here; see
                 :mod:`~hrl_tasks.scheduler.direct`). The result then lives in
-                the driver, and the arguments must be values or
-                ``engine.put`` TaskRefs.
+                the driver, and the arguments must be values, not TaskRefs
+                (``engine.share(value)`` for a value that many calls need).
 
         The names ``speculative`` and ``direct`` are reserved: methods cannot
         take arguments called so.
 
         Raises:
-            TypeError: for a direct call with a task's TaskRef as an argument.
+            TypeError: for a direct call with a TaskRef as an argument.
         """
         policy = SpeculationPolicy.coerce(speculative)
         if policy is not None and self._record.group is None:
