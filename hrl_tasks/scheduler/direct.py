@@ -81,12 +81,13 @@ class DirectFuture:
         self._outcome.cancel()
 
     def _settle(self, value: Any = None, error: BaseException | None = None) -> None:
-        if self._outcome.done():
-            return  # cancelled meanwhile
-        if error is None:
-            self._outcome.set_result(value)
-        else:
-            self._outcome.set_exception(error)
+        try:
+            if error is None:
+                self._outcome.set_result(value)
+            else:
+                self._outcome.set_exception(error)
+        except cf.InvalidStateError:
+            pass  # cancelled meanwhile, perhaps from another thread
 
     def __repr__(self) -> str:
         return f"<DirectFuture {self.key} {self.status} on {self.address}>"
