@@ -79,7 +79,7 @@ class ParallelIterator:
         before_call: called with the handle before each call to it; a dict it
             returns is passed to the method as keyword arguments.
         direct: make the calls direct (straight to the workers, not through
-            the scheduler; see ``hrl_tasks.scheduler.direct``).
+            the scheduler; see ``hrl_tasks.scheduler.worker_objects``).
     """
 
     def __init__(

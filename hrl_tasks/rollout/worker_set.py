@@ -29,7 +29,7 @@ that was running when the worker died fails with ``WorkerLostError`` (it is
 not re-issued: it would run on the initial weights); the next one succeeds.
 
 With ``direct_calls=True`` every call goes straight to the worker process
-instead of through the Dask scheduler (`hrl_tasks.scheduler.direct`), and
+instead of through the Dask scheduler (`hrl_tasks.scheduler.worker_objects`), and
 the weights of an update go as one ``engine.share``: the first worker's call
 carries them and the others fetch them from it, still one upload per update.
 """

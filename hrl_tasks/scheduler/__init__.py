@@ -1,16 +1,16 @@
 """The engine: resource-aware tasks, nested tasks and stateful workers on Dask."""
 
-from hrl_tasks.scheduler.direct import Shared
-from hrl_tasks.scheduler.engine import Engine, current_engine
+from hrl_tasks.scheduler.context import TaskContext, current_task
+from hrl_tasks.scheduler.engine import Engine, current_engine, worker_local
 from hrl_tasks.scheduler.errors import EngineError, ObjectStartError, ResourceError, WorkerLostError
 from hrl_tasks.scheduler.faults import InjectedFault, clear_faults, inject_faults, kill_worker_after
+from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.resources import Ledger
 from hrl_tasks.scheduler.retry import RetryPolicy
+from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
-from hrl_tasks.scheduler.stateful import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.sync import SyncEngine
 from hrl_tasks.scheduler.taskref import TaskRef
-from hrl_tasks.scheduler.worker_side import TaskContext, current_task, worker_local
 
 __all__ = [
     "Engine",

@@ -1,11 +1,15 @@
-"""Facts about the machines and clusters the engine runs on."""
+"""The clusters the engine runs on: starting an embedded one, and checking others."""
 
 from __future__ import annotations
 
+import logging
 import os
 
+import dask
+import psutil
 from distributed import Client
 
+from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler.errors import EngineError
 
 
@@ -40,3 +44,80 @@ def check_versions(client: Client) -> None:
             f"hrl_tasks {hrl_tasks.__version__} is needed on every worker, found {detail}. "
             "Install the same version in the workers' environment."
         )
+
+
+def local_settings() -> dict:
+    """Dask settings of the embedded cluster (worker processes take them at their start)."""
+    return {
+        # Every lost worker reaches the engine, which retries within each task's budget.
+        "distributed.scheduler.allowed-failures": 0,
+        # The statistical profiler takes the GIL every 10 ms from Python-heavy
+        # tasks such as env stepping (sampling ran markedly slower with it).
+        "distributed.worker.profile.enabled": False,
+        # Each server's event-loop tick (every 20 ms) and each nanny's memory check
+        # (every 100 ms, two per worker in the driver) wake the driver's event loop
+        # about 100 times a second when nothing happens; every wake-up takes the GIL
+        # from the learner. Stalls of the loop (warned about after 3 s) and memory
+        # overruns are still seen.
+        "distributed.admin.tick.interval": "500ms",
+        "distributed.worker.memory.monitor-interval": "500ms",
+    }
+
+
+def start_local(
+    n_workers: int | None = None,
+    threads_per_worker: int | None = None,
+    resources: dict | list[dict] | None = None,
+    **cluster_kwargs,
+) -> tuple:
+    """Start a ``distributed.LocalCluster`` of worker processes; returns ``(cluster, client)``.
+
+    See :meth:`hrl_tasks.Engine.local` for the arguments.
+    """
+    from distributed import LocalCluster, Nanny
+
+    per_worker = resources if isinstance(resources, list) else None
+    if per_worker is not None:
+        n_workers = len(per_worker)
+    n_workers = n_workers or max(1, min(4, os.cpu_count() or 1))
+    threads = threads_per_worker or 1
+    memory = int(psutil.virtual_memory().total // n_workers)
+
+    def declared(extra: dict | None) -> dict:
+        base = {"CPU": threads, "memory": memory}
+        gpus = count_gpus()
+        if gpus:
+            base["GPU"] = gpus
+        return {**base, **(extra or {})}
+
+    cluster_kwargs.setdefault("dashboard_address", ":0")
+    # Task errors reach the caller as exceptions; the worker logs need not repeat them.
+    cluster_kwargs.setdefault("silence_logs", logging.CRITICAL)
+    with dask.config.set(local_settings()):
+        cluster = LocalCluster(
+            n_workers=0 if per_worker else n_workers,
+            threads_per_worker=threads,
+            processes=True,
+            memory_limit=memory,
+            resources=None if per_worker else declared(resources),
+            **cluster_kwargs,
+        )
+        try:
+            if per_worker:
+                for i, extra in enumerate(per_worker):
+                    nthreads = int(extra.get("CPU", threads))
+                    cluster.worker_spec[f"hrl-{i}"] = {
+                        "cls": Nanny,
+                        "options": {
+                            "nthreads": nthreads,
+                            "memory_limit": memory,
+                            "resources": {**declared(None), "CPU": nthreads, **extra},
+                        },
+                    }
+                dask_compat.start_added_workers(cluster)
+            client = Client(cluster, direct_to_workers=True)
+            client.wait_for_workers(n_workers, timeout=120)
+        except BaseException:
+            cluster.close()
+            raise
+    return cluster, client

@@ -1,10 +1,10 @@
-"""The Dask backend: an :class:`Engine` on a ``distributed.Client``.
+"""The engine's public API: :class:`Engine` on a Dask cluster, and ``current_engine()``.
 
-Tasks run through Dask's scheduler as ordinary tasks with fresh keys; the
-engine watches each attempt from the driver and decides, with the pure rules
-of :mod:`~hrl_tasks.scheduler.retry`, whether to run it again. Stateful workers
-(:mod:`~hrl_tasks.scheduler.stateful`) live inside worker processes and are
-called through tasks pinned to their worker.
+An engine is a state machine (:mod:`~hrl_tasks.scheduler.state`, every
+decision) and a backend that carries out its instructions
+(:mod:`~hrl_tasks.scheduler.backend` on Dask, the in-process one of
+:mod:`~hrl_tasks.scheduler.sync`). This module turns user calls into the state
+machine's events and hands out :class:`TaskRef` and :class:`WorkerHandle`.
 
 Resources:
     Each worker declares resources (``CPU``, ``GPU``, ``memory``, any custom
@@ -28,49 +28,36 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import contextvars
-import itertools
 import logging
-import os
-import queue
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 
-import dask
-import psutil
-from distributed import Client, Future
+from distributed import Client, get_client
 
-from hrl_tasks.scheduler.clusters import check_versions, count_gpus
-from hrl_tasks.scheduler.direct import DirectFuture, Shared
+from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler import events as ev
+from hrl_tasks.scheduler.backend import DaskBackend
+from hrl_tasks.scheduler.clusters import check_versions, start_local
+from hrl_tasks.scheduler.context import current_task, in_worker_task, task_wait
 from hrl_tasks.scheduler.errors import EngineError
-from hrl_tasks.scheduler.resources import Ledger, normalize_request
+from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
+from hrl_tasks.scheduler.resources import check_satisfiable, normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
+from hrl_tasks.scheduler.runtime import WorkerRuntime, local_resources
+from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
-from hrl_tasks.scheduler.speculator import Speculator
-from hrl_tasks.scheduler.stateful import ObjectRecord, WorkerGroup, WorkerHandle, object_keeper
-from hrl_tasks.scheduler.stats import EngineStats
-from hrl_tasks.scheduler.supervision import AttemptSupervision
-from hrl_tasks.scheduler.taskref import TaskRef, collect_refs, resolve_refs
-from hrl_tasks.scheduler.worker_side import (
-    WorkerRuntime,
-    current_task,
-    in_worker_task,
-    local_resources,
-    run_task,
-    task_wait,
-)
+from hrl_tasks.scheduler.state import EngineState
+from hrl_tasks.scheduler.taskref import TaskRef, collect_refs
 
 logger = logging.getLogger(__name__)
-_ACTIVE_ENGINE: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
-    "hrl_tasks_active_engine", default=None
-)
 RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
-# Dask gives submissions less than ``fifo_timeout`` apart one generation, and a worker
-# runs the newest of equal priority first (depth-first, for graphs). The engine's
-# tasks are a queue: with no window, what was submitted first runs first, and a
-# stateful worker's calls arrive in their order instead of waiting for their turn.
-FIFO = "0 ms"
+
+
+class _Active:
+    """The engine most recently opened in this context (the driver's ``current_engine()``)."""
+
+    engine: contextvars.ContextVar = contextvars.ContextVar("hrl_tasks_engine", default=None)
 
 
 def current_engine() -> Engine:
@@ -83,10 +70,11 @@ def current_engine() -> Engine:
         EngineError: if there is none.
     """
     if in_worker_task():
-        from distributed import get_worker
-
-        return WorkerRuntime.of(get_worker()).nested_engine()
-    engine = _ACTIVE_ENGINE.get()
+        runtime = WorkerRuntime.of()
+        if runtime.engine is None:
+            runtime.engine = Engine(get_client(), owns_client=False)
+        return runtime.engine
+    engine = _Active.engine.get()
     if engine is None or engine.closed:
         raise EngineError(
             "no engine is open here: create one with hrl_tasks.Engine.local() "
@@ -95,7 +83,27 @@ def current_engine() -> Engine:
     return engine
 
 
-class Engine(AttemptSupervision):
+def worker_local(key: str, factory):
+    """An object built once per worker process and shared by the tasks run there.
+
+    For large read-only things every task needs, such as ES's noise table:
+    ``table = worker_local("noise", lambda: make_table(seed))``. Outside a worker
+    (the driver, or the in-process SyncEngine) the object is kept by the current
+    engine instead.
+    """
+    if in_worker_task():
+        runtime = WorkerRuntime.of()
+        store, lock = runtime.cache, runtime.cache_lock
+    else:
+        engine = current_engine()
+        store, lock = engine.local_cache, engine.local_cache_lock
+    with lock:
+        if key not in store:
+            store[key] = factory()
+        return store[key]
+
+
+class Engine:
     """Resource-aware tasks, nested tasks and stateful workers on a Dask cluster.
 
     Example::
@@ -127,46 +135,37 @@ class Engine(AttemptSupervision):
         lost_worker_timeout: float = 10.0,
         send_interval_s: float | None = 0.001,
     ):
-        stream = getattr(client, "scheduler_comm", None)
-        if send_interval_s is not None and hasattr(stream, "interval"):
-            stream.interval = min(stream.interval, float(send_interval_s))
+        if send_interval_s is not None:
+            dask_compat.set_send_interval(client, send_interval_s)
         self.client = client
         self.cluster = cluster
         self.owns_client = owns_client
+        self.topic = f"hrl-tasks-{uuid.uuid4().hex[:12]}"
+        nested = in_worker_task()
+        state = EngineState(uuid.uuid4().hex[:16], placement_timeout=3 * lost_worker_timeout)
+        backend = DaskBackend(client, state, self.topic)
+        self._start(state, backend, retries, lost_worker_timeout, activate=not nested)
+        self._reaches_workers: bool | None = None  # see reaches_workers(); None: not asked
+        client.subscribe_topic(self.topic, backend.on_reports)
+        if not nested:  # nested engines find lost workers by their sweep
+            client.subscribe_topic("all", backend.on_cluster_event)
+        seen = ev.WorkersSeen(backend.read_workers())
+
+        async def first_look():
+            backend.feed(seen)
+
+        client.sync(first_look)
+
+    def _start(self, state, backend, retries, lost_worker_timeout, activate: bool) -> None:
+        """What every engine sets up, whatever its backend."""
+        self.state = state
+        self.backend = backend
         self.default_retries = RetryPolicy.coerce(retries, RetryPolicy())
         self.lost_worker_timeout = float(lost_worker_timeout)
         self.closed = False
-        self.topic = f"hrl-tasks-{uuid.uuid4().hex[:12]}"
-        self._key_prefix = uuid.uuid4().hex[:16]
-        self._key_counter = itertools.count()
-        self._watch_lock = threading.Lock()
-        self._to_watch: list[Future] = []
-        self._settled: queue.SimpleQueue = queue.SimpleQueue()
-        self._stats = EngineStats()
-        self._stats_lock = threading.Lock()
-        self._attempts: dict[str, TaskRef] = {}
-        self.ledger = Ledger()
-        self.ledger_changed = threading.Condition()
-        self.objects: dict[str, ObjectRecord] = {}
-        self._events: queue.Queue = queue.Queue()
-        self.nthreads: dict[str, int] = {}
-        self.speculator = Speculator(self)
         self.local_cache: dict = {}  # worker_local() objects in the driver
-        self._reaches_workers: bool | None = None  # see reaches_workers(); None: not asked
         self.local_cache_lock = threading.Lock()
-        self._refresh_ledger()
-        client.subscribe_topic(self.topic, self._on_reports)
-        if not in_worker_task():  # nested engines find lost workers by their sweep
-            client.subscribe_topic("all", self._on_cluster_event)
-        self._keeper = threading.Thread(
-            target=object_keeper, args=(self,), name=f"{self.topic}-keeper", daemon=True
-        )
-        self._keeper.start()
-        self._settler = threading.Thread(
-            target=self._settle_loop, name=f"{self.topic}-settle", daemon=True
-        )
-        self._settler.start()
-        self._active_token = _ACTIVE_ENGINE.set(self) if not in_worker_task() else None
+        self._active_token = _Active.engine.set(self) if activate else None
 
     # --- construction -------------------------------------------------------
 
@@ -189,67 +188,13 @@ class Engine(AttemptSupervision):
                 heterogeneous cluster (its length sets ``n_workers``).
             **cluster_kwargs: passed to ``LocalCluster`` (e.g. ``dashboard_address``).
         """
-        from distributed import LocalCluster, Nanny
-
-        per_worker = resources if isinstance(resources, list) else None
-        if per_worker is not None:
-            n_workers = len(per_worker)
-        n_workers = n_workers or max(1, min(4, os.cpu_count() or 1))
-        threads = threads_per_worker or 1
-        memory = int(psutil.virtual_memory().total // n_workers)
-
-        def declared(extra: dict | None) -> dict:
-            base = {"CPU": threads, "memory": memory}
-            gpus = count_gpus()
-            if gpus:
-                base["GPU"] = gpus
-            return {**base, **(extra or {})}
-
-        cluster_kwargs.setdefault("dashboard_address", ":0")
-        # Task errors reach the caller as exceptions; the worker logs need not repeat them.
-        cluster_kwargs.setdefault("silence_logs", logging.CRITICAL)
-        settings = {
-            # Every lost worker reaches the engine, which retries within each task's budget.
-            "distributed.scheduler.allowed-failures": 0,
-            # The statistical profiler takes the GIL every 10 ms from Python-heavy
-            # tasks such as env stepping (sampling ran markedly slower with it).
-            "distributed.worker.profile.enabled": False,
-            # Each server's event-loop tick (every 20 ms) and each nanny's memory check
-            # (every 100 ms, two per worker in the driver) wake the driver's event loop
-            # about 100 times a second when nothing happens; every wake-up takes the GIL
-            # from the learner. Stalls of the loop (warned about after 3 s) and memory
-            # overruns are still seen.
-            "distributed.admin.tick.interval": "500ms",
-            "distributed.worker.memory.monitor-interval": "500ms",
-        }
-        with dask.config.set(settings):  # worker processes take the config at their start
-            cluster = LocalCluster(
-                n_workers=0 if per_worker else n_workers,
-                threads_per_worker=threads,
-                processes=True,
-                memory_limit=memory,
-                resources=None if per_worker else declared(resources),
-                **cluster_kwargs,
-            )
-            try:
-                if per_worker:
-                    for i, extra in enumerate(per_worker):
-                        nthreads = int(extra.get("CPU", threads))
-                        cluster.worker_spec[f"hrl-{i}"] = {
-                            "cls": Nanny,
-                            "options": {
-                                "nthreads": nthreads,
-                                "memory_limit": memory,
-                                "resources": {**declared(None), "CPU": nthreads, **extra},
-                            },
-                        }
-                    cluster.sync(cluster._correct_state)
-                client = Client(cluster, direct_to_workers=True)
-                client.wait_for_workers(n_workers, timeout=120)
-            except BaseException:
-                cluster.close()
-                raise
-        return cls(client, cluster=cluster)
+        cluster, client = start_local(n_workers, threads_per_worker, resources, **cluster_kwargs)
+        try:
+            return cls(client, cluster=cluster)
+        except BaseException:
+            client.close()
+            cluster.close()
+            raise
 
     @classmethod
     def connect(cls, address: str, timeout: float = 30, **engine_kwargs) -> Engine:
@@ -280,8 +225,7 @@ class Engine(AttemptSupervision):
 
         The cluster stays open when the engine closes; close it yourself.
         """
-        client = Client(cluster)
-        return cls(client, **engine_kwargs)
+        return cls(Client(cluster), **engine_kwargs)
 
     @property
     def dashboard_link(self) -> str | None:
@@ -293,21 +237,23 @@ class Engine(AttemptSupervision):
         if self.closed:
             return
         self.closed = True
-        self._events.put(None)
-        self._settled.put(None)
-        handlers = {self.topic: self._on_reports, "all": self._on_cluster_event}
+        self.backend.close()
+        handlers = {self.topic: self.backend.on_reports, "all": self.backend.on_cluster_event}
         for topic, handler in handlers.items():
-            if self.client._event_handlers.get(topic) == handler:  # not another engine's
+            if dask_compat.topic_handler(self.client, topic) == handler:  # not another engine's
                 self.client.unsubscribe_topic(topic)
-        if self._active_token is not None:
-            try:
-                _ACTIVE_ENGINE.reset(self._active_token)
-            except ValueError:
-                _ACTIVE_ENGINE.set(None)
+        self._deactivate()
         if self.owns_client:
             self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+    def _deactivate(self) -> None:
+        if self._active_token is not None:
+            try:
+                _Active.engine.reset(self._active_token)
+            except ValueError:
+                _Active.engine.set(None)
 
     def __enter__(self) -> Engine:
         return self
@@ -343,94 +289,58 @@ class Engine(AttemptSupervision):
         Raises:
             ResourceError: if no worker could ever meet ``resources``.
         """
-        ref = self._prepare(fn, args, kwargs, resources, retries, speculative, name)
-        ref._start_attempt(0)
-        if ref.speculation is not None:
-            self.speculator.track(ref)
+        ref, event = self._task(fn, args, kwargs, resources, retries, speculative, name)
+        self.backend.push(event)
         return ref
 
-    def _prepare(self, fn, args, kwargs, resources, retries, speculative, name) -> TaskRef:
-        """A TaskRef whose attempts will run ``fn``; not launched yet."""
+    def map(self, fn, *iterables, **submit_kwargs) -> list[TaskRef]:
+        """``[submit(fn, *args, **submit_kwargs) for args in zip(*iterables)]``, sent as one batch."""
+        options = {k: submit_kwargs.pop(k, None) for k in ("resources", "retries", "name")}
+        speculative = submit_kwargs.pop("speculative", False)
+        made = [
+            self._task(fn, args, submit_kwargs, options["resources"], options["retries"],
+                       speculative, options["name"])
+            for args in zip(*iterables, strict=True)
+        ]  # fmt: skip
+        if made:
+            self.backend.push(*(event for _, event in made))
+        return [ref for ref, _ in made]
+
+    def _task(self, fn, args, kwargs, resources, retries, speculative, name):
+        """A TaskRef and the event that submits it."""
         if not callable(fn):
             raise TypeError(f"submit needs a callable, got {fn!r}")
         request = normalize_request(resources)
         self.check_resources(request)
         policy = RetryPolicy.coerce(retries, self.default_retries)
+        speculation = SpeculationPolicy.coerce(speculative)
         name = name or getattr(fn, "__name__", "task")
+        deps = self._inputs(args, kwargs)
+        ref = self._new_ref(name, (fn, args, kwargs))
+        ref.deps = tuple(d.task_id for d in deps)
+        event = ev.SubmitTask(ref.task_id, name, ref.deps, request, policy, speculation)
+        return ref, event
+
+    def _inputs(self, args, kwargs) -> list[TaskRef]:
         deps: list[TaskRef] = []
         collect_refs((args, kwargs), deps)
+        for dep in deps:
+            if dep.direct:
+                raise TypeError(
+                    f"{dep.name!r} was a direct call: its result lives in the driver, not in "
+                    "the cluster, so it cannot be a task's input; pass its .result() instead"
+                )
+        return deps
 
-        def launch(attempt: int):
-            real_args, used = resolve_refs(args)
-            real_kwargs, used_kw = resolve_refs(kwargs)
-            future = self.run(
-                fn, real_args, real_kwargs, name=name, attempt=attempt, resources=request,
-                workers=self.speculator.healthy_workers() if speculative else None,
-            )  # fmt: skip
-            return future, {**used, **used_kw}
-
-        ref = TaskRef(self, name, launch, deps)
-        ref.policy = policy
-        ref.call_args = (fn, args, kwargs, request)
-        ref.speculation = SpeculationPolicy.coerce(speculative)
-        self._count("submitted")
-        return ref
-
-    def _spec(self, name: str, attempt: int, resources: dict, internal: bool = False) -> dict:
+    def _new_ref(self, name: str, payload: tuple | None, direct: bool = False) -> TaskRef:
+        """A TaskRef whose outcome and arguments the backend knows."""
+        ref = TaskRef(self, self.state.new_key(name), name, direct)
         parent = current_task()  # nested tasks report their durations to the root engine
-        return {
-            "key": self.new_key(name),
-            "name": name,
-            "attempt": attempt,
-            "resources": resources or {},
-            "topic": self.topic if parent is None else parent.topic,
-            "internal": internal,
-        }
-
-    def run(
-        self,
-        fn,
-        args: tuple,
-        kwargs: dict,
-        *,
-        name: str,
-        attempt: int = 0,
-        resources: dict | None = None,
-        workers: list[str] | None = None,
-        internal: bool = False,
-        priority: int = 0,
-    ) -> Future:
-        """Submit one attempt through :func:`run_task` with a fresh key; a Dask future.
-
-        The building block of tasks and stateful-worker calls; users call :meth:`submit`.
-
-        Args:
-            workers: run only there (a stateful worker's home, a backup's target).
-            internal: the engine's own housekeeping (never hit by fault injection).
-            priority: Dask priority; higher runs first (backups jump the queue).
-        """
-        spec = self._spec(name, attempt, resources, internal)
-        pin = {} if workers is None else {"workers": workers, "allow_other_workers": False}
-        return self.client.submit(
-            run_task, fn, spec, args, kwargs,
-            key=spec["key"], pure=False, resources=resources or None, priority=priority,
-            fifo_timeout=FIFO, **pin,
-        )  # fmt: skip
-
-    def cancel_futures(self, futures: list) -> None:
-        """Cancel attempts from any thread, the client's event loop included, without waiting."""
-        dask_futures = []
-        for future in futures:
-            if isinstance(future, DirectFuture):
-                future.cancel()
-            else:
-                dask_futures.append(future)
-        if dask_futures:
-            self.client.loop.add_callback(self.client._cancel, dask_futures)
-
-    def new_key(self, name: str) -> str:
-        """A fresh Dask key for an attempt of task ``name`` (Dask groups keys by ``name``)."""
-        return f"{name}-{self._key_prefix}{next(self._key_counter):08x}"
+        topic = self.topic if parent is None else parent.topic
+        if payload is not None:
+            self.backend.payloads[ref.task_id] = (*payload, topic)
+        self.backend.outcomes[ref.task_id] = ref.outcome
+        return ref
 
     def put(self, value) -> TaskRef:
         """Place ``value`` in the cluster once; the TaskRef is a dependency for any number of tasks.
@@ -439,10 +349,10 @@ class Engine(AttemptSupervision):
         is not copied into every task's graph (the way to broadcast weights).
         For direct calls, use :meth:`share`.
         """
-        (future,) = self.client.scatter([value], hash=False)  # a list: not a dict's items
-        ref = TaskRef(self, "put", lambda attempt: (future, {}), [])
-        ref._future = future
-        ref._outcome.set_result(future)
+        ref = self._new_ref("put", None)
+        self.backend.outcomes.pop(ref.task_id, None)
+        ref.outcome.set_result(self.backend.place(value))
+        self.backend.push(ev.PutValue(ref.task_id))
         return ref
 
     @staticmethod
@@ -450,79 +360,10 @@ class Engine(AttemptSupervision):
         """``value`` for many direct calls, to leave the driver once (see :class:`Shared`)."""
         return Shared(value)
 
-    def reaches_workers(self, timeout: float = 5.0) -> bool:
-        """Whether this process can connect to every worker itself, as direct calls do.
-
-        On the embedded cluster it always can; on a remote one (``connect``,
-        ``from_cluster``) the workers may only be reachable by the scheduler.
-        Asks each worker for its identity once and remembers the answer.
-        """
-        if self._reaches_workers is None:
-            addresses = sorted(self.nthreads)
-
-            async def identities():
-                calls = [self.client.rpc(address).identity() for address in addresses]
-                await asyncio.wait_for(asyncio.gather(*calls), timeout)
-
-            try:
-                self.client.sync(identities)
-                self._reaches_workers = True
-            except (OSError, asyncio.TimeoutError) as exc:
-                logger.warning("hrl_tasks: the workers cannot be called directly: %r", exc)
-                self._reaches_workers = False
-        return self._reaches_workers
-
-    def map(self, fn, *iterables, **submit_kwargs) -> list[TaskRef]:
-        """``[submit(fn, *args, **submit_kwargs) for args in zip(*iterables)]``, sent as one batch."""
-        options = {k: submit_kwargs.pop(k, None) for k in ("resources", "retries", "name")}
-        speculative = submit_kwargs.pop("speculative", False)
-        refs = [
-            self._prepare(fn, args, submit_kwargs, options["resources"], options["retries"],
-                          speculative, options["name"])
-            for args in zip(*iterables, strict=True)
-        ]  # fmt: skip
-        if not refs:
-            return refs
-        request = refs[0].call_args[3]
-        speculative = refs[0].speculation is not None
-        workers = self.speculator.healthy_workers() if speculative else None
-        pin = {} if workers is None else {"workers": workers, "allow_other_workers": False}
-        specs, arg_lists, kwarg_lists, used = [], [], [], []
-        for ref in refs:
-            real_args, used_args = resolve_refs(ref.call_args[1])
-            real_kwargs, used_kw = resolve_refs(ref.call_args[2])
-            specs.append(self._spec(ref.name, 0, request))
-            arg_lists.append(real_args)
-            kwarg_lists.append(real_kwargs)
-            used.append({**used_args, **used_kw})
-        futures = self.client.map(
-            run_task, [fn] * len(refs), specs, arg_lists, kwarg_lists,
-            key=[spec["key"] for spec in specs], pure=False, resources=request or None,
-            fifo_timeout=FIFO, **pin,
-        )  # fmt: skip
-        for ref, future, deps_used in zip(refs, futures, used, strict=True):
-            ref._start_attempt(0, (future, deps_used))
-            if speculative:
-                self.speculator.track(ref)
-        return refs
-
     def gather(self, refs: Iterable[TaskRef], timeout: float | None = None) -> list:
         """The results of ``refs``, in order, fetched in one batch."""
-        refs = list(refs)
         with task_wait():
-            if all(r.call_info is None and r.future is not None for r in refs):
-                try:  # fast path, as in TaskRef.result
-                    return self.client.gather([r.future for r in refs])
-                except Exception:
-                    pass  # some attempt failed or was replaced: settle each below
-            deadline = None if timeout is None else time.monotonic() + timeout
-            futures = []
-            for ref in refs:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                futures.append(ref._wait_outcome(left))
-            in_cluster = [f for f in futures if not isinstance(f, DirectFuture)]
-            fetched = iter(self.client.gather(in_cluster) if in_cluster else ())
-            return [f.result() if isinstance(f, DirectFuture) else next(fetched) for f in futures]
+            return self.backend.gather(list(refs), timeout)
 
     def wait(
         self,
@@ -539,7 +380,7 @@ class Engine(AttemptSupervision):
             raise ValueError(
                 f"return_when must be one of {sorted(RETURN_WHEN)}, got {return_when!r}"
             )
-        by_outcome = {ref._outcome: ref for ref in refs}
+        by_outcome = {ref.outcome: ref for ref in refs}
         with task_wait():
             done, not_done = cf.wait(by_outcome, timeout, RETURN_WHEN[return_when])
         return {by_outcome[f] for f in done}, {by_outcome[f] for f in not_done}
@@ -548,7 +389,7 @@ class Engine(AttemptSupervision):
         self, refs: Iterable[TaskRef], timeout: float | None = None
     ) -> Iterator[TaskRef]:
         """Yield ``refs`` as they finish, first finished first."""
-        by_outcome = {ref._outcome: ref for ref in refs}
+        by_outcome = {ref.outcome: ref for ref in refs}
         finished = cf.as_completed(by_outcome, timeout)
         while True:
             with task_wait():
@@ -556,6 +397,34 @@ class Engine(AttemptSupervision):
             if outcome is None:
                 return
             yield by_outcome[outcome]
+
+    def cancel(self, ref: TaskRef) -> None:
+        """Cancel ``ref``'s task (``ref.cancel()``)."""
+        try:
+            ref.outcome.set_exception(cf.CancelledError(f"task {ref.name!r} was cancelled"))
+        except cf.InvalidStateError:
+            return  # finished meanwhile
+        self.backend.push(ev.CancelTask(ref.task_id))
+
+    # --- what TaskRefs ask ----------------------------------------------------
+
+    def task_info(self, task_id: str, field: str):
+        """One field of a task's state (``current``, ``attempts``, ``backups``), or None."""
+        task = self.state.tasks.get(task_id)
+        return None if task is None else getattr(task, field)
+
+    def future_of(self, ref: TaskRef):
+        """The Dask future of ``ref``'s winning or current attempt, or None."""
+        if ref.outcome.done() and ref.outcome.exception() is None:
+            value = ref.outcome.result()
+            return None if hasattr(value, "value") else value
+        found = self.backend.futures.get(self.task_info(ref.task_id, "current"))
+        return None if hasattr(found, "value") else found
+
+    def released(self, task_id: str) -> None:
+        """Nobody holds the ref of ``task_id`` any more (its ``__del__``)."""
+        if not self.closed:
+            self.backend.released(task_id)
 
     # --- stateful workers ---------------------------------------------------
 
@@ -597,23 +466,22 @@ class Engine(AttemptSupervision):
         Raises:
             ResourceError: if no worker could ever meet ``resources``.
         """
-        record = ObjectRecord(
-            engine=self,
-            obj_id=f"{name or getattr(cls_or_factory, '__name__', 'object')}-{uuid.uuid4().hex[:8]}",
-            name=name or getattr(cls_or_factory, "__name__", "object"),
-            factory=cls_or_factory,
-            args=args,
-            kwargs=kwargs,
-            request=normalize_request(resources),
-            strategy=strategy,
-            max_restarts=max_restarts,
-            reissue_calls=reissue_calls,
-            label=label or "",
-        )
-        self.check_resources(record.request)
-        record.start()
-        self.objects[record.obj_id] = record
-        return WorkerHandle(record)
+        if strategy not in ("spread", "pack"):
+            raise ValueError(f"strategy must be 'spread' or 'pack', got {strategy!r}")
+        request = normalize_request(resources)
+        self.check_resources(request)
+        name = name or getattr(cls_or_factory, "__name__", "object")
+        label = label or name
+        obj_id = f"{name}-{uuid.uuid4().hex[:8]}"
+        parent = current_task()
+        topic = self.topic if parent is None else parent.topic
+        self.backend.objects[obj_id] = (cls_or_factory, args, kwargs, topic)
+        creation = self._new_ref(f"{label}.__init__", None)
+        self.backend.creations[obj_id] = creation.outcome
+        create = ev.CreateObject(obj_id, creation.task_id, name, label, request, strategy,
+                                 max_restarts, reissue_calls)  # fmt: skip
+        self.backend.push_and_wait(create)  # placed on return, as the handle's address says
+        return WorkerHandle(self, obj_id, name, label)
 
     def create_group(self, cls_or_factory, n: int, *args, **kwargs) -> WorkerGroup:
         """``n`` equivalent stateful workers (spread by default) as a :class:`WorkerGroup`.
@@ -629,46 +497,103 @@ class Engine(AttemptSupervision):
         ]
         return WorkerGroup(handles)
 
+    def form_group(self, obj_ids: list[str]) -> None:
+        """Make these stateful workers peers: a speculative call may be backed up on one."""
+        self.backend.push(ev.FormGroup(tuple(obj_ids)))
+
+    def call(self, handle: WorkerHandle, method: str, args, kwargs, speculation, direct) -> TaskRef:
+        """``handle.call(...)``: a call of a stateful worker's method."""
+        if not isinstance(method, str):
+            raise TypeError(f"call needs a method name (a str), got {method!r}")
+        name = f"{handle.label}.{method}"
+        if direct:
+            found: list[TaskRef] = []
+            collect_refs((args, kwargs), found)
+            if found:
+                raise TypeError(
+                    f"a direct call ({name}) takes values, not TaskRefs such as "
+                    f"{found[0].name!r}: pass its .result(), use engine.share(value) for a value "
+                    "many direct calls need, or make the call without direct=True"
+                )
+        deps = self._inputs(args, kwargs)
+        ref = self._new_ref(name, (method, args, kwargs), direct=direct)
+        ref.deps = tuple(d.task_id for d in deps)
+        call = ev.CallObject(ref.task_id, handle.obj_id, method, ref.deps, direct=direct,
+                             speculation=speculation)  # fmt: skip
+        self.backend.push(call)
+        return ref
+
+    def kill(self, handle: WorkerHandle, timeout: float | None) -> None:
+        """``handle.kill()``: end the object after the calls made before; frees what it holds."""
+        ref = self._new_ref(f"{handle.label}.__del__", None)
+        self.backend.push(ev.KillObject(handle.obj_id, ref.task_id))
+        try:
+            self.wait([ref], timeout=timeout)
+        except Exception as exc:  # gone anyway: never let a stuck object stop a shutdown
+            logger.warning("stateful worker %r did not end cleanly: %r", handle.name, exc)
+
+    def object_info(self, obj_id: str, field: str):
+        """One field of a stateful object's state (``address``, ``restarts``, ``gone``)."""
+        obj = self.state.objects.get(obj_id)
+        return None if obj is None else getattr(obj, field)
+
     # --- resources ----------------------------------------------------------
+
+    @property
+    def ledger(self):
+        """What each worker declared and what stateful workers hold (read only)."""
+        return self.state.ledger
+
+    @property
+    def nthreads(self) -> dict[str, int]:
+        """Threads per worker (read only)."""
+        return self.state.nthreads
 
     def check_resources(self, request: dict) -> None:
         """Raise :class:`ResourceError` if no worker could ever meet ``request``."""
-        if request:
-            with self.ledger_changed:
-                if not self.ledger.capacity:
-                    self._refresh_ledger()
-                self.ledger.check(request)
+        if not request:
+            return
+        with self.backend.lock:
+            capacity = dict(self.state.ledger.capacity)
+        if not capacity:  # perhaps not looked at yet
+            capacity = {w: declared for w, (_, declared) in self.backend.read_workers().items()}
+        check_satisfiable(request, capacity)
 
     def resources(self) -> dict:
         """Per worker: what it declared, what stateful workers hold, what is free now."""
         free_now = self.client.run(local_resources)
-        with self.ledger_changed:
+        with self.backend.lock:
+            ledger = self.state.ledger
             return {
                 w: {
                     "declared": dict(cap),
-                    "held_by_objects": self.ledger.held_on(w),
+                    "held_by_objects": ledger.held_on(w),
                     "available": free_now.get(w, {}),
                 }
-                for w, cap in self.ledger.capacity.items()
+                for w, cap in ledger.capacity.items()
             }
 
-    def _refresh_ledger(self) -> None:
-        """Read the workers and what they declare from the scheduler."""
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
-        held = self.client.get_metadata(["hrl-tasks", "held"], default={}) or {}
-        with self.ledger_changed:
-            for addr in set(self.ledger.capacity) - set(workers):
-                self.ledger.remove_worker(addr)
-            for addr in set(self.nthreads) - set(workers):
-                self.nthreads.pop(addr, None)
-            for addr, info in workers.items():
-                self.nthreads[addr] = int(info.get("nthreads", 1))
-                declared = dict(info.get("resources") or {})
-                for request in (held.get(addr) or {}).values():
-                    for k, v in request.items():
-                        declared[k] = declared.get(k, 0.0) + v
-                self.ledger.capacity[addr] = declared
-            self.ledger_changed.notify_all()
+    def reaches_workers(self, timeout: float = 5.0) -> bool:
+        """Whether this process can connect to every worker itself, as direct calls do.
+
+        On the embedded cluster it always can; on a remote one (``connect``,
+        ``from_cluster``) the workers may only be reachable by the scheduler.
+        Asks each worker for its identity once and remembers the answer.
+        """
+        if self._reaches_workers is None:
+            addresses = sorted(self.nthreads)
+
+            async def identities():
+                calls = [self.client.rpc(address).identity() for address in addresses]
+                await asyncio.wait_for(asyncio.gather(*calls), timeout)
+
+            try:
+                self.client.sync(identities)
+                self._reaches_workers = True
+            except (OSError, asyncio.TimeoutError) as exc:
+                logger.warning("hrl_tasks: the workers cannot be called directly: %r", exc)
+                self._reaches_workers = False
+        return self._reaches_workers
 
     # --- statistics ---------------------------------------------------------
 
@@ -680,31 +605,10 @@ class Engine(AttemptSupervision):
         they include the nested tasks that this engine's tasks submitted, while
         the counters count what this engine submitted itself.
         """
-        with self._stats_lock:
-            return self._stats.snapshot()
+        with self.backend.lock:
+            return self.state.stats.snapshot()
 
-    def _count(self, counter: str, n: int = 1) -> None:
-        with self._stats_lock:
-            self._stats.count(counter, n)
-
-    def _note_cancelled(self, ref: TaskRef) -> None:
-        self._count("cancelled")
-        if ref.call_info is not None:
-            ref.call_info[0].skip(ref.call_info[1])
-
-    def _on_reports(self, event) -> None:
-        """Start and end events from the workers (on the client's event loop)."""
-        _, events = event
-        now = time.monotonic()
-        for kind, key, name, worker, elapsed, age in events:
-            if kind == "start":
-                self.speculator.on_start(key, worker, now - age)
-            else:
-                with self._stats_lock:
-                    self._stats.record_duration(name, elapsed)
-                self.speculator.on_end(key, name, worker, elapsed, now - age)
-
-    def _on_cluster_event(self, event) -> None:
-        msg = event[1]
-        if isinstance(msg, dict) and msg.get("action") in ("add-worker", "remove-worker"):
-            self._events.put(msg)
+    def slow_workers(self) -> set[str]:
+        """Workers known to be slow now: speculative work avoids them for a while."""
+        with self.backend.lock:
+            return self.state.slow_workers()

@@ -22,6 +22,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from hrl_tasks.scheduler.context import current_task
+from hrl_tasks.scheduler.runtime import WorkerRuntime
+
 
 class InjectedFault(RuntimeError):
     """Raised by a task that fault injection chose to fail."""
@@ -82,16 +85,12 @@ class FaultInjector:
         if not self.cooperative:
             time.sleep(extra)
             return
-        from hrl_tasks.scheduler.worker_side import current_task
-
         ctx, deadline = current_task(), time.monotonic() + extra
         while time.monotonic() < deadline and not (ctx and ctx.cancelled()):
             time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
 
 
 def _install(config: dict | None, dask_worker=None) -> bool:
-    from hrl_tasks.scheduler.worker_side import WorkerRuntime
-
     WorkerRuntime.of(dask_worker).faults = None if config is None else FaultInjector(**config)
     return True
 

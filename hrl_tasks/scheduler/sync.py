@@ -1,8 +1,9 @@
 """A synchronous, in-process engine with the same API, for debugging and fast tests.
 
-``SyncEngine`` runs each task at once in the calling thread, applies the same
-retry rules as the Dask backend, and keeps stateful workers as plain objects.
-Breakpoints and stack traces work as in ordinary Python.
+``SyncEngine`` drives the same state machine as the Dask engine; its backend
+carries out each instruction at once in the calling thread: a launched
+attempt runs before ``submit`` returns, stateful workers are plain objects in
+this process. Breakpoints and stack traces work as in ordinary Python.
 
 Example::
 
@@ -12,82 +13,163 @@ Example::
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import itertools
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections import deque
 
-from hrl_tasks.scheduler import retry as retry_rules
-from hrl_tasks.scheduler.engine import _ACTIVE_ENGINE, RETURN_WHEN
+from hrl_tasks.scheduler import events as ev
+from hrl_tasks.scheduler.context import TaskContext, enter_task, leave_task
+from hrl_tasks.scheduler.engine import Engine
 from hrl_tasks.scheduler.errors import ObjectStartError
-from hrl_tasks.scheduler.resources import Ledger, normalize_request
+from hrl_tasks.scheduler.handles import WorkerHandle
 from hrl_tasks.scheduler.retry import RetryPolicy
-from hrl_tasks.scheduler.stats import EngineStats
-from hrl_tasks.scheduler.taskref import collect_refs
-from hrl_tasks.scheduler.worker_side import _CURRENT_TASK, TaskContext
+from hrl_tasks.scheduler.shared import Shared
+from hrl_tasks.scheduler.state import EngineState
+from hrl_tasks.scheduler.taskref import Local, TaskRef
+
+WORKER = "inprocess"
 
 
-class SyncRef:
-    """The in-process counterpart of :class:`~hrl_tasks.scheduler.taskref.TaskRef`."""
+class InProcessBackend:
+    """Carries out instructions at once, in the calling thread."""
 
-    def __init__(self, name: str, key: str):
-        self.name = name
-        self.key = key
-        self.attempts = 0
-        self._outcome: cf.Future = cf.Future()
+    def __init__(self, state: EngineState, resources: dict):
+        self.state = state
+        self.resources = resources
+        self.lock = threading.RLock()
+        self.outcomes: dict = {}
+        self.payloads: dict = {}
+        self.objects: dict = {}  # obj id -> (factory, args, kwargs, topic)
+        self.live: dict = {}  # obj id -> the object
+        self.creations: dict = {}
+        self.futures: dict = {}  # key -> Local result
+        self.released_ids: deque = deque()
+        self.closed = False
 
-    def done(self) -> bool:
-        return self._outcome.done()
+    def push(self, *events) -> None:
+        if self.released_ids:
+            taken = [self.released_ids.popleft() for _ in range(len(self.released_ids))]
+            events = (*events, ev.Released(tuple(taken)))
+        with self.lock:
+            instructions = self.state.handle(*events, now=time.monotonic())
+        for ins in instructions:
+            self.carry_out(ins)
 
-    def result(self, timeout: float | None = None) -> Any:
-        return self._outcome.result(timeout)
+    feed = push
+    push_and_wait = push
 
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._outcome.exception(timeout)
+    def released(self, task_id: str) -> None:
+        self.released_ids.append(task_id)
 
-    def cancel(self) -> bool:
-        return False  # it already ran
+    def read_workers(self) -> dict:
+        return {WORKER: (1, dict(self.resources))}
 
-    def __repr__(self) -> str:
-        return f"<SyncRef {self.name} key={self.key}>"
+    def carry_out(self, ins) -> None:
+        if isinstance(ins, ev.Launch):
+            self.run(ins)
+        elif isinstance(ins, ev.Resolve):
+            self._settle(ins.task_id, value=self.futures.get(ins.key, Local(None)))
+        elif isinstance(ins, ev.Fail):
+            self._settle(ins.task_id, error=ins.error)
+        elif isinstance(ins, (ev.Forget, ev.Cancel)):
+            for key in ins.keys:
+                self.futures.pop(key, None)
+        elif isinstance(ins, ev.Refresh):
+            self.push(ev.WorkersSeen(self.read_workers()))
+        elif isinstance(ins, ev.Later) and isinstance(ins.event, ev.RetryDue):
+            time.sleep(ins.delay)  # nothing else runs meanwhile in this engine
+            self.push(ins.event)
+        # Ticks, skips and supply changes mean nothing in one process.
+
+    def _settle(self, task_id: str, value=None, error=None) -> None:
+        outcome = self.outcomes.pop(task_id, None)
+        self.payloads.pop(task_id, None)
+        if outcome is None or outcome.done():
+            return
+        if error is None:
+            outcome.set_result(value)
+        else:
+            outcome.set_exception(error)
+
+    def run(self, launch: ev.Launch) -> None:
+        """Run one attempt now and report how it ended."""
+        fn, args, kwargs, topic = self._call_of(launch)
+        ctx = TaskContext(launch.key, launch.name, launch.attempt, launch.request, topic)
+        token = enter_task(ctx)
+        start = time.perf_counter()
+        try:
+            value = fn(*args, **kwargs)
+        except Exception as exc:
+            done = ev.AttemptDone(launch.key, "error", exc)
+        else:
+            self.futures[launch.key] = Local(value)
+            done = ev.AttemptDone(launch.key, "finished", value=value if launch.fetch else None)
+        finally:
+            leave_task(token)
+        elapsed = time.perf_counter() - start
+        self.push(ev.Ended(launch.key, launch.name, WORKER, elapsed), done)
+
+    def _call_of(self, launch: ev.Launch) -> tuple:
+        if launch.kind == "task":
+            fn, args, kwargs, topic = self.payloads[launch.task_id]
+            return fn, *resolve_local((args, kwargs)), topic
+        factory, fargs, fkwargs, topic = self.objects[launch.obj_id]
+        if launch.kind == "create":
+            if launch.task_id in self.outcomes:
+                self.creations[launch.obj_id] = self.outcomes[launch.task_id]
+            return self._create, (launch.obj_id, factory, fargs, fkwargs), {}, topic
+        if launch.kind == "destroy":
+            return self._destroy, (launch.obj_id,), {}, topic
+        if launch.kind == "snapshot":
+            return self._method(launch.obj_id, "get_state"), (), {}, topic
+        method, args, kwargs, _ = self.payloads[launch.args_of or launch.task_id]
+        return self._method(launch.obj_id, method), *resolve_local((args, kwargs)), topic
+
+    def _create(self, obj_id: str, factory, args, kwargs) -> dict:
+        obj = self.live[obj_id] = factory(*args, **kwargs)
+        has_state = callable(getattr(obj, "get_state", None)) and callable(
+            getattr(obj, "restore_state", None)
+        )
+        return {"has_state": has_state, "thread_safe": True}
+
+    def _method(self, obj_id: str, method: str):
+        def call(*args, **kwargs):
+            return getattr(self.live[obj_id], method)(*args, **kwargs)
+
+        return call
+
+    def _destroy(self, obj_id: str) -> bool:
+        obj = self.live.pop(obj_id, None)
+        close = getattr(obj, "close", None)
+        if callable(close):
+            close()
+        return obj is not None
+
+    def gather(self, refs: list, timeout: float | None) -> list:
+        return [ref.outcome.result(timeout).value for ref in refs]
+
+    @staticmethod
+    def place(value) -> Local:
+        return Local(value)
+
+    def close(self) -> None:
+        self.closed = True
 
 
-def _resolve(obj):
-    if isinstance(obj, SyncRef):
-        return obj.result()
+def resolve_local(obj):
+    """``obj`` with each TaskRef replaced by its value (everything is finished here)."""
+    if isinstance(obj, TaskRef):
+        return obj.outcome.result().value
+    if isinstance(obj, Shared):
+        return obj.value
     if isinstance(obj, (list, tuple, set, frozenset)):
-        return type(obj)(_resolve(x) for x in obj)
+        return type(obj)(resolve_local(x) for x in obj)
     if isinstance(obj, dict):
-        return {k: _resolve(v) for k, v in obj.items()}
+        return {k: resolve_local(v) for k, v in obj.items()}
     return obj
 
 
-class SyncHandle:
-    """A stateful worker of the :class:`SyncEngine`: the object, in this process."""
-
-    def __init__(self, engine: SyncEngine, name: str, obj: Any):
-        self.engine = engine
-        self.name = name
-        self.address = "inprocess"
-        self.restarts = 0
-        self._obj = obj
-
-    def call(self, method: str, *args, speculative=False, direct=False, **kwargs) -> SyncRef:
-        bound = getattr(self._obj, method)
-        return self.engine.submit(bound, *args, name=f"{self.name}.{method}", **kwargs)
-
-    def ready(self, timeout: float | None = None) -> SyncHandle:
-        return self
-
-    def kill(self, timeout: float | None = None) -> None:
-        close = getattr(self._obj, "close", None)
-        if callable(close):
-            close()
-
-
-class SyncEngine:
+class SyncEngine(Engine):
     """Everything in-process: ``submit`` runs the function before it returns.
 
     Args:
@@ -97,121 +179,38 @@ class SyncEngine:
     """
 
     def __init__(self, resources: dict | None = None, retries: RetryPolicy | int | None = None):
-        self.ledger = Ledger()
-        self.ledger.add_worker("inprocess", resources or {"CPU": 1})
-        self.default_retries = RetryPolicy.coerce(retries, RetryPolicy())
-        self.dashboard_link = None
-        self.closed = False
-        self._stats = EngineStats()
-        self._keys = itertools.count()
-        self.local_cache: dict = {}  # worker_local() objects
-        self.local_cache_lock = threading.Lock()
-        self._token = _ACTIVE_ENGINE.set(self)
+        self.client = None
+        self.cluster = None
+        self.owns_client = False
+        self.topic = WORKER
+        state = EngineState("sync")
+        backend = InProcessBackend(state, resources or {"CPU": 1})
+        self._start(state, backend, retries, lost_worker_timeout=10.0, activate=True)
+        backend.push(ev.WorkersSeen(backend.read_workers()))
 
-    def __enter__(self) -> SyncEngine:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    @property
+    def dashboard_link(self) -> None:
+        return None
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            try:
-                _ACTIVE_ENGINE.reset(self._token)
-            except ValueError:
-                _ACTIVE_ENGINE.set(None)
+            self.backend.close()
+            self._deactivate()
 
-    def check_resources(self, request: dict) -> None:
-        self.ledger.check(request)
+    def create_worker(self, cls_or_factory, *args, **kwargs) -> WorkerHandle:
+        """As :meth:`Engine.create_worker`; a factory that raises raises here."""
+        handle = super().create_worker(cls_or_factory, *args, **kwargs)
+        creation = self.backend.creations[handle.obj_id]
+        if creation.exception() is not None:
+            error = creation.exception()
+            raise ObjectStartError(f"stateful worker {handle.name!r} failed to start: {error}")
+        return handle
 
-    def submit(
-        self, fn, *args, resources=None, retries=None, speculative=False, name=None, **kwargs
-    ):
-        """Run ``fn`` now, with retries; returns a finished :class:`SyncRef`."""
-        request = normalize_request(resources)
-        self.check_resources(request)
-        policy = RetryPolicy.coerce(retries, self.default_retries)
-        name = name or getattr(fn, "__name__", "task")
-        ref = SyncRef(name, f"{name}-{next(self._keys)}")
-        self._stats.count("submitted")
-        deps: list = []
-        collect_refs((args, kwargs), deps)
-        for dep in deps:
-            if isinstance(dep, SyncRef) and dep.exception() is not None:
-                ref._outcome.set_exception(dep.exception())
-                self._stats.count("failed")
-                return ref
-        attempt = 0
-        while True:
-            ref.attempts += 1
-            ctx = TaskContext(ref.key, name, attempt, request, topic="inprocess")
-            token = _CURRENT_TASK.set(ctx)
-            start = time.perf_counter()
-            try:
-                value = fn(*_resolve(args), **_resolve(kwargs))
-            except Exception as exc:
-                decision = retry_rules.decide(policy, attempt, exc, worker_lost=False)
-                if isinstance(decision, retry_rules.GiveUp):
-                    ref._outcome.set_exception(exc)
-                    self._stats.count("failed")
-                    return ref
-                self._stats.count("retried")
-                time.sleep(decision.delay)
-                attempt = decision.attempt
-                continue
-            finally:
-                _CURRENT_TASK.reset(token)
-                self._stats.record_duration(name, time.perf_counter() - start)
-            ref._outcome.set_result(value)
-            self._stats.count("finished")
-            return ref
-
-    def put(self, value, worker: str | None = None) -> SyncRef:
-        """A finished ref holding ``value`` (``worker`` is ignored: there is one process)."""
-        ref = SyncRef("put", f"put-{next(self._keys)}")
-        ref._outcome.set_result(value)
-        return ref
-
-    @staticmethod
-    def share(value):
-        """``value`` itself: in-process calls need no upload."""
-        return value
+    def resources(self) -> dict:
+        free = dict(self.backend.resources)
+        return {WORKER: {"declared": free, "held_by_objects": {}, "available": free}}
 
     def reaches_workers(self, timeout: float = 5.0) -> bool:
         """Always: the one "worker" is this process."""
         return True
-
-    def map(self, fn, *iterables, **submit_kwargs) -> list[SyncRef]:
-        return [self.submit(fn, *args, **submit_kwargs) for args in zip(*iterables, strict=True)]
-
-    def gather(self, refs: Iterable[SyncRef], timeout: float | None = None) -> list:
-        return [ref.result() for ref in refs]
-
-    def wait(self, refs, timeout=None, return_when="ALL_COMPLETED"):
-        if return_when not in RETURN_WHEN:
-            raise ValueError(
-                f"return_when must be one of {sorted(RETURN_WHEN)}, got {return_when!r}"
-            )
-        return set(refs), set()
-
-    def as_completed(self, refs, timeout=None) -> Iterator[SyncRef]:
-        yield from refs
-
-    def create_worker(self, cls_or_factory, *args, resources=None, strategy="spread", name=None,
-                      max_restarts=3, reissue_calls=False, label=None, **kwargs) -> SyncHandle:  # fmt: skip
-        self.check_resources(normalize_request(resources))
-        name = name or getattr(cls_or_factory, "__name__", "object")
-        try:
-            obj = cls_or_factory(*args, **kwargs)
-        except Exception as exc:
-            raise ObjectStartError(f"stateful worker {name!r} failed to start: {exc}") from exc
-        return SyncHandle(self, name, obj)
-
-    def create_group(self, cls_or_factory, n: int, *args, **kwargs) -> list[SyncHandle]:
-        """``n`` objects; speculative calls run once (there are no stragglers in-process)."""
-        base = kwargs.pop("name", None) or getattr(cls_or_factory, "__name__", "object")
-        return [self.create_worker(cls_or_factory, *args, name=base, **kwargs) for _ in range(n)]
-
-    def stats(self) -> dict:
-        return self._stats.snapshot()

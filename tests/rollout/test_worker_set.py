@@ -28,7 +28,7 @@ def assert_same_weights(a, b):
 
 
 class SubmitSpy:
-    """Records the name and arguments of every engine.submit call."""
+    """Records the name and arguments of every task and stateful-worker call."""
 
     def __init__(self, engine, monkeypatch):
         self.calls = []
@@ -39,9 +39,21 @@ class SubmitSpy:
             return submit(fn, *args, name=name, **kwargs)
 
         monkeypatch.setattr(engine, "submit", spy)
+        call = engine.call
+
+        def call_spy(handle, method, args, kwargs, *rest):
+            self.calls.append((f"{handle.name}.{method}", args))
+            return call(handle, method, args, kwargs, *rest)
+
+        monkeypatch.setattr(engine, "call", call_spy)
 
     def named(self, name):
         return [args for called, args in self.calls if called == name]
+
+
+def fake_restart(engine, handle):
+    """What the engine records when it re-creates an object after losing its worker."""
+    engine.state.objects[handle.obj_id].restarts += 1
 
 
 @pytest.fixture
@@ -90,7 +102,7 @@ def test_a_restarted_worker_gets_the_weights_again_before_its_next_sample(engine
     victim = workers.remote_workers[1]
     # What a re-creation looks like from the driver: initial weights, one more restart.
     victim.call("set_weights", perturbed(new, seed=1))
-    victim.restarts += 1
+    fake_restart(engine, victim)
     engine.gather(workers.sample())
     assert workers.resyncs == 1
     for weights in workers.foreach_worker(lambda w: w.get_weights()):
@@ -105,7 +117,7 @@ def test_a_restarted_worker_runs_its_setup_again(engine):
     workers.set_worker_setup(victim, Tag("set up")).result(timeout=30)
     assert workers.foreach_worker(Tag.read, local=False) == [None, "set up"]
     victim.call("apply", Tag(None))  # what a re-created worker looks like
-    victim.restarts += 1
+    fake_restart(engine, victim)
     engine.gather(workers.sample())
     assert workers.foreach_worker(Tag.read, local=False) == [None, "set up"]
     with pytest.raises(ValueError, match="not a remote worker"):
@@ -154,7 +166,7 @@ def test_sync_weights_to_one_worker_and_note_sampled(engine):
     assert_same_weights(two, new)
     with pytest.raises(ValueError, match="not a remote worker"):
         workers.sync_weights(to=[object()])
-    first.restarts += 1  # re-created: note_sampled brings it to the last weights
+    fake_restart(engine, first)  # re-created: note_sampled brings it to the last weights
     workers.note_sampled(first)
     workers.note_sampled(second)
     assert workers.resyncs == 1

@@ -59,7 +59,7 @@ def test_sample_and_one_broadcast_weight_sync(engine):
         new = perturbed(workers.local_worker.get_weights(), seed=0)
         refs = workers.sync_weights(new)
         # Every set_weights call depends on one and the same TaskRef holding the weights.
-        assert len({id(dep) for ref in refs for dep in ref.deps}) == 1
+        assert len({dep for ref in refs for dep in ref.deps}) == 1
         engine.gather(refs)
         assert_all_equal(workers.foreach_worker(lambda w: w.get_weights()), new)
 

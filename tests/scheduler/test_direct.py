@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import hrl_tasks as hrl
-from hrl_tasks.scheduler.direct import DirectFuture, Shared, direct_arguments, inline
-from hrl_tasks.scheduler.worker_side import SharedRef, SharedValue
+from hrl_tasks.scheduler.shared import Shared, SharedRef, SharedValue, direct_arguments, inline
 from tests.scheduler import tasks
 
 
@@ -23,18 +22,6 @@ def test_a_shared_value_rides_with_the_first_call_and_is_referenced_after():
     assert isinstance(sent_again[0][1], SharedValue) and sent_again[0][1].value is shared.value
     with pytest.raises(TypeError, match="not inside other objects"):
         hrl.Engine.share(1).__reduce__()
-
-
-def test_direct_future_states():
-    done, failed, dropped = DirectFuture("a", "w"), DirectFuture("b", "w"), DirectFuture("c", "w")
-    assert done.status == "pending" and not done.done()
-    done._settle(5)
-    failed._settle(error=ValueError("no"))
-    dropped.cancel()
-    dropped._settle(7)  # an answer after a cancel is dropped
-    assert (done.status, done.result()) == ("finished", 5)
-    assert failed.status == "error" and isinstance(failed.exception(), ValueError)
-    assert dropped.status == "cancelled"
 
 
 @pytest.mark.cluster

@@ -1,0 +1,218 @@
+"""Every use of a private part of ``distributed``, in one place.
+
+Each function says why it needs the internal and which public API would
+replace it. The range of ``distributed`` these were read from and tested with
+is pinned in ``setup.cfg``; after an upgrade, run ``pytest tests/scheduler``
+(``test_a_cancelled_running_task_gives_its_thread_to_the_next`` and
+``tests/scheduler/test_direct.py`` exercise the worker-side internals).
+"""
+
+from __future__ import annotations
+
+import time
+
+from distributed import Client, Future
+
+# --- the client (driver side) ---------------------------------------------------
+
+
+def set_send_interval(client: Client, seconds: float) -> None:
+    """Let the client batch its messages to the scheduler for at most ``seconds``.
+
+    Why: RL loops make one short round trip after another; the client's
+    ``BatchedSend`` waits up to 10 ms. No public setting exists for the client's
+    stream (``distributed.comm.batched`` config is not read for it).
+    """
+    stream = getattr(client, "scheduler_comm", None)
+    if hasattr(stream, "interval"):
+        stream.interval = min(stream.interval, float(seconds))
+
+
+def topic_handler(client: Client, topic: str):
+    """The handler the client calls for ``topic`` now, or ``None``.
+
+    Why: a client keeps one handler per topic, so an engine must not
+    unsubscribe another engine's handler on the same client. Public
+    replacement: none (``Client.unsubscribe_topic`` takes no handler).
+    """
+    return client._event_handlers.get(topic)  # noqa: SLF001
+
+
+async def cancel(client: Client, futures: list[Future]) -> None:
+    """Cancel ``futures`` from the client's event loop.
+
+    Why: ``Client.cancel`` blocks until done and cannot be called from the
+    loop's own thread, where the engine's state machine runs.
+    """
+    await client._cancel(futures)  # noqa: SLF001
+
+
+async def outcome(future: Future) -> tuple[str, BaseException | None]:
+    """Wait for ``future`` on the client's loop; ``(status, error)`` without fetching data.
+
+    Why: ``Future.exception()`` is blocking, and ``await future`` fetches the
+    result. Public replacement: none for a non-asynchronous client.
+    """
+    error = await future._exception()  # noqa: SLF001
+    return future.status, error
+
+
+# --- clusters ---------------------------------------------------------------------
+
+
+def start_added_workers(cluster) -> None:
+    """Start the workers just added to a ``SpecCluster``'s ``worker_spec``.
+
+    Why: ``LocalCluster`` takes one resource dict for all workers; a
+    heterogeneous cluster adds specs one by one. Public replacement:
+    ``cluster.scale()``, which takes no per-worker options.
+    """
+    cluster.sync(cluster._correct_state)  # noqa: SLF001
+
+
+# --- the workers --------------------------------------------------------------------
+
+
+def worker_context(worker):
+    """Make ``get_worker()`` return ``worker`` in this thread; returns a reset token.
+
+    Why: direct calls run in threads of the engine's own, not Dask's pool, and
+    the code they run may call ``get_worker()`` (Dask's actors do the same).
+    """
+    from distributed.worker import _worker_cvar
+
+    return _worker_cvar.set(worker)
+
+
+def reset_worker_context(token) -> None:
+    from distributed.worker import _worker_cvar
+
+    _worker_cvar.reset(token)
+
+
+def running_task_key() -> str | None:
+    """The key of the Dask task this thread executes, or ``None``.
+
+    Why: ``get_worker()`` also answers in the worker's event loop and in
+    direct-call threads; only a task thread of the pool has a key. Public
+    replacement: none (``distributed.get_task_key`` raises outside a task in
+    some versions).
+    """
+    from distributed.threadpoolexecutor import thread_state as pool_state
+    from distributed.utils import thread_state
+
+    key = getattr(thread_state, "key", None)
+    return key if key is not None and hasattr(pool_state, "executor") else None
+
+
+def leave_pool_again() -> None:
+    """Leave the worker's thread pool once more after ``rejoin()`` (Dask allows one
+    ``secede()`` per task, which tells the scheduler; later waits only free the thread).
+
+    Why: a task that waits several times must not hold a pool thread in each wait.
+    """
+    from distributed.threadpoolexecutor import secede as pool_secede
+
+    pool_secede(adjust=True)
+
+
+def end_thread_after_task() -> None:
+    """Let the calling pool thread end after its task instead of taking the next one.
+
+    Why: a detached (cancelled, still running) task's thread was replaced in the
+    pool; it must not come back as an extra thread.
+    """
+    from distributed.threadpoolexecutor import thread_state as pool_state
+
+    pool_state.proceed = False
+
+
+def task_state(worker, key: str):
+    """``(state, previous)`` of task ``key`` in the worker's state machine, or ``None``."""
+    found = worker.state.tasks.get(key)
+    return None if found is None else (found.state, found.previous)
+
+
+def detach_thread(worker, thread, claim) -> bool:
+    """Take ``thread`` out of the worker's thread pool and start a replacement.
+
+    Why: Dask cannot stop a running task; a copy that lost its race would hold
+    its thread to its end. This does from outside what ``secede()`` does from
+    inside the task. Public replacement: none (distributed issue 391).
+
+    Args:
+        claim: called under the pool's lock once the pool is found; the thread
+            is taken out only if it returns True.
+
+    Returns:
+        Whether the thread was taken out.
+    """
+    from distributed.threadpoolexecutor import threads_lock
+
+    with threads_lock:
+        for executor in worker.executors.values():
+            threads = getattr(executor, "_threads", ())
+            if thread in threads and hasattr(executor, "_rejoin_list"):
+                if not claim():
+                    return False
+                threads.discard(thread)
+                executor._adjust_thread_count()  # noqa: SLF001
+                return True
+    return False
+
+
+def report_seceded(worker, key: str) -> None:
+    """Tell the worker's state machine that task ``key`` left the pool (as ``secede()`` does).
+
+    Why: for a cancelled task that still runs, the worker's state machine
+    then frees its thread slot; ``secede()`` can only be called from inside the task.
+    """
+    from distributed.worker_state_machine import SecedeEvent
+
+    stimulus = f"hrl-detach-{time.time()}"
+    worker.handle_stimulus(SecedeEvent(key=key, compute_duration=0.0, stimulus_id=stimulus))
+
+
+def lend_resources(worker, request: dict, sign: int) -> None:
+    """Add (``sign=+1``) or take back (``-1``) ``request`` to what the worker has free now.
+
+    Why: Dask keeps a seceded task's resources held (distributed issue 6565), so
+    a parent waiting for its children would starve them. Runs on the worker's
+    event loop. Public replacement: none; the issue's fix would remove the need.
+    """
+    available = worker.state.available_resources
+    for name, amount in request.items():
+        available[name] = available.get(name, 0.0) + sign * amount
+
+
+def free_resources(worker) -> dict:
+    """What the worker has free right now."""
+    return dict(worker.state.available_resources)
+
+
+async def change_supply(worker, delta: dict) -> dict:
+    """Add ``delta`` to the resources ``worker`` advertises (negative to hold them).
+
+    ``Worker.set_resources`` is public; the totals it starts from are the worker
+    state machine's.
+    """
+    totals = dict(worker.state.total_resources)
+    for name, amount in delta.items():
+        totals[name] = totals.get(name, 0.0) + amount
+    await worker.set_resources(**totals)
+    return totals
+
+
+def schedule_unrunnable(scheduler, worker: str) -> int:
+    """After ``worker``'s supply grew, start the waiting tasks that now fit on it.
+
+    Why: ``set_resources`` does not re-examine tasks that were unrunnable for
+    lack of resources. Public replacement: none.
+    """
+    ws = scheduler.workers.get(worker)
+    if ws is None:
+        return 0
+    recs = scheduler.bulk_schedule_unrunnable_after_adding_worker(ws)
+    if recs:
+        scheduler.transitions(recs, stimulus_id=f"hrl-tasks-supply-{time.time()}")
+    return len(recs)

@@ -1,0 +1,186 @@
+"""The engine's state inside one worker process, and how tasks run there.
+
+Every engine task runs through :func:`run_task`, which gives the function its
+:class:`~hrl_tasks.scheduler.context.TaskContext`, times it and reports its
+start and end to the engine that submitted it. Reports travel in batches
+(every ``FLUSH_INTERVAL_S``) as Dask events on the engine's topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from distributed import get_worker
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler.context import TaskContext, enter_task, leave_task, lend_resources
+
+RUNTIME_NAME = "hrl-tasks-runtime"
+FLUSH_INTERVAL_S = 0.05
+SHARED_KEPT = 4  # shared values kept per worker process, the newest
+
+
+class WorkerRuntime(WorkerPlugin):
+    """Attached lazily to a Dask worker: objects, reports, caches and injected faults."""
+
+    name = RUNTIME_NAME
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.objects: dict[str, Any] = {}  # obj_id -> ObjectEntry (worker_objects.py)
+        self.reports: dict[str, list] = {}
+        self.reports_lock = threading.Lock()
+        self.flushing = False
+        self.engine = None  # the engine of ``current_engine()`` in tasks here
+        self.faults = None  # a FaultInjector while tests or benchmarks inject faults
+        self.cache: dict = {}  # worker_local() objects, one per key per worker process
+        self.cache_lock = threading.Lock()
+        self.running: dict[str, TaskContext] = {}  # engine tasks executing here, by key
+        self.shared: OrderedDict[str, Any] = OrderedDict()  # shared values, the newest last
+        self.shared_arrived: dict[str, asyncio.Event] = {}  # peers waiting for one
+        self.handlers_installed = False
+
+    @classmethod
+    def of(cls, worker=None) -> WorkerRuntime:
+        worker = worker or get_worker()
+        runtime = worker.plugins.get(RUNTIME_NAME)
+        if runtime is None:
+            runtime = worker.plugins.setdefault(RUNTIME_NAME, cls(worker))
+        return runtime
+
+    # --- reports to the engine ---------------------------------------------------
+
+    def report(self, topic: str, kind: str, key: str, name: str, elapsed: float | None) -> None:
+        """Queue a start or end event for the engine listening on ``topic``.
+
+        Events travel in batches; each says how long ago it happened, so the
+        engine can place it on its own clock whatever the workers' clocks say.
+        """
+        event = (kind, key, name, self.worker.address, elapsed, time.monotonic())
+        with self.reports_lock:
+            self.reports.setdefault(topic, []).append(event)
+            start_flusher = not self.flushing
+            self.flushing = True
+        if start_flusher:
+            self.worker.loop.add_callback(self._flush_later)
+
+    async def _flush_later(self):
+        await asyncio.sleep(FLUSH_INTERVAL_S)
+        with self.reports_lock:
+            reports, self.reports = self.reports, {}
+            self.flushing = False
+        now = time.monotonic()
+        for topic, events in reports.items():
+            self.worker.log_event(topic, [[*e[:5], now - e[5]] for e in events])
+
+    @contextlib.contextmanager
+    def reported(self, ctx: TaskContext):
+        """Run the body as ``ctx``'s task: reported at its start and end, and findable
+        by ``current_task()`` and by this runtime meanwhile."""
+        self.report(ctx.topic, "start", ctx.key, ctx.name, None)
+        token = enter_task(ctx)
+        ctx.thread = threading.current_thread()
+        self.running[ctx.key] = ctx
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            leave_task(token)
+            self.running.pop(ctx.key, None)
+            self.report(ctx.topic, "end", ctx.key, ctx.name, elapsed)
+
+    def call_with_faults(self, spec: dict, fn, args: tuple, kwargs: dict) -> Any:
+        """``fn(*args, **kwargs)``, with the faults injected into this worker (not internal work)."""
+        faults = None if spec.get("internal") else self.faults
+        if faults is None:
+            return fn(*args, **kwargs)
+        start = time.perf_counter()
+        faults.maybe_fail(spec["name"])
+        result = fn(*args, **kwargs)
+        faults.maybe_slow_down(spec["name"], time.perf_counter() - start)
+        return result
+
+    # --- shared values (direct calls) ---------------------------------------------
+
+    def keep_shared(self, key: str, value: Any) -> None:
+        self.shared[key] = value
+        self.shared.move_to_end(key)
+        while len(self.shared) > SHARED_KEPT:
+            self.shared.popitem(last=False)
+        arrived = self.shared_arrived.pop(key, None)
+        if arrived is not None:
+            arrived.set()
+
+    # --- cancelled tasks leave the pool --------------------------------------------
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        """Worker-state hook: a running engine task that gets cancelled leaves the pool."""
+        if start == "executing" and finish == "released" and key in self.running:
+            self.worker.loop.add_callback(self.detach, key)
+
+    def detach(self, key: str) -> None:
+        """Give a cancelled, still running task's thread slot to the next task.
+
+        Dask cannot stop a running task; a copy that lost to its backup (or any
+        cancelled task) would hold its thread until it ends. Here it leaves the
+        pool the way ``secede()`` does, from outside: the worker starts its next
+        task on a new thread while the old one runs to its end and then exits.
+        The task's resources stay held until it really ends. Runs on the
+        worker's event loop, where the task's state cannot change under it.
+        """
+        ctx = self.running.get(key)
+        if ctx is None or dask_compat.task_state(self.worker, key) != ("cancelled", "executing"):
+            return
+
+        def claim() -> bool:
+            with ctx.lock:
+                if ctx.finished or ctx.left_pool or ctx.detached:
+                    return False
+                ctx.detached = True
+                return True
+
+        if dask_compat.detach_thread(self.worker, ctx.thread, claim):
+            dask_compat.report_seceded(self.worker, key)
+
+    def teardown(self, worker):
+        for entry in list(self.objects.values()):
+            entry.close()
+        self.objects.clear()
+
+
+def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
+    """Run one attempt of an engine task on a worker, reporting its start and end."""
+    runtime = WorkerRuntime.of()
+    ctx = TaskContext(spec["key"], spec["name"], spec["attempt"], spec["resources"], spec["topic"])
+    with runtime.reported(ctx):
+        try:
+            return runtime.call_with_faults(spec, fn, args, kwargs)
+        finally:
+            with ctx.lock:
+                ctx.finished = True
+                if ctx.detached:  # a new thread took this one's place in the pool: end here
+                    dask_compat.end_thread_after_task()
+            if ctx.seceded and ctx.resources:
+                lend_resources(ctx.resources, -1)
+
+
+async def change_supply(delta: dict, dask_worker=None) -> dict:
+    """Add ``delta`` to the resources this worker advertises (negative to hold them)."""
+    return await dask_compat.change_supply(dask_worker, delta)
+
+
+def schedule_unrunnable(worker: str, dask_scheduler=None) -> int:
+    """After a worker's supply grew, start waiting tasks that now fit on it."""
+    return dask_compat.schedule_unrunnable(dask_scheduler, worker)
+
+
+def local_resources(dask_worker) -> dict:
+    """The resources a worker has free right now (for ``engine.resources()``)."""
+    return dask_compat.free_resources(dask_worker)

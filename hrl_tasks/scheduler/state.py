@@ -1,0 +1,830 @@
+"""The engine's state, and every decision it takes: ``handle(*events) -> instructions``.
+
+No I/O, no threads, no clock of its own: the time comes with each call
+(``now=``). One owner calls :meth:`EngineState.handle` (the Dask client's event
+loop, or the caller's thread in the synchronous engine); others only read.
+Tested by feeding events and asserting the state and the instructions.
+
+State:
+    tasks[task_id]        every task whose ref is held or that is not done: a
+                          plain task, or a call of a stateful object (creations,
+                          snapshots and destructions are calls too).
+    attempts[key]         every launched copy not yet ended: its task, number
+                          (a backup shares the number it copies), the input keys
+                          it was launched with, and where and when it runs.
+    objects[obj_id]       stateful objects: home worker, numbering of calls,
+                          calls in flight, snapshots awaited, restarts.
+    ledger                what each worker declared and what objects hold.
+    nthreads[worker]      threads per worker.
+    spec                  speculation: copies running per worker, losers, speeds.
+    stats                 counters and per-name durations.
+
+Decisions:
+    Retry (:mod:`~hrl_tasks.scheduler.retry`): a failed attempt of a plain task
+    runs again with a fresh key while its policy allows; an input that was being
+    retried when the attempt started makes it run again on the new input (not a
+    retry); a failed input fails the task.
+    Calls: numbered per object; a call of an object with ``get_state`` resolves
+    once a snapshot taken after it is stored. A call whose worker died moves
+    the object (``_recover``): the object is placed elsewhere, rebuilt from its
+    last snapshot, and calls that may have started fail unless the object was
+    created with ``reissue_calls``.
+    Speculation (:func:`~hrl_tasks.scheduler.speculation.plan_backups`): on each
+    tick, stragglers get backups; the first copy to finish wins and the others
+    are cancelled.
+    Placement (:class:`~hrl_tasks.scheduler.resources.Ledger`): an object takes
+    its resources for life; with no room now it waits for room.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from hrl_tasks.scheduler import events as ev
+from hrl_tasks.scheduler import retry as retry_rules
+from hrl_tasks.scheduler.errors import EngineError, ObjectStartError, ResourceError, WorkerLostError
+from hrl_tasks.scheduler.resources import Ledger
+from hrl_tasks.scheduler.retry import RetryPolicy
+from hrl_tasks.scheduler.speculation import (
+    Copy,
+    SpecTask,
+    SpeculationPolicy,
+    WorkerSpeed,
+    plan_backups,
+)
+from hrl_tasks.scheduler.stats import EngineStats
+
+PENDING, FINISHED, FAILED, CANCELLED = "pending", "finished", "failed", "cancelled"
+SPECULATION_TICK_S = 0.02
+SWEEP_TICK_S = 1.0
+
+
+@dataclass
+class Task:
+    """One logical task: what its ref resolves to, and its attempts."""
+
+    task_id: str
+    name: str
+    kind: str = "task"  # task, create, call, snapshot, destroy, put
+    deps: tuple = ()
+    request: dict = field(default_factory=dict)
+    policy: RetryPolicy | None = None
+    speculation: SpeculationPolicy | None = None
+    obj_id: str | None = None
+    seq: int = -1
+    method: str | None = None
+    internal: bool = False
+    direct: bool = False
+    status: str = PENDING
+    error: BaseException | None = None
+    winner: str | None = None  # the key whose result the task resolved with
+    current: str | None = None  # the key of the newest attempt
+    attempts: int = 0
+    live: dict = field(default_factory=dict)  # key -> sent at
+    backups: set = field(default_factory=set)  # keys of backup copies
+    linked: list = field(default_factory=list)  # backup calls on peers (task ids)
+    backup_of: str | None = None
+    waiting_on: set = field(default_factory=set)  # inputs awaited before a rerun
+    after_inputs: tuple | None = None  # (attempt, error, rerun) to decide once they settle
+    released: bool = False
+
+
+@dataclass
+class Attempt:
+    key: str
+    task_id: str
+    number: int
+    inputs: dict
+    backup: bool = False
+    pinned: str | None = None  # the worker it was sent to, if pinned
+    worker: str | None = None  # where it runs, once reported
+    started_at: float | None = None
+
+
+@dataclass
+class ObjectState:
+    """The driver's record of one stateful object."""
+
+    obj_id: str
+    name: str
+    label: str
+    request: dict
+    strategy: str
+    max_restarts: int
+    reissue_calls: bool
+    address: str | None = None
+    next_seq: int = 0
+    restarts: int = 0
+    has_state: bool = False
+    thread_safe: bool = False
+    gone: BaseException | None = None
+    creation: str | None = None  # task id of the current incarnation's creation
+    calls: dict = field(default_factory=dict)  # seq -> task id, in flight
+    queued: list = field(default_factory=list)  # task ids waiting for a home
+    snapshots: dict = field(default_factory=dict)  # snapshot seq -> [(task id, key)]
+    snapshot: Any = None
+    snapshot_seq: int = -1
+    group: tuple = ()
+    exclude: frozenset = frozenset()  # where not to place it (the worker it just lost)
+    unplaced_since: float | None = None
+
+
+@dataclass
+class SpeculationState:
+    """What speculation needs to know about copies and workers."""
+
+    running: dict = field(default_factory=dict)  # key -> (worker, started at)
+    busy: dict = field(default_factory=dict)  # worker -> copies running there
+    reserved: dict = field(default_factory=dict)  # backup key -> worker, not started yet
+    losers: dict = field(default_factory=dict)  # loser key -> when the winner finished
+    detached: set = field(default_factory=set)  # running losers, out of their worker's pool
+    live: set = field(default_factory=set)  # speculative task ids not done
+    speed: WorkerSpeed = field(default_factory=WorkerSpeed)
+
+
+class EngineState:
+    """Everything the engine knows, advanced only by :meth:`handle`.
+
+    Args:
+        key_prefix: makes this engine's keys unique in the cluster.
+        placement_timeout: seconds a call may wait for its object to find a home
+            before it fails with :class:`WorkerLostError`.
+    """
+
+    def __init__(self, key_prefix: str = "", placement_timeout: float = 30.0):
+        self.key_prefix = key_prefix
+        self.placement_timeout = placement_timeout
+        self.tasks: dict[str, Task] = {}
+        self.attempts: dict[str, Attempt] = {}
+        self.objects: dict[str, ObjectState] = {}
+        self.ledger = Ledger()
+        self.nthreads: dict[str, int] = {}
+        self.spec = SpeculationState()
+        self.stats = EngineStats()
+        self.waiters: dict[str, set] = {}  # input task id -> tasks waiting for it to settle
+        self.tick_pending = False
+        self.swept_at = -1e9
+        self._keys = itertools.count()
+        self._out: list = []
+        self.now = 0.0
+
+    def new_key(self, name: str) -> str:
+        """A fresh key (Dask groups keys by the part before the hex suffix)."""
+        return f"{name}-{self.key_prefix}{next(self._keys):08x}"
+
+    # --- the one entry point ----------------------------------------------------
+
+    def handle(self, *events, now: float = 0.0) -> list:
+        """Advance the state by ``events`` (in order); return the instructions."""
+        self.now = now
+        self._out = []
+        for event in events:
+            getattr(self, f"_on_{type(event).__name__}")(event)
+        if not self.tick_pending and (self.spec.live or self._needs_sweep()):
+            self.tick_pending = True
+            delay = SPECULATION_TICK_S if self.spec.live else SWEEP_TICK_S
+            self._emit(ev.Later(delay, ev.Tick()))
+        out, self._out = self._out, []
+        return out
+
+    def _emit(self, instruction) -> None:
+        self._out.append(instruction)
+
+    def _needs_sweep(self) -> bool:
+        return any(o.gone is None for o in self.objects.values())
+
+    # --- plain tasks ------------------------------------------------------------
+
+    def _on_SubmitTask(self, e: ev.SubmitTask) -> None:
+        task = Task(e.task_id, e.name, deps=e.deps, request=e.request, policy=e.policy,
+                    speculation=e.speculation)  # fmt: skip
+        self.tasks[e.task_id] = task
+        self.stats.count("submitted")
+        if self._failed_input(task) is None:
+            self._launch(task, 0, key=e.task_id)
+        if task.speculation is not None and task.status == PENDING:
+            self.spec.live.add(task.task_id)
+
+    def _on_PutValue(self, e: ev.PutValue) -> None:
+        self.tasks[e.task_id] = Task(e.task_id, "put", kind="put", status=FINISHED,
+                                     winner=e.task_id, current=e.task_id)  # fmt: skip
+
+    def _launch(self, task: Task, number: int, key: str | None = None, backup_on=None) -> None:
+        """Send attempt ``number`` of ``task`` (a backup copy if ``backup_on`` is a worker)."""
+        key = key or self.new_key(task.name)
+        inputs = {d: self.tasks[d].current for d in task.deps if d in self.tasks}
+        obj = self.objects.get(task.obj_id) if task.obj_id else None
+        workers = None
+        if obj is not None:
+            workers = (obj.address,)
+        elif backup_on is not None:
+            workers = (backup_on,)
+        elif task.speculation is not None:
+            workers = self._healthy_workers()
+        self.attempts[key] = Attempt(key, task.task_id, number, inputs, backup=backup_on is not None,
+                                     pinned=workers[0] if workers and len(workers) == 1 else None)  # fmt: skip
+        task.live[key] = self.now
+        task.current = key
+        task.attempts += 1
+        if backup_on is not None:
+            task.backups.add(key)
+            self.spec.reserved[key] = backup_on
+            self.spec.busy[backup_on] = self.spec.busy.get(backup_on, 0) + 1
+        self._emit(ev.Launch(
+            key, task.task_id, task.name, number, kind=task.kind, workers=workers,
+            priority=1 if backup_on is not None else 0, inputs=inputs, request=task.request,
+            internal=task.internal, direct=task.direct,
+            fetch=task.kind in ("create", "snapshot"), obj_id=task.obj_id, seq=task.seq,
+            method=task.method, state=obj.snapshot if obj and task.kind == "create" else None,
+            creation=obj.creation if obj is not None else None, args_of=task.backup_of,
+        ))  # fmt: skip
+
+    def _failed_input(self, task: Task) -> BaseException | None:
+        """Fail ``task`` if one of its inputs failed; returns that input's error."""
+        for dep in task.deps:
+            found = self.tasks.get(dep)
+            if found is not None and found.status in (FAILED, CANCELLED):
+                error = found.error or EngineError(f"input {found.name!r} failed")
+                self._fail(task, error)
+                self._skip(task)  # a call that never runs must not block later calls
+                return error
+        return None
+
+    def _on_AttemptDone(self, e: ev.AttemptDone) -> None:
+        attempt = self.attempts.pop(e.key, None)
+        if attempt is None:
+            self._emit(ev.Forget((e.key,)))
+            return
+        reserved = self.spec.reserved.pop(e.key, None)
+        if reserved is not None:  # a backup that ends without a start report
+            self.spec.busy[reserved] = max(0, self.spec.busy.get(reserved, 0) - 1)
+        task = self.tasks[attempt.task_id]
+        task.live.pop(e.key, None)
+        if task.status != PENDING:
+            self._emit(ev.Forget((e.key,)))
+            return
+        if e.status == "finished":
+            self._attempt_finished(task, attempt, e.value)
+        elif e.status == "cancelled":
+            self._emit(ev.Forget((e.key,)))
+            if not task.live:
+                self._cancel(task, f"task {task.name!r} was cancelled")
+        else:
+            self._emit(ev.Forget((e.key,)))
+            if not task.live:
+                self._attempt_failed(task, attempt, e.error, e.worker_lost)
+
+    def _attempt_finished(self, task: Task, attempt: Attempt, value) -> None:
+        obj = self.objects.get(task.obj_id) if task.obj_id else None
+        if obj is None:
+            self._finish(task, attempt.key)
+            return
+        obj.calls.pop(task.seq, None)
+        if task.kind == "create":
+            obj.has_state, obj.thread_safe = value["has_state"], value["thread_safe"]
+            self._finish(task, attempt.key)
+        elif task.kind == "snapshot":
+            self._snapshot_stored(obj, task, attempt.key, value)
+        elif task.kind == "call" and obj.has_state:
+            self._resolve_after_snapshot(obj, task, attempt.key)
+        else:
+            self._finish(task, attempt.key)
+            if task.kind == "destroy":
+                self._object_ended(obj)
+
+    def _finish(self, task: Task, key: str, by_backup: bool = False) -> None:
+        """Resolve ``task`` with the result of ``key``; cancel its other copies."""
+        if task.status != PENDING:
+            return
+        task.status, task.winner, task.current = FINISHED, key, key
+        losers = self._drop_copies(task, exclude=key)
+        self._emit(ev.Resolve(task.task_id, key))
+        if losers and task.obj_id is not None and not task.direct:
+            self._skip(task)  # a copy that never runs must not block later calls
+        if not task.internal and task.kind in ("task", "call"):
+            self.stats.count("finished")
+        for peer_id in task.linked:
+            peer = self.tasks.get(peer_id)
+            if peer is not None and peer.status == PENDING:
+                losers += list(peer.live)
+                self._cancel(peer, "a copy on another worker won")
+        if task.backup_of is not None:
+            original = self.tasks.get(task.backup_of)
+            if original is not None and original.status == PENDING:
+                self._finish(original, key, by_backup=True)
+        self._settled(task)
+        if task.speculation is not None and (task.backups or by_backup):
+            self._speculation_finished(task, key, losers, by_backup)
+        self._emit(ev.Forget((key,)))
+
+    def _drop_copies(self, task: Task, exclude: str | None = None) -> list:
+        others = [k for k in task.live if k != exclude]
+        task.live.clear()
+        for key in others:
+            self.attempts.pop(key, None)
+            reserved = self.spec.reserved.pop(key, None)
+            if reserved is not None:
+                self.spec.busy[reserved] = max(0, self.spec.busy.get(reserved, 0) - 1)
+        if others:
+            self._emit(ev.Cancel(tuple(others)))
+        return others
+
+    def _fail(self, task: Task, error: BaseException, count: bool = True) -> None:
+        if task.status != PENDING:
+            return
+        task.status, task.error = FAILED, error
+        self._drop_copies(task)
+        self._emit(ev.Fail(task.task_id, error))
+        if count and not task.internal and task.kind in ("task", "call"):
+            self.stats.count("failed")
+        self._settled(task)
+
+    def _cancel(self, task: Task, message: str) -> None:
+        if task.status != PENDING:
+            return
+        task.status, task.error = CANCELLED, cf.CancelledError(message)
+        self._drop_copies(task)
+        self._emit(ev.Fail(task.task_id, task.error))
+        if not task.internal:
+            self.stats.count("cancelled")
+        if task.obj_id is not None and not task.direct:
+            self._skip(task)
+        self._settled(task)
+
+    def _settled(self, task: Task) -> None:
+        """After ``task`` is done: wake tasks waiting for it, forget it if nobody holds it."""
+        self.spec.live.discard(task.task_id)
+        obj = self.objects.get(task.obj_id) if task.obj_id else None
+        if obj is not None and obj.calls.get(task.seq) == task.task_id:
+            del obj.calls[task.seq]
+        for waiter_id in self.waiters.pop(task.task_id, ()):
+            waiter = self.tasks.get(waiter_id)
+            if waiter is None:
+                continue
+            waiter.waiting_on.discard(task.task_id)
+            if not waiter.waiting_on and waiter.after_inputs is not None:
+                number, error, rerun = waiter.after_inputs
+                waiter.after_inputs = None
+                self._inputs_settled(waiter, number, error, rerun)
+        if task.released or task.internal:
+            self.tasks.pop(task.task_id, None)
+
+    def _on_Released(self, e: ev.Released) -> None:
+        for task_id in e.task_ids:
+            task = self.tasks.get(task_id)
+            if task is None:
+                continue
+            task.released = True
+            if task.status != PENDING and task_id not in self.waiters:
+                del self.tasks[task_id]
+
+    def _attempt_failed(self, task: Task, attempt: Attempt, error, worker_lost: bool) -> None:
+        # An input that was being retried (or backed up) when this attempt started
+        # makes it run again on the input's final value, not counted as a retry.
+        deps = [(d, self.tasks[d]) for d in task.deps if d in self.tasks]
+        pending = {d for d, dep in deps if dep.status == PENDING}
+        changed = any(dep.status == FINISHED and dep.winner != attempt.inputs.get(d)
+                      for d, dep in deps)  # fmt: skip
+        if pending:
+            task.waiting_on = pending
+            task.after_inputs = (attempt.number, error, True)
+            for dep_id in pending:
+                self.waiters.setdefault(dep_id, set()).add(task.task_id)
+            return
+        self._inputs_settled(task, attempt.number, error, rerun=changed, lost=worker_lost,
+                             address=attempt.pinned)  # fmt: skip
+
+    def _inputs_settled(self, task, number, error, rerun, lost=False, address=None) -> None:
+        if self._failed_input(task) is not None:
+            return
+        if rerun:
+            self._launch(task, number)
+        elif task.obj_id is not None:
+            self._call_failed(task, error, lost, address)
+        else:
+            self._apply_retry_policy(task, number, error, lost)
+
+    def _apply_retry_policy(self, task: Task, number: int, error, lost: bool) -> None:
+        decision = retry_rules.decide(task.policy, number, error, worker_lost=lost)
+        if isinstance(decision, retry_rules.GiveUp):
+            if lost:
+                error = WorkerLostError(
+                    f"task {task.name!r} lost its worker and has no retries left "
+                    f"({task.attempts} attempts): {error}"
+                )
+            self._fail(task, error)
+            return
+        self.stats.count("retried")
+        if decision.delay > 0:
+            self._emit(ev.Later(decision.delay, ev.RetryDue(task.task_id, decision.attempt)))
+        else:
+            self._launch(task, decision.attempt)
+
+    def _on_RetryDue(self, e: ev.RetryDue) -> None:
+        task = self.tasks.get(e.task_id)
+        if task is not None and task.status == PENDING and not task.live:
+            self._launch(task, e.attempt)
+
+    def _on_CancelTask(self, e: ev.CancelTask) -> None:
+        task = self.tasks.get(e.task_id)
+        if task is not None:
+            self._cancel(task, f"task {task.name!r} was cancelled")
+
+    # --- stateful objects -------------------------------------------------------
+
+    def _on_CreateObject(self, e: ev.CreateObject) -> None:
+        obj = ObjectState(e.obj_id, e.name, e.label, e.request, e.strategy, e.max_restarts,
+                          e.reissue_calls)  # fmt: skip
+        self.objects[e.obj_id] = obj
+        self._place(obj, creation_id=e.task_id)
+
+    def _place(self, obj: ObjectState, creation_id: str | None = None) -> None:
+        """Find ``obj`` a home, or leave it waiting for room (then calls queue)."""
+        if creation_id is not None:
+            obj.creation = creation_id
+        try:
+            self.ledger.check(obj.request)
+        except ResourceError as exc:
+            self._end(obj, ObjectStartError(f"cannot place {obj.name!r}: {exc}"))
+            return
+        exclude = obj.exclude if set(self.ledger.capacity) - obj.exclude else frozenset()
+        address = self.ledger.choose(obj.request, obj.strategy, exclude)
+        if address is None:
+            obj.unplaced_since = obj.unplaced_since or self.now
+            return
+        self.ledger.acquire(obj.obj_id, address, obj.request)
+        if obj.request:
+            held = {k: -v for k, v in obj.request.items()}
+            self._emit(ev.Supply(address, obj.obj_id, held, dict(obj.request)))
+        obj.address, obj.unplaced_since, obj.exclude = address, None, frozenset()
+        creation_id = creation_id or (obj.creation if obj.creation not in self.tasks else None)
+        creation = Task(creation_id or self.new_key(f"{obj.label}.__init__"),
+                        f"{obj.label}.__init__", kind="create", obj_id=obj.obj_id,
+                        seq=self._next_seq(obj), internal=True)  # fmt: skip
+        self.tasks[creation.task_id] = creation
+        obj.creation = creation.task_id
+        obj.calls[creation.seq] = creation.task_id
+        self._launch(creation, 0, key=creation.task_id)
+        queued, obj.queued = obj.queued, []
+        for task_id in queued:
+            task = self.tasks.get(task_id)
+            if task is not None and task.status == PENDING:
+                self._send_call(obj, task)
+
+    @staticmethod
+    def _next_seq(obj: ObjectState) -> int:
+        seq = obj.next_seq
+        obj.next_seq += 1
+        return seq
+
+    def _on_CallObject(self, e: ev.CallObject) -> None:
+        obj = self.objects.get(e.obj_id)
+        name = f"{obj.label if obj else e.obj_id}.{e.method}"
+        task = Task(e.task_id, name, kind="call", deps=e.deps, obj_id=e.obj_id, method=e.method,
+                    internal=e.internal, direct=e.direct, speculation=e.speculation)  # fmt: skip
+        self.tasks[e.task_id] = task
+        if not e.internal:
+            self.stats.count("submitted")
+        if obj is None or obj.gone is not None:
+            gone = ObjectStartError(f"stateful worker {e.obj_id!r} was killed")
+            self._fail(task, obj.gone if obj else gone)
+            return
+        if self._failed_input(task) is not None:
+            return
+        if obj.address is None:
+            obj.queued.append(task.task_id)
+        else:
+            self._send_call(obj, task, key=e.task_id)
+        if task.speculation is not None and task.status == PENDING:
+            self.spec.live.add(task.task_id)
+
+    def _send_call(self, obj: ObjectState, task: Task, key: str | None = None) -> None:
+        task.seq = self._next_seq(obj)
+        obj.calls[task.seq] = task.task_id
+        self._launch(task, task.attempts, key=key)
+
+    def _on_FormGroup(self, e: ev.FormGroup) -> None:
+        for obj_id in e.obj_ids:
+            if obj_id in self.objects:
+                self.objects[obj_id].group = e.obj_ids
+
+    def _resolve_after_snapshot(self, obj: ObjectState, task: Task, key: str) -> None:
+        """Resolve ``task`` once a snapshot taken after it is stored."""
+        later = [seq for seq in obj.snapshots if seq > task.seq]
+        if later:
+            obj.snapshots[min(later)].append((task.task_id, key))
+            return
+        snap = Task(self.new_key(f"{obj.label}.get_state"), f"{obj.label}.get_state",
+                    kind="snapshot", obj_id=obj.obj_id, method="get_state", internal=True,
+                    direct=task.direct)  # fmt: skip
+        self.tasks[snap.task_id] = snap
+        self._send_call(obj, snap, key=snap.task_id)
+        obj.snapshots[snap.seq] = [(task.task_id, key)]
+
+    def _snapshot_stored(self, obj: ObjectState, snap: Task, key: str, value) -> None:
+        waiting = obj.snapshots.pop(snap.seq, [])
+        if snap.seq > obj.snapshot_seq:
+            obj.snapshot, obj.snapshot_seq = value, snap.seq
+        self._finish(snap, key)
+        for task_id, result_key in waiting:
+            task = self.tasks.get(task_id)
+            if task is not None:
+                self._finish(task, result_key)
+
+    def _call_failed(self, task: Task, error, lost: bool, address: str | None) -> None:
+        obj = self.objects.get(task.obj_id)
+        if obj is None:
+            self._fail(task, error)
+            return
+        if lost:
+            self._recover(obj, address or obj.address)
+            if task.status == PENDING and task.kind == "destroy":
+                self._finish_destroy(obj, task)
+            return
+        obj.calls.pop(task.seq, None)
+        for waiter_id, result_key in obj.snapshots.pop(task.seq, []):
+            waiter = self.tasks.get(waiter_id)  # the call succeeded; only its snapshot did not
+            if waiter is not None:
+                self._finish(waiter, result_key)
+        if task.kind == "destroy":
+            self._finish_destroy(obj, task)
+            return
+        self._fail(task, error)
+
+    def _skip(self, task: Task) -> None:
+        obj = self.objects.get(task.obj_id)
+        if obj is None or obj.address is None or task.seq < 0:
+            return
+        obj.calls.pop(task.seq, None)
+        if obj.address in self.ledger.capacity:
+            self._emit(ev.Skip(obj.obj_id, obj.address, (task.seq,)))
+
+    # --- losing workers and moving objects --------------------------------------
+
+    def _recover(self, obj: ObjectState, dead: str | None) -> None:
+        """Re-create ``obj`` elsewhere after its worker ``dead`` died.
+
+        Of the calls in flight, those queued behind another call never started
+        and are re-issued on the new object. The call that may have been
+        running, and calls that ran but whose snapshot died with the worker,
+        are re-issued with ``reissue_calls`` and fail otherwise.
+        """
+        if obj.gone is not None or obj.address is None or (dead and obj.address != dead):
+            return  # a late failure from an incarnation that is already replaced
+        dead = obj.address
+        pending = [self.tasks[t] for _, t in sorted(obj.calls.items()) if t in self.tasks]
+        ran = [self.tasks[t] for waiting in obj.snapshots.values() for t, _ in waiting
+               if t in self.tasks]  # fmt: skip
+        obj.calls.clear()
+        obj.snapshots.clear()
+        obj.address = None
+        self.ledger.release(obj.obj_id)
+        for task in pending:
+            if task.kind != "call":  # creations and snapshots of the dead incarnation
+                self._fail(task, WorkerLostError(f"{task.name}: worker {dead} died", dead), False)
+        user_calls = [t for t in pending if t.kind == "call"]
+        maybe_started = user_calls if obj.thread_safe else user_calls[:1]
+        if pending and pending[0].kind != "call":
+            maybe_started = []  # a snapshot or the creation was the one running
+        if obj.restarts >= obj.max_restarts:
+            self._end(obj, WorkerLostError(
+                f"stateful worker {obj.name!r} lost its worker {dead} and has been re-created "
+                f"{obj.restarts} times already (max_restarts)"
+            ), user_calls + ran)  # fmt: skip
+            return
+        obj.restarts += 1
+        restored = "from its last snapshot" if obj.has_state else "afresh from its factory"
+        lost = WorkerLostError(
+            f"a call to {obj.name!r} was running or had run when its worker {dead} died; the "
+            f"object was re-created {restored}. Create it with reissue_calls=True to re-issue "
+            "such calls.",
+            address=dead,
+        )
+        again = []
+        for task in sorted(ran, key=lambda t: t.seq) + user_calls:
+            if task.status != PENDING or task.task_id in again:
+                continue
+            if (task in ran or task in maybe_started) and not obj.reissue_calls:
+                self._fail(task, lost)
+                continue
+            self._drop_copies(task)
+            again.append(task.task_id)
+        obj.queued = again + obj.queued
+        obj.exclude = frozenset({dead})
+        obj.creation = None
+        self._place(obj)
+
+    def _end(self, obj: ObjectState, reason: BaseException, tasks=()) -> None:
+        obj.gone = reason
+        self.ledger.release(obj.obj_id)
+        queued = [self.tasks[t] for t in obj.queued if t in self.tasks]
+        obj.queued = []
+        for task in list(tasks) + queued:
+            self._fail(task, reason)
+        creation = self.tasks.get(obj.creation) if obj.creation else None
+        if creation is not None:
+            self._fail(creation, reason, count=False)
+        elif obj.creation is not None:  # never launched: no room was ever found
+            self._emit(ev.Fail(obj.creation, reason))
+
+    def _on_KillObject(self, e: ev.KillObject) -> None:
+        obj = self.objects.get(e.obj_id)
+        task = Task(e.task_id, f"{obj.label if obj else e.obj_id}.__del__", kind="destroy",
+                    obj_id=e.obj_id, internal=True)  # fmt: skip
+        self.tasks[e.task_id] = task
+        if obj is None or obj.gone is not None:
+            self._finish(task, e.task_id)
+            return
+        obj.gone = ObjectStartError(f"stateful worker {obj.name!r} was killed")
+        if obj.address is None:
+            self._end(obj, obj.gone)
+            self._finish_destroy(obj, task)
+            return
+        self._send_call(obj, task, key=e.task_id)
+
+    def _finish_destroy(self, obj: ObjectState, task: Task) -> None:
+        self._finish(task, task.current or task.task_id)
+        self._object_ended(obj)
+
+    def _object_ended(self, obj: ObjectState) -> None:
+        held = self.ledger.release(obj.obj_id)
+        if held is not None and obj.request and obj.address in self.ledger.capacity:
+            self._emit(ev.Supply(obj.address, obj.obj_id, dict(obj.request), {}))
+        self.objects.pop(obj.obj_id, None)
+        self._place_waiting()
+
+    def _place_waiting(self) -> None:
+        for obj in list(self.objects.values()):
+            if obj.gone is None and obj.address is None and obj.unplaced_since is not None:
+                self._place(obj)
+
+    def _on_WorkersSeen(self, e: ev.WorkersSeen) -> None:
+        for address in set(self.ledger.capacity) - set(e.workers):
+            self.ledger.remove_worker(address)
+            self.nthreads.pop(address, None)
+        for address, (nthreads, declared) in e.workers.items():
+            self.nthreads[address] = int(nthreads)
+            self.ledger.capacity[address] = {k: float(v) for k, v in declared.items()}
+        for obj in list(self.objects.values()):
+            if obj.gone is None and obj.address is not None and obj.address not in e.workers:
+                self._recover(obj, obj.address)
+        self._place_waiting()
+
+    def _on_WorkerRemoved(self, e: ev.WorkerRemoved) -> None:
+        if not e.expected:
+            self.stats.count("workers_lost")
+        self._emit(ev.Refresh())
+
+    def _on_WorkerAdded(self, e: ev.WorkerAdded) -> None:
+        self._emit(ev.Refresh())
+
+    def _on_Tick(self, e: ev.Tick) -> None:
+        self.tick_pending = False
+        for obj in list(self.objects.values()):
+            waited = obj.unplaced_since is not None and self.now - obj.unplaced_since
+            if obj.gone is None and obj.restarts and waited and waited > self.placement_timeout:
+                self._end(obj, WorkerLostError(f"stateful worker {obj.name!r} has no worker to "
+                                               f"run on (waited {waited:.0f} s for room)"))  # fmt: skip
+        if self._needs_sweep() and self.now - self.swept_at >= SWEEP_TICK_S:
+            self.swept_at = self.now
+            self._emit(ev.Refresh())
+        if self.spec.live:
+            self._plan_backups()
+
+    # --- speculation ------------------------------------------------------------
+
+    def _on_Started(self, e: ev.Started) -> None:
+        at = self.now - e.age
+        spec = self.spec
+        spec.running[e.key] = (e.worker, at)
+        attempt = self.attempts.get(e.key)
+        if attempt is not None:
+            attempt.worker, attempt.started_at = e.worker, at
+        if spec.reserved.pop(e.key, None) is None:  # a backup's slot was taken at launch
+            spec.busy[e.worker] = spec.busy.get(e.worker, 0) + 1
+
+    def _on_Ended(self, e: ev.Ended) -> None:
+        at = self.now - e.age
+        spec = self.spec
+        self.stats.record_duration(e.name, e.elapsed)
+        if spec.running.pop(e.key, None) is not None:
+            if e.key in spec.detached:
+                spec.detached.discard(e.key)
+            else:
+                spec.busy[e.worker] = max(0, spec.busy.get(e.worker, 0) - 1)
+        won_at = spec.losers.pop(e.key, None)
+        if won_at is None and (spec.live or spec.speed.slow_until):
+            spec.speed.record(e.worker, e.elapsed, self._typical(e.name), at)
+        if won_at is not None and at > won_at:
+            self.stats.count("time_saved_s", at - won_at)
+
+    def _typical(self, name: str) -> float | None:
+        window = self.stats.durations.get(name)
+        return None if window is None else window.quantile(0.5)
+
+    def _healthy_workers(self) -> tuple[str, ...] | None:
+        """Where new speculative work goes: not to workers known to be slow."""
+        avoid = self.spec.speed.slow(self.now)
+        if not avoid:
+            return None
+        healthy = tuple(sorted(set(self.nthreads) - avoid))
+        return healthy or None
+
+    def _speculation_finished(self, task: Task, winner: str, losers: list, by_backup: bool) -> None:
+        backup_won = by_backup or winner in task.backups
+        self.stats.count("backup_won" if backup_won else "original_won")
+        typical = self._typical(task.name) if backup_won else None
+        spec = self.spec
+        for key in losers:
+            if backup_won:
+                spec.losers[key] = self.now  # for time_saved_s, when the loser ends
+            if key not in spec.running or key in spec.detached:
+                continue
+            worker, started = spec.running[key]
+            # The cancelled copy leaves its worker's pool (the worker runtime's detach):
+            # it runs on to its end, ignored, but no longer takes a thread.
+            spec.detached.add(key)
+            spec.busy[worker] = max(0, spec.busy.get(worker, 0) - 1)
+            if backup_won:  # losing to a backup says something of the worker
+                spec.speed.record(worker, self.now - started, typical, self.now)
+
+    def _plan_backups(self) -> None:
+        views, by_id = [], {}
+        for task_id in list(self.spec.live):
+            task = self.tasks.get(task_id)
+            if task is None or task.status != PENDING:
+                self.spec.live.discard(task_id)
+                continue
+            view = self._spec_view(task)
+            if view is not None:
+                views.append(view)
+                by_id[task_id] = task
+        if not views:
+            return
+        names = {v.name for v in views}
+        windows = self.stats.durations
+        durations = {n: list(windows[n].values) for n in names if n in windows}
+        spec = self.spec
+        free = {w: n - spec.busy.get(w, 0) for w, n in self.nthreads.items()}
+        busy_since: dict[str, float] = {}
+        for key, (worker, started) in spec.running.items():
+            if key not in spec.detached:
+                busy_since[worker] = min(started, busy_since.get(worker, started))
+        slow = spec.speed.slow(self.now)
+        for backup in plan_backups(self.now, views, durations, free, slow, busy_since):
+            self._launch_backup(by_id[backup.task_id], backup.worker)
+
+    def _spec_view(self, task: Task) -> SpecTask | None:
+        keys = dict(task.live)
+        for peer_id in task.linked:
+            peer = self.tasks.get(peer_id)
+            if peer is not None:
+                keys.update(peer.live)
+        if not keys:
+            return None
+        copies = tuple(
+            Copy(*self.spec.running.get(key, (None, None)), submitted_at=sent)
+            for key, sent in keys.items()
+        )
+        allowed = None
+        if task.obj_id is not None:
+            allowed = frozenset(p.address for p in self._idle_peers(task))
+            if not allowed:
+                return None
+        return SpecTask(task.task_id, task.name, copies, task.speculation, allowed)
+
+    def _idle_peers(self, task: Task) -> list[ObjectState]:
+        obj = self.objects.get(task.obj_id)
+        if obj is None:
+            return []
+        peers = [self.objects.get(p) for p in obj.group if p != obj.obj_id]
+        return [p for p in peers if p is not None and p.gone is None and p.address is not None
+                and p.address != obj.address and not p.calls and not p.queued]  # fmt: skip
+
+    def _launch_backup(self, task: Task, worker: str) -> None:
+        self.stats.count("speculated")
+        if task.obj_id is None:
+            number = max((self.attempts[k].number for k in task.live if k in self.attempts),
+                         default=0)  # fmt: skip
+            self._launch(task, number, backup_on=worker)
+            return
+        peer = next((p for p in self._idle_peers(task) if p.address == worker), None)
+        if peer is None:
+            return
+        backup = Task(self.new_key(f"{peer.label}.{task.method}"), f"{peer.label}.{task.method}",
+                      kind="call", deps=task.deps, obj_id=peer.obj_id, method=task.method,
+                      internal=True, direct=task.direct, backup_of=task.task_id)  # fmt: skip
+        self.tasks[backup.task_id] = backup
+        task.linked.append(backup.task_id)
+        self._send_call(peer, backup, key=backup.task_id)
+        task.backups.add(backup.task_id)
+        self.spec.reserved[backup.task_id] = worker
+        self.spec.busy[worker] = self.spec.busy.get(worker, 0) + 1
+
+    # --- reading ----------------------------------------------------------------
+
+    def slow_workers(self) -> set[str]:
+        return set(self.spec.speed.slow_until)

@@ -1,0 +1,232 @@
+"""Stateful objects living in a worker process, and the calls that reach them.
+
+Ordering of calls to one object: the driver numbers the calls of a handle
+(creation first); a call runs only after every lower number has finished,
+failed or been skipped, so ``set_weights`` followed by ``sample`` never runs
+the other way round even when the first waits for its argument to arrive.
+Calls run one at a time unless the object's class sets ``thread_safe = True``.
+
+Calls arrive as Dask tasks pinned to this worker (:func:`call_object` through
+``run_task``) or as direct calls (:func:`direct_call`, the worker's
+``hrl_tasks_direct_call`` handler), which run in threads of the object's own
+under the same numbering and answer with the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed import get_worker
+from distributed.protocol import to_serialize
+
+from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler.context import TaskContext, direct_call_thread, task_wait
+from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
+from hrl_tasks.scheduler.runtime import WorkerRuntime
+from hrl_tasks.scheduler.shared import SHARED_HANDLER, InputLostError, resolve_shared, serve_shared
+
+DIRECT_HANDLER = "hrl_tasks_direct_call"
+DIRECT_THREADS = 8  # per object: direct calls may arrive out of order and wait for their turn
+
+
+@dataclass
+class ObjectEntry:
+    """One stateful worker object living in this worker process."""
+
+    obj_id: str
+    obj: Any = None
+    error: BaseException | None = None
+    thread_safe: bool = False
+    finished: set = field(default_factory=set)
+    watermark: int = -1
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    call_lock: threading.RLock = field(default_factory=threading.RLock)
+    direct_pool: cf.ThreadPoolExecutor | None = None  # direct calls' threads, made on first use
+
+    def direct_executor(self) -> cf.ThreadPoolExecutor:
+        with self.cond:
+            if self.direct_pool is None:
+                self.direct_pool = cf.ThreadPoolExecutor(
+                    DIRECT_THREADS, thread_name_prefix=f"hrl-direct-{self.obj_id}"
+                )
+            return self.direct_pool
+
+    def close(self) -> None:
+        """Stop the direct-call threads and call the object's ``close()``, if any."""
+        if self.direct_pool is not None:
+            self.direct_pool.shutdown(wait=False)
+        close = getattr(self.obj, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+
+    def mark_finished(self, seq: int) -> None:
+        with self.cond:
+            if seq <= self.watermark:
+                return
+            self.finished.add(seq)
+            while self.watermark + 1 in self.finished:
+                self.watermark += 1
+                self.finished.discard(self.watermark)
+            self.cond.notify_all()
+
+    def wait_created(self) -> None:
+        """Block until the factory has run (or failed)."""
+        with self.cond:
+            if self.obj is not None or self.error is not None:
+                return
+        with task_wait(), self.cond:
+            self.cond.wait_for(lambda: self.obj is not None or self.error is not None)
+
+    def wait_turn(self, seq: int) -> None:
+        """Block until all calls numbered below ``seq`` have finished."""
+        with self.cond:
+            if self.watermark >= seq - 1:
+                return
+        with task_wait(), self.cond:
+            self.cond.wait_for(lambda: self.watermark >= seq - 1)
+
+
+def entry_of(obj_id: str, runtime: WorkerRuntime | None = None) -> ObjectEntry:
+    runtime = runtime or WorkerRuntime.of()
+    found = runtime.objects.get(obj_id)
+    if found is None:
+        found = runtime.objects.setdefault(obj_id, ObjectEntry(obj_id))
+    return found
+
+
+def install_handlers(runtime: WorkerRuntime) -> None:
+    """Let this worker answer direct calls and peers' requests for shared values."""
+    if runtime.handlers_installed:
+        return
+    runtime.handlers_installed = True
+    handlers = runtime.worker.handlers
+
+    async def direct(comm=None, spec=None, call=None):
+        return await direct_call(runtime, spec, call)
+
+    async def shared(comm=None, key=None):
+        return await serve_shared(runtime, key)
+
+    handlers[DIRECT_HANDLER] = direct
+    handlers[SHARED_HANDLER] = shared
+
+
+def create_object(obj_id: str, seq: int, factory, args: tuple, kwargs: dict, state: Any):
+    """Build the object as call number ``seq`` and restore ``state`` if given."""
+    runtime = WorkerRuntime.of()
+    install_handlers(runtime)
+    entry = entry_of(obj_id, runtime)
+    with entry.cond:
+        entry.watermark = max(entry.watermark, seq - 1)
+    try:
+        obj = factory(*args, **kwargs)
+        has_state = callable(getattr(obj, "get_state", None)) and callable(
+            getattr(obj, "restore_state", None)
+        )
+        if has_state and state is not None:
+            obj.restore_state(state)
+        with entry.cond:
+            entry.thread_safe = bool(getattr(obj, "thread_safe", False))
+            entry.obj = obj
+        return {"has_state": has_state, "thread_safe": entry.thread_safe}
+    except BaseException as exc:
+        with entry.cond:
+            entry.error = exc
+        raise
+    finally:
+        entry.mark_finished(seq)
+
+
+def call_object(obj_id: str, seq: int, method: str, args: tuple, kwargs: dict):
+    """Run ``obj.method(*args, **kwargs)`` as call number ``seq`` of the object."""
+    entry = entry_of(obj_id)
+    try:
+        entry.wait_created()
+        if not entry.thread_safe:
+            entry.wait_turn(seq)
+        if entry.error is not None:
+            raise ObjectStartError(f"stateful worker {obj_id} failed to start") from entry.error
+        if entry.obj is None:
+            raise WorkerLostError(
+                f"stateful worker {obj_id} is not on {get_worker().address}: its process "
+                "was restarted or the object was killed"
+            )
+        bound = getattr(entry.obj, method, None)
+        if not callable(bound):
+            public = sorted(m for m in dir(entry.obj) if not m.startswith("_"))
+            raise AttributeError(
+                f"{type(entry.obj).__name__} has no method {method!r}; it has: {', '.join(public)}"
+            )
+        lock = contextlib.nullcontext() if entry.thread_safe else entry.call_lock
+        with lock:
+            return bound(*args, **kwargs)
+    finally:
+        entry.mark_finished(seq)
+
+
+def skip_calls(obj_id: str, seqs: list[int]) -> None:
+    """Mark calls that will never run (cancelled, or their inputs failed) as finished."""
+    entry = WorkerRuntime.of().objects.get(obj_id)
+    if entry is not None:
+        for seq in seqs:
+            entry.mark_finished(seq)
+
+
+def destroy_object(obj_id: str, seq: int) -> bool:
+    """Drop the object after the calls before ``seq``, calling its ``close()`` if any."""
+    runtime = WorkerRuntime.of()
+    entry = entry_of(obj_id, runtime)
+    entry.wait_turn(seq)
+    runtime.objects.pop(obj_id, None)
+    entry.close()
+    return entry.obj is not None
+
+
+# --- direct calls --------------------------------------------------------------------
+
+
+async def direct_call(runtime: WorkerRuntime, spec: dict, call: tuple) -> dict:
+    """Handler of a direct call: ``call`` is :func:`call_object`'s arguments.
+
+    Answers ``{"status": "OK", "result": ...}``, ``{"status": "error",
+    "exception": ...}`` (what the method raised) or ``{"status":
+    "input-lost", "key": ...}`` when a shared input cannot be fetched (the
+    call did not run; the driver sends it again with the value).
+    """
+    obj_id, seq, method, args, kwargs = call
+    try:
+        args, kwargs = await resolve_shared(runtime, (args, kwargs))
+    except InputLostError as exc:
+        return {"status": "input-lost", "key": str(exc)}
+    entry = entry_of(obj_id, runtime)
+    loop = asyncio.get_running_loop()
+    call = (obj_id, seq, method, args, kwargs)
+    try:
+        result = await loop.run_in_executor(
+            entry.direct_executor(), run_direct, runtime, spec, call
+        )
+    except Exception as exc:  # the method's error, for the caller
+        return {"status": "error", "exception": to_serialize(exc)}
+    return {"status": "OK", "result": to_serialize(result)}
+
+
+def run_direct(runtime: WorkerRuntime, spec: dict, call: tuple) -> Any:
+    """Run a direct call in a thread of the object's own.
+
+    ``get_worker()`` works there as in a task (Dask's actors set the same
+    context variable around their calls).
+    """
+    token = dask_compat.worker_context(runtime.worker)
+    ctx = TaskContext(spec["key"], spec["name"], spec["attempt"], {}, spec["topic"], direct=True)
+    try:
+        with direct_call_thread(), runtime.reported(ctx):
+            return runtime.call_with_faults(spec, call_object, call, {})
+    finally:
+        ctx.finished = True
+        dask_compat.reset_worker_context(token)

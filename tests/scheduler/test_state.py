@@ -1,0 +1,291 @@
+"""The engine's state machine, fed events on a fake clock: exact state and instructions.
+
+No cluster: each test is a sequence of events and what must come out.
+"""
+
+import concurrent.futures as cf
+
+import pytest
+
+from hrl_tasks.scheduler import events as ev
+from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
+from hrl_tasks.scheduler.retry import RetryPolicy
+from hrl_tasks.scheduler.speculation import SpeculationPolicy
+from hrl_tasks.scheduler.state import CANCELLED, FINISHED, EngineState
+
+TWO_WORKERS = {"a": (1, {"CPU": 1.0}), "b": (1, {"CPU": 1.0})}
+POLICY = SpeculationPolicy(multiplier=2.0, min_samples=3, min_elapsed_s=0.05, max_backups=1)
+
+
+def make_state(workers=TWO_WORKERS) -> EngineState:
+    state = EngineState("p")
+    state.handle(ev.WorkersSeen(dict(workers)))
+    return state
+
+
+def of(kind, instructions):
+    return [i for i in instructions if isinstance(i, kind)]
+
+
+def launched(instructions):
+    return of(ev.Launch, instructions)
+
+
+# --- plain tasks ----------------------------------------------------------------
+
+
+def test_a_task_launches_under_its_id_and_resolves_with_that_attempt():
+    state = make_state()
+    out = state.handle(ev.SubmitTask("t1", "rollout"))
+    assert launched(out) == [ev.Launch("t1", "t1", "rollout", 0)]
+    out = state.handle(ev.AttemptDone("t1", "finished"))
+    assert of(ev.Resolve, out) == [ev.Resolve("t1", "t1")]
+    assert of(ev.Forget, out) == [ev.Forget(("t1",))]
+    assert state.tasks["t1"].status == FINISHED and not state.attempts
+    assert state.stats.counters["submitted"] == 1 and state.stats.counters["finished"] == 1
+
+
+def test_a_failed_attempt_is_retried_with_a_fresh_key_until_the_budget_is_spent():
+    state = make_state()
+    state.handle(ev.SubmitTask("t1", "flaky", policy=RetryPolicy(1, retry_on=(OSError,))))
+    out = state.handle(ev.AttemptDone("t1", "error", OSError("once")))
+    (retry,) = launched(out)
+    assert retry.attempt == 1 and retry.key != "t1" and retry.key.startswith("flaky-p")
+    out = state.handle(ev.AttemptDone(retry.key, "error", OSError("twice")))
+    (fail,) = of(ev.Fail, out)
+    assert str(fail.error) == "twice" and not launched(out)
+    assert state.stats.counters["retried"] == 1 and state.stats.counters["failed"] == 1
+
+
+def test_an_exception_not_in_retry_on_fails_at_once():
+    state = make_state()
+    state.handle(ev.SubmitTask("t1", "t", policy=RetryPolicy(3, retry_on=(KeyError,))))
+    out = state.handle(ev.AttemptDone("t1", "error", ValueError("bug")))
+    assert not launched(out) and isinstance(of(ev.Fail, out)[0].error, ValueError)
+
+
+def test_a_lost_worker_is_retried_and_then_named():
+    state = make_state()
+    state.handle(ev.SubmitTask("t1", "t", policy=RetryPolicy(0)))
+    out = state.handle(ev.AttemptDone("t1", "error", OSError("gone"), worker_lost=True))
+    (fail,) = of(ev.Fail, out)
+    assert isinstance(fail.error, WorkerLostError) and "no retries left" in str(fail.error)
+
+
+def test_backoff_waits_through_the_backend():
+    state = make_state()
+    state.handle(ev.SubmitTask("t1", "t", policy=RetryPolicy(2, backoff=0.5, retry_on=(OSError,))))
+    out = state.handle(ev.AttemptDone("t1", "error", OSError()))
+    assert not launched(out)
+    assert of(ev.Later, out) == [ev.Later(0.5, ev.RetryDue("t1", 1))]
+    (retry,) = launched(state.handle(ev.RetryDue("t1", 1)))
+    assert retry.attempt == 1
+
+
+def test_a_failed_input_fails_its_dependent_without_running_it():
+    state = make_state()
+    state.handle(ev.SubmitTask("up", "up", policy=RetryPolicy(0)))
+    state.handle(ev.AttemptDone("up", "error", ValueError("upstream")))
+    out = state.handle(ev.SubmitTask("down", "down", deps=("up",)))
+    assert not launched(out)
+    assert str(of(ev.Fail, out)[0].error) == "upstream"
+
+
+def test_an_input_retried_meanwhile_reruns_the_dependent_not_counted_as_a_retry():
+    state = make_state()
+    policy = RetryPolicy(1, retry_on=(OSError,))
+    state.handle(ev.SubmitTask("up", "up", policy=policy), ev.SubmitTask("down", "down", ("up",)))
+    assert state.attempts["down"].inputs == {"up": "up"}
+    (up_retry,) = launched(state.handle(ev.AttemptDone("up", "error", OSError())))
+    # the dependent fails too (its input was cancelled): it waits for the input's retry
+    out = state.handle(ev.AttemptDone("down", "error", cf.CancelledError()))
+    assert not launched(out) and not of(ev.Fail, out)
+    out = state.handle(ev.AttemptDone(up_retry.key, "finished"))
+    (rerun,) = [i for i in launched(out) if i.task_id == "down"]
+    assert rerun.inputs == {"up": up_retry.key} and rerun.attempt == 0
+    assert state.stats.counters["retried"] == 1  # the input's only
+
+
+def test_cancel_drops_every_copy_and_counts_once():
+    state = make_state()
+    state.handle(ev.SubmitTask("t1", "t"))
+    out = state.handle(ev.CancelTask("t1"))
+    assert of(ev.Cancel, out) == [ev.Cancel(("t1",))]
+    assert isinstance(of(ev.Fail, out)[0].error, cf.CancelledError)
+    assert state.handle(ev.CancelTask("t1")) == []
+    assert state.stats.counters["cancelled"] == 1
+
+
+def test_released_tasks_are_forgotten_once_done():
+    state = make_state()
+    state.handle(ev.SubmitTask("t1", "t"), ev.Released(("t1",)))
+    assert "t1" in state.tasks  # still running
+    state.handle(ev.AttemptDone("t1", "finished"))
+    assert "t1" not in state.tasks and not state.attempts
+
+
+# --- speculation ------------------------------------------------------------------
+
+
+def warm(state, name="work", seconds=0.1, n=3):
+    for i in range(n):
+        key = f"{name}-warm-{i}"
+        state.handle(ev.Started(key, "a"), now=0.0)
+        state.handle(ev.Ended(key, name, "a", seconds), now=0.0)
+
+
+def test_a_straggler_gets_a_backup_on_a_free_worker_and_the_first_copy_wins():
+    state = make_state()
+    warm(state)
+    out = state.handle(ev.SubmitTask("t1", "work", speculation=POLICY), now=1.0)
+    assert of(ev.Later, out) == [ev.Later(0.02, ev.Tick())]
+    state.handle(ev.Started("t1", "a"), now=1.0)
+    assert launched(state.handle(ev.Tick(), now=1.1)) == []  # 0.1 s: not late yet
+    (backup,) = launched(state.handle(ev.Tick(), now=1.3))
+    assert (backup.workers, backup.priority, backup.attempt) == (("b",), 1, 0)
+    assert state.tasks["t1"].backups == {backup.key}
+    out = state.handle(ev.AttemptDone(backup.key, "finished"), now=1.35)
+    assert of(ev.Resolve, out) == [ev.Resolve("t1", backup.key)]
+    assert of(ev.Cancel, out) == [ev.Cancel(("t1",))]
+    assert state.stats.counters["backup_won"] == 1 and state.stats.counters["speculated"] == 1
+    assert "t1" in state.spec.detached  # the loser left its worker's pool
+    state.handle(ev.Ended("t1", "work", "a", 2.0, age=0.0), now=3.0)
+    assert state.stats.counters["time_saved_s"] == pytest.approx(3.0 - 1.35)
+
+
+def test_no_backup_without_enough_durations_or_a_free_worker():
+    state = make_state({"a": (1, {"CPU": 1.0})})
+    warm(state)
+    state.handle(ev.SubmitTask("t1", "work", speculation=POLICY), now=1.0)
+    state.handle(ev.Started("t1", "a"), now=1.0)
+    assert launched(state.handle(ev.Tick(), now=5.0)) == []  # the only worker runs it
+
+
+def test_a_group_call_is_backed_up_on_an_idle_peer_and_adopts_its_result():
+    state = make_state()
+    state.handle(
+        ev.CreateObject("o0", "c0", "S-0", "S"),
+        ev.CreateObject("o1", "c1", "S-1", "S"),
+        ev.FormGroup(("o0", "o1")),
+    )
+    state.handle(
+        ev.AttemptDone("c0", "finished", value={"has_state": False, "thread_safe": False}),
+        ev.AttemptDone("c1", "finished", value={"has_state": False, "thread_safe": False}),
+    )
+    warm(state, "S.sample")
+    state.handle(ev.CallObject("call", "o0", "sample", speculation=POLICY), now=1.0)
+    state.handle(ev.Started("call", "a"), now=1.0)
+    (backup,) = launched(state.handle(ev.Tick(), now=2.0))
+    assert backup.obj_id == "o1" and backup.workers == ("b",) and backup.args_of == "call"
+    out = state.handle(ev.AttemptDone(backup.key, "finished"), now=2.1)
+    assert ev.Resolve("call", backup.key) in out
+    assert ev.Skip("o0", "a", (1,)) in out  # its own copy may never run: later calls go on
+
+
+# --- stateful objects ------------------------------------------------------------------
+
+
+def created(state, obj_id="o", task="c", has_state=False, **create):
+    out = state.handle(ev.CreateObject(obj_id, task, "Counter", "Counter", **create))
+    state.handle(ev.AttemptDone(task, "finished",
+                                value={"has_state": has_state, "thread_safe": False}))  # fmt: skip
+    return out
+
+
+def test_an_object_is_placed_holds_its_resources_and_calls_are_numbered():
+    state = make_state()
+    out = created(state, request={"CPU": 1.0})
+    assert of(ev.Supply, out) == [ev.Supply("a", "o", {"CPU": -1.0}, {"CPU": 1.0})]
+    (create,) = launched(out)
+    assert (create.kind, create.workers, create.seq, create.internal) == ("create", ("a",), 0, True)
+    assert state.ledger.held_on("a") == {"CPU": 1.0}
+    calls = [launched(state.handle(ev.CallObject(f"k{i}", "o", "add")))[0] for i in range(3)]
+    assert [c.seq for c in calls] == [1, 2, 3] and {c.workers for c in calls} == {("a",)}
+    assert [c.name for c in calls] == ["Counter.add"] * 3
+
+
+def test_a_call_of_an_object_with_state_resolves_after_its_snapshot():
+    state = make_state()
+    created(state, has_state=True)
+    state.handle(ev.CallObject("k1", "o", "add"))
+    out = state.handle(ev.AttemptDone("k1", "finished"))
+    (snap,) = launched(out)
+    assert (snap.kind, snap.seq, snap.fetch) == ("snapshot", 2, True) and not of(ev.Resolve, out)
+    out = state.handle(ev.AttemptDone(snap.key, "finished", value={"count": 1}))
+    assert ev.Resolve("k1", "k1") in out
+    assert state.objects["o"].snapshot == {"count": 1}
+
+
+def test_a_lost_worker_moves_the_object_and_fails_the_call_that_may_have_run():
+    state = make_state()
+    created(state, has_state=True)
+    state.handle(ev.CallObject("running", "o", "slow"), ev.CallObject("queued", "o", "add"))
+    out = state.handle(ev.WorkersSeen({"b": TWO_WORKERS["b"]}))
+    (fail,) = of(ev.Fail, out)
+    assert fail.task_id == "running" and "reissue_calls" in str(fail.error)
+    create, queued = launched(out)
+    assert (create.kind, create.workers, create.seq) == ("create", ("b",), 3)
+    assert (queued.task_id, queued.workers, queued.seq, queued.attempt) == ("queued", ("b",), 4, 1)
+    assert state.objects["o"].restarts == 1 and state.objects["o"].address == "b"
+
+
+def test_reissue_calls_runs_the_call_in_flight_again():
+    state = make_state()
+    created(state, reissue_calls=True)
+    state.handle(ev.CallObject("running", "o", "slow"))
+    out = state.handle(ev.AttemptDone("running", "error", OSError(), worker_lost=True))
+    assert not of(ev.Fail, out)
+    assert [(i.kind, i.task_id) for i in launched(out)][1] == ("call", "running")
+
+
+def test_a_late_failure_from_a_replaced_incarnation_does_not_move_the_object_again():
+    state = make_state({**TWO_WORKERS, "c": (1, {"CPU": 1.0})})
+    created(state, reissue_calls=True)
+    state.handle(ev.CallObject("k1", "o", "slow"))
+    out = state.handle(ev.WorkersSeen({"b": TWO_WORKERS["b"], "c": (1, {"CPU": 1.0})}))
+    (_, again) = launched(out)
+    home = state.objects["o"].address
+    # the old attempt's failure arrives afterwards: it is not the live copy any more
+    out = state.handle(ev.AttemptDone("k1", "error", OSError(), worker_lost=True))
+    assert out == [ev.Forget(("k1",))] and again.key != "k1"
+    assert state.objects["o"].address == home and state.objects["o"].restarts == 1
+
+
+def test_an_object_out_of_restarts_is_gone_and_so_are_later_calls():
+    state = make_state()
+    created(state, max_restarts=0)
+    state.handle(ev.WorkersSeen({"b": TWO_WORKERS["b"]}))
+    out = state.handle(ev.CallObject("late", "o", "get"))
+    assert isinstance(of(ev.Fail, out)[0].error, WorkerLostError)
+    assert "max_restarts" in str(of(ev.Fail, out)[0].error)
+
+
+def test_an_object_waits_for_room_and_takes_it_when_freed():
+    state = make_state({"a": (1, {"CPU": 1.0})})
+    created(state, "first", "c1", request={"CPU": 1.0})
+    out = state.handle(ev.CreateObject("second", "c2", "Second", "Second", request={"CPU": 1.0}))
+    assert not launched(out) and state.objects["second"].address is None
+    queued = state.handle(ev.CallObject("early", "second", "get"))
+    assert not launched(queued)
+    (destroy,) = launched(state.handle(ev.KillObject("first", "d1")))
+    out = state.handle(ev.AttemptDone(destroy.key, "finished"))
+    assert ev.Supply("a", "first", {"CPU": 1.0}, {}) in out
+    kinds = [(i.kind, i.task_id) for i in launched(out)]
+    assert kinds == [("create", "c2"), ("call", "early")]
+    assert "first" not in state.objects and state.ledger.held_on("a") == {"CPU": 1.0}
+
+
+def test_a_request_no_worker_can_meet_ends_the_object_with_a_clear_error():
+    state = make_state()
+    out = state.handle(ev.CreateObject("o", "c", "Learner", "Learner", request={"GPU": 1.0}))
+    (fail,) = of(ev.Fail, out)
+    assert isinstance(fail.error, ObjectStartError) and "GPU=1" in str(fail.error)
+
+
+def test_a_cancelled_scheduled_call_is_skipped_on_its_worker():
+    state = make_state()
+    created(state)
+    state.handle(ev.CallObject("k1", "o", "add"))
+    out = state.handle(ev.CancelTask("k1"))
+    assert ev.Skip("o", "a", (1,)) in out
+    assert state.tasks["k1"].status == CANCELLED
