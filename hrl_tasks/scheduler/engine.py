@@ -117,8 +117,8 @@ class Engine:
         cluster: a cluster object to close with the engine (``Engine.local``).
         owns_client: whether :meth:`close` closes the client.
         retries: the default retry policy (an int or a :class:`RetryPolicy`).
-        lost_worker_timeout: seconds within which a call pinned to a worker
-            that disappeared is moved or failed.
+        lost_worker_timeout: a stateful worker whose worker died waits up to
+            three times this for a new home before its calls fail.
         send_interval_s: how long the client may hold messages to the
             scheduler to batch them. Dask's client waits up to 10 ms; RL loops
             make one short round trip after another, and 1 ms took the
@@ -332,9 +332,11 @@ class Engine:
                 )
         return deps
 
-    def _new_ref(self, name: str, payload: tuple | None, direct: bool = False) -> TaskRef:
+    def _new_ref(
+        self, name: str, payload: tuple | None, direct: bool = False, pinned: bool = False
+    ) -> TaskRef:
         """A TaskRef whose outcome and arguments the backend knows."""
-        ref = TaskRef(self, self.state.new_key(name), name, direct)
+        ref = TaskRef(self, self.state.new_key(name), name, direct, pinned)
         parent = current_task()  # nested tasks report their durations to the root engine
         topic = self.topic if parent is None else parent.topic
         if payload is not None:
@@ -410,8 +412,10 @@ class Engine:
 
     def task_info(self, task_id: str, field: str):
         """One field of a task's state (``current``, ``attempts``, ``backups``), or None."""
-        task = self.state.tasks.get(task_id)
-        return None if task is None else getattr(task, field)
+        with self.backend.lock:
+            task = self.state.tasks.get(task_id)
+            found = None if task is None else getattr(task, field)
+            return set(found) if isinstance(found, set) else found
 
     def future_of(self, ref: TaskRef):
         """The Dask future of ``ref``'s winning or current attempt, or None."""
@@ -476,11 +480,11 @@ class Engine:
         parent = current_task()
         topic = self.topic if parent is None else parent.topic
         self.backend.objects[obj_id] = (cls_or_factory, args, kwargs, topic)
-        creation = self._new_ref(f"{label}.__init__", None)
+        creation = self._new_ref(f"{label}.__init__", None, pinned=True)
         self.backend.creations[obj_id] = creation.outcome
         create = ev.CreateObject(obj_id, creation.task_id, name, label, request, strategy,
                                  max_restarts, reissue_calls)  # fmt: skip
-        self.backend.push_and_wait(create)  # placed on return, as the handle's address says
+        self.backend.push_and_wait(create)  # placed on return if there is room now
         return WorkerHandle(self, obj_id, name, label)
 
     def create_group(self, cls_or_factory, n: int, *args, **kwargs) -> WorkerGroup:
@@ -516,7 +520,7 @@ class Engine:
                     "many direct calls need, or make the call without direct=True"
                 )
         deps = self._inputs(args, kwargs)
-        ref = self._new_ref(name, (method, args, kwargs), direct=direct)
+        ref = self._new_ref(name, (method, args, kwargs), direct=direct, pinned=True)
         ref.deps = tuple(d.task_id for d in deps)
         call = ev.CallObject(ref.task_id, handle.obj_id, method, ref.deps, direct=direct,
                              speculation=speculation)  # fmt: skip
@@ -525,12 +529,12 @@ class Engine:
 
     def kill(self, handle: WorkerHandle, timeout: float | None) -> None:
         """``handle.kill()``: end the object after the calls made before; frees what it holds."""
-        ref = self._new_ref(f"{handle.label}.__del__", None)
+        ref = self._new_ref(f"{handle.label}.__del__", None, pinned=True)
         self.backend.push(ev.KillObject(handle.obj_id, ref.task_id))
-        try:
-            self.wait([ref], timeout=timeout)
-        except Exception as exc:  # gone anyway: never let a stuck object stop a shutdown
-            logger.warning("stateful worker %r did not end cleanly: %r", handle.name, exc)
+        done, _ = self.wait([ref], timeout=timeout)
+        if not done:  # gone anyway: never let a stuck object stop a shutdown
+            logger.warning("stateful worker %r did not end within %s s", handle.name, timeout)
+            self.backend.push(ev.AbandonObject(handle.obj_id))
 
     def object_info(self, obj_id: str, field: str):
         """One field of a stateful object's state (``address``, ``restarts``, ``gone``)."""
@@ -581,7 +585,8 @@ class Engine:
         Asks each worker for its identity once and remembers the answer.
         """
         if self._reaches_workers is None:
-            addresses = sorted(self.nthreads)
+            with self.backend.lock:
+                addresses = sorted(self.nthreads)
 
             async def identities():
                 calls = [self.client.rpc(address).identity() for address in addresses]

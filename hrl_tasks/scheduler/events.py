@@ -81,6 +81,13 @@ class KillObject:
 
 
 @dataclass(frozen=True)
+class AbandonObject:
+    """A killed object did not end in time: stop waiting and free what it holds."""
+
+    obj_id: str
+
+
+@dataclass(frozen=True)
 class CancelTask:
     task_id: str
 
@@ -244,6 +251,13 @@ class Supply:
     obj_id: str
     delta: dict
     held: dict
+
+
+@dataclass(frozen=True)
+class DropObject:
+    """Object ``obj_id`` has ended: the backend may drop its factory and arguments."""
+
+    obj_id: str
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ loop, or the caller's thread in the synchronous engine); others only read.
 Tested by feeding events and asserting the state and the instructions.
 
 State:
-    tasks[task_id]        every task whose ref is held or that is not done: a
+    tasks[task_id]        every task whose ref is still held or that is not done: a
                           plain task, or a call of a stateful object (creations,
                           snapshots and destructions are calls too).
     attempts[key]         every launched copy not yet ended: its task, number
@@ -25,7 +25,8 @@ Decisions:
     retried when the attempt started makes it run again on the new input (not a
     retry); a failed input fails the task.
     Calls: numbered per object; a call of an object with ``get_state`` resolves
-    once a snapshot taken after it is stored. A call whose worker died moves
+    once a snapshot taken after it is stored (a call that ends before its
+    object's creation has reported waits for that report). A call whose worker died moves
     the object (``_recover``): the object is placed elsewhere, rebuilt from its
     last snapshot, and calls that may have started fail unless the object was
     created with ``reissue_calls``.
@@ -33,7 +34,10 @@ Decisions:
     tick, stragglers get backups; the first copy to finish wins and the others
     are cancelled.
     Placement (:class:`~hrl_tasks.scheduler.resources.Ledger`): an object takes
-    its resources for life; with no room now it waits for room.
+    its resources for life; with no room now it waits for room (its calls
+    queue), after the loss of its worker for at most ``placement_timeout``.
+    Inputs: a task whose input has no attempt running (in a retry's back-off,
+    or queued on an object without a home) waits for that input to settle.
 """
 
 from __future__ import annotations
@@ -125,6 +129,7 @@ class ObjectState:
     calls: dict = field(default_factory=dict)  # seq -> task id, in flight
     queued: list = field(default_factory=list)  # task ids waiting for a home
     snapshots: dict = field(default_factory=dict)  # snapshot seq -> [(task id, key)]
+    held: list = field(default_factory=list)  # (task, key, value) ended before the creation did
     snapshot: Any = None
     snapshot_seq: int = -1
     group: tuple = ()
@@ -165,8 +170,9 @@ class EngineState:
         self.spec = SpeculationState()
         self.stats = EngineStats()
         self.waiters: dict[str, set] = {}  # input task id -> tasks waiting for it to settle
-        self.tick_pending = False
+        self.tick_at: float | None = None  # when the next Tick is due, if one is
         self.swept_at = -1e9
+        self.released_early: set = set()  # refs dropped before their task reached here
         self._keys = itertools.count()
         self._out: list = []
         self.now = 0.0
@@ -183,12 +189,21 @@ class EngineState:
         self._out = []
         for event in events:
             getattr(self, f"_on_{type(event).__name__}")(event)
-        if not self.tick_pending and (self.spec.live or self._needs_sweep()):
-            self.tick_pending = True
-            delay = SPECULATION_TICK_S if self.spec.live else SWEEP_TICK_S
+        delay = SPECULATION_TICK_S if self.spec.live else SWEEP_TICK_S
+        if (self.spec.live or self._needs_sweep()) and (
+            self.tick_at is None or now + delay < self.tick_at - 1e-3
+        ):
+            self.tick_at = now + delay  # a sooner tick replaces a later one
             self._emit(ev.Later(delay, ev.Tick()))
         out, self._out = self._out, []
         return out
+
+    def _add(self, task: Task) -> Task:
+        self.tasks[task.task_id] = task
+        if task.task_id in self.released_early:
+            self.released_early.discard(task.task_id)
+            task.released = True
+        return task
 
     def _emit(self, instruction) -> None:
         self._out.append(instruction)
@@ -199,9 +214,8 @@ class EngineState:
     # --- plain tasks ------------------------------------------------------------
 
     def _on_SubmitTask(self, e: ev.SubmitTask) -> None:
-        task = Task(e.task_id, e.name, deps=e.deps, request=e.request, policy=e.policy,
-                    speculation=e.speculation)  # fmt: skip
-        self.tasks[e.task_id] = task
+        task = self._add(Task(e.task_id, e.name, deps=e.deps, request=e.request,
+                              policy=e.policy, speculation=e.speculation))  # fmt: skip
         self.stats.count("submitted")
         if self._failed_input(task) is None:
             self._launch(task, 0, key=e.task_id)
@@ -209,11 +223,21 @@ class EngineState:
             self.spec.live.add(task.task_id)
 
     def _on_PutValue(self, e: ev.PutValue) -> None:
-        self.tasks[e.task_id] = Task(e.task_id, "put", kind="put", status=FINISHED,
-                                     winner=e.task_id, current=e.task_id)  # fmt: skip
+        self._add(Task(e.task_id, "put", kind="put", status=FINISHED, winner=e.task_id,
+                       current=e.task_id))  # fmt: skip
 
     def _launch(self, task: Task, number: int, key: str | None = None, backup_on=None) -> None:
-        """Send attempt ``number`` of ``task`` (a backup copy if ``backup_on`` is a worker)."""
+        """Send attempt ``number`` of ``task`` (a backup copy if ``backup_on`` is a worker).
+
+        An input that is pending with no attempt running (waiting for a retry's
+        back-off, for its own inputs, or for its object's new home) has no
+        result to point at yet: the task waits for it to settle first.
+        """
+        idle = {d for d in task.deps
+                if d in self.tasks and self.tasks[d].status == PENDING and not self.tasks[d].live}  # fmt: skip
+        if idle and backup_on is None:
+            self._wait_for_inputs(task, idle, (number, None, True))
+            return
         key = key or self.new_key(task.name)
         inputs = {d: self.tasks[d].current for d in task.deps if d in self.tasks}
         obj = self.objects.get(task.obj_id) if task.obj_id else None
@@ -286,12 +310,25 @@ class EngineState:
         if task.kind == "create":
             obj.has_state, obj.thread_safe = value["has_state"], value["thread_safe"]
             self._finish(task, attempt.key)
-        elif task.kind == "snapshot":
-            self._snapshot_stored(obj, task, attempt.key, value)
-        elif task.kind == "call" and obj.has_state:
-            self._resolve_after_snapshot(obj, task, attempt.key)
+            held, obj.held = obj.held, []
+            for held_task, key, held_value in held:  # in the order they ended
+                if held_task.status == PENDING:
+                    self._call_finished(obj, held_task, key, held_value)
+            return
+        creation = self.tasks.get(obj.creation) if obj.creation else None
+        if creation is not None and creation.status == PENDING:
+            # The creation's report (has_state) is still on its way: decide after it.
+            obj.held.append((task, attempt.key, value))
+            return
+        self._call_finished(obj, task, attempt.key, value)
+
+    def _call_finished(self, obj: ObjectState, task: Task, key: str, value) -> None:
+        if task.kind == "snapshot":
+            self._snapshot_stored(obj, task, key, value)
+        elif task.kind == "call" and obj.has_state and obj.gone is None:
+            self._resolve_after_snapshot(obj, task, key)
         else:
-            self._finish(task, attempt.key)
+            self._finish(task, key)
             if task.kind == "destroy":
                 self._object_ended(obj)
 
@@ -375,7 +412,8 @@ class EngineState:
     def _on_Released(self, e: ev.Released) -> None:
         for task_id in e.task_ids:
             task = self.tasks.get(task_id)
-            if task is None:
+            if task is None:  # its event is still on its way (refs travel apart from events)
+                self.released_early.add(task_id)
                 continue
             task.released = True
             if task.status != PENDING and task_id not in self.waiters:
@@ -389,13 +427,17 @@ class EngineState:
         changed = any(dep.status == FINISHED and dep.winner != attempt.inputs.get(d)
                       for d, dep in deps)  # fmt: skip
         if pending:
-            task.waiting_on = pending
-            task.after_inputs = (attempt.number, error, True)
-            for dep_id in pending:
-                self.waiters.setdefault(dep_id, set()).add(task.task_id)
+            self._wait_for_inputs(task, pending, (attempt.number, error, True))
             return
         self._inputs_settled(task, attempt.number, error, rerun=changed, lost=worker_lost,
                              address=attempt.pinned)  # fmt: skip
+
+    def _wait_for_inputs(self, task: Task, inputs: set, then: tuple) -> None:
+        """Decide ``then`` = (attempt, error, rerun) for ``task`` once ``inputs`` settle."""
+        task.waiting_on = set(inputs)
+        task.after_inputs = then
+        for dep_id in inputs:
+            self.waiters.setdefault(dep_id, set()).add(task.task_id)
 
     def _inputs_settled(self, task, number, error, rerun, lost=False, address=None) -> None:
         if self._failed_input(task) is not None:
@@ -483,9 +525,9 @@ class EngineState:
     def _on_CallObject(self, e: ev.CallObject) -> None:
         obj = self.objects.get(e.obj_id)
         name = f"{obj.label if obj else e.obj_id}.{e.method}"
-        task = Task(e.task_id, name, kind="call", deps=e.deps, obj_id=e.obj_id, method=e.method,
-                    internal=e.internal, direct=e.direct, speculation=e.speculation)  # fmt: skip
-        self.tasks[e.task_id] = task
+        task = self._add(Task(e.task_id, name, kind="call", deps=e.deps, obj_id=e.obj_id,
+                              method=e.method, internal=e.internal, direct=e.direct,
+                              speculation=e.speculation))  # fmt: skip
         if not e.internal:
             self.stats.count("submitted")
         if obj is None or obj.gone is not None:
@@ -539,11 +581,12 @@ class EngineState:
         if obj is None:
             self._fail(task, error)
             return
-        if lost:
+        if lost and obj.gone is None:
             self._recover(obj, address or obj.address)
-            if task.status == PENDING and task.kind == "destroy":
-                self._finish_destroy(obj, task)
+            if task.status == PENDING and not task.live and task.task_id not in obj.queued:
+                self._fail(task, WorkerLostError(f"{task.name}: its worker died", address))
             return
+        # An error of its own, or its worker died while the object was being killed.
         obj.calls.pop(task.seq, None)
         for waiter_id, result_key in obj.snapshots.pop(task.seq, []):
             waiter = self.tasks.get(waiter_id)  # the call succeeded; only its snapshot did not
@@ -552,6 +595,8 @@ class EngineState:
         if task.kind == "destroy":
             self._finish_destroy(obj, task)
             return
+        if lost:
+            error = WorkerLostError(f"{task.name}: its worker died while it was killed", address)
         self._fail(task, error)
 
     def _skip(self, task: Task) -> None:
@@ -576,13 +621,18 @@ class EngineState:
             return  # a late failure from an incarnation that is already replaced
         dead = obj.address
         pending = [self.tasks[t] for _, t in sorted(obj.calls.items()) if t in self.tasks]
-        ran = [self.tasks[t] for waiting in obj.snapshots.values() for t, _ in waiting
-               if t in self.tasks]  # fmt: skip
+        ran_keys = [(t, k) for waiting in obj.snapshots.values() for t, k in waiting]
+        ran_keys += [(t.task_id, k) for t, k, _ in obj.held if t.kind == "call"]
+        ran = [self.tasks[t] for t, _ in ran_keys if t in self.tasks]
+        if ran_keys:  # their results died with the worker
+            self._emit(ev.Forget(tuple(k for _, k in ran_keys)))
+        held_internal = [t for t, _, _ in obj.held if t.kind != "call"]
         obj.calls.clear()
         obj.snapshots.clear()
+        obj.held = []
         obj.address = None
         self.ledger.release(obj.obj_id)
-        for task in pending:
+        for task in pending + held_internal:
             if task.kind != "call":  # creations and snapshots of the dead incarnation
                 self._fail(task, WorkerLostError(f"{task.name}: worker {dead} died", dead), False)
         user_calls = [t for t in pending if t.kind == "call"]
@@ -611,6 +661,7 @@ class EngineState:
                 self._fail(task, lost)
                 continue
             self._drop_copies(task)
+            task.waiting_on, task.after_inputs = set(), None  # it runs once, when re-sent
             again.append(task.task_id)
         obj.queued = again + obj.queued
         obj.exclude = frozenset({dead})
@@ -632,9 +683,8 @@ class EngineState:
 
     def _on_KillObject(self, e: ev.KillObject) -> None:
         obj = self.objects.get(e.obj_id)
-        task = Task(e.task_id, f"{obj.label if obj else e.obj_id}.__del__", kind="destroy",
-                    obj_id=e.obj_id, internal=True)  # fmt: skip
-        self.tasks[e.task_id] = task
+        task = self._add(Task(e.task_id, f"{obj.label if obj else e.obj_id}.__del__",
+                              kind="destroy", obj_id=e.obj_id, internal=True))  # fmt: skip
         if obj is None or obj.gone is not None:
             self._finish(task, e.task_id)
             return
@@ -645,6 +695,11 @@ class EngineState:
             return
         self._send_call(obj, task, key=e.task_id)
 
+    def _on_AbandonObject(self, e: ev.AbandonObject) -> None:
+        obj = self.objects.get(e.obj_id)
+        if obj is not None and obj.gone is not None:
+            self._object_ended(obj)
+
     def _finish_destroy(self, obj: ObjectState, task: Task) -> None:
         self._finish(task, task.current or task.task_id)
         self._object_ended(obj)
@@ -654,6 +709,7 @@ class EngineState:
         if held is not None and obj.request and obj.address in self.ledger.capacity:
             self._emit(ev.Supply(obj.address, obj.obj_id, dict(obj.request), {}))
         self.objects.pop(obj.obj_id, None)
+        self._emit(ev.DropObject(obj.obj_id))
         self._place_waiting()
 
     def _place_waiting(self) -> None:
@@ -665,6 +721,10 @@ class EngineState:
         for address in set(self.ledger.capacity) - set(e.workers):
             self.ledger.remove_worker(address)
             self.nthreads.pop(address, None)
+            self.spec.busy.pop(address, None)
+            for key in [k for k, (w, _) in self.spec.running.items() if w == address]:
+                del self.spec.running[key]
+                self.spec.detached.discard(key)
         for address, (nthreads, declared) in e.workers.items():
             self.nthreads[address] = int(nthreads)
             self.ledger.capacity[address] = {k: float(v) for k, v in declared.items()}
@@ -682,7 +742,8 @@ class EngineState:
         self._emit(ev.Refresh())
 
     def _on_Tick(self, e: ev.Tick) -> None:
-        self.tick_pending = False
+        if self.tick_at is not None and self.now >= self.tick_at - 1e-3:
+            self.tick_at = None  # an earlier tick that a sooner one replaced changes nothing
         for obj in list(self.objects.values()):
             waited = obj.unplaced_since is not None and self.now - obj.unplaced_since
             if obj.gone is None and obj.restarts and waited and waited > self.placement_timeout:

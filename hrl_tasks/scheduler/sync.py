@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.context import TaskContext, enter_task, leave_task
 from hrl_tasks.scheduler.engine import Engine
 from hrl_tasks.scheduler.errors import ObjectStartError
 from hrl_tasks.scheduler.handles import WorkerHandle
+from hrl_tasks.scheduler.records import BackendRecords
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.state import EngineState
@@ -30,26 +30,19 @@ from hrl_tasks.scheduler.taskref import Local, TaskRef
 WORKER = "inprocess"
 
 
-class InProcessBackend:
+class InProcessBackend(BackendRecords):
     """Carries out instructions at once, in the calling thread."""
 
     def __init__(self, state: EngineState, resources: dict):
+        super().__init__()
         self.state = state
         self.resources = resources
         self.lock = threading.RLock()
-        self.outcomes: dict = {}
-        self.payloads: dict = {}
-        self.objects: dict = {}  # obj id -> (factory, args, kwargs, topic)
         self.live: dict = {}  # obj id -> the object
-        self.creations: dict = {}
-        self.futures: dict = {}  # key -> Local result
-        self.released_ids: deque = deque()
         self.closed = False
 
     def push(self, *events) -> None:
-        if self.released_ids:
-            taken = [self.released_ids.popleft() for _ in range(len(self.released_ids))]
-            events = (*events, ev.Released(tuple(taken)))
+        events = self.with_released(events, ev.Released)
         with self.lock:
             instructions = self.state.handle(*events, now=time.monotonic())
         for ins in instructions:
@@ -58,9 +51,6 @@ class InProcessBackend:
     feed = push
     push_and_wait = push
 
-    def released(self, task_id: str) -> None:
-        self.released_ids.append(task_id)
-
     def read_workers(self) -> dict:
         return {WORKER: (1, dict(self.resources))}
 
@@ -68,9 +58,9 @@ class InProcessBackend:
         if isinstance(ins, ev.Launch):
             self.run(ins)
         elif isinstance(ins, ev.Resolve):
-            self._settle(ins.task_id, value=self.futures.get(ins.key, Local(None)))
+            self.settle(ins.task_id, value=self.futures.get(ins.key, Local(None)))
         elif isinstance(ins, ev.Fail):
-            self._settle(ins.task_id, error=ins.error)
+            self.settle(ins.task_id, error=ins.error)
         elif isinstance(ins, (ev.Forget, ev.Cancel)):
             for key in ins.keys:
                 self.futures.pop(key, None)
@@ -80,16 +70,6 @@ class InProcessBackend:
             time.sleep(ins.delay)  # nothing else runs meanwhile in this engine
             self.push(ins.event)
         # Ticks, skips and supply changes mean nothing in one process.
-
-    def _settle(self, task_id: str, value=None, error=None) -> None:
-        outcome = self.outcomes.pop(task_id, None)
-        self.payloads.pop(task_id, None)
-        if outcome is None or outcome.done():
-            return
-        if error is None:
-            outcome.set_result(value)
-        else:
-            outcome.set_exception(error)
 
     def run(self, launch: ev.Launch) -> None:
         """Run one attempt now and report how it ended."""

@@ -38,16 +38,20 @@ class TaskRef:
         name: the task name (statistics and the Dask dashboard group by it).
         task_id: the engine's id of the task (its first attempt's key).
         direct: a direct call: its result lives in the driver.
+        pinned: a call of a stateful worker (its attempts run where the object lives).
         deps: the task ids of the tasks whose results it takes as inputs.
     """
 
-    __slots__ = ("engine", "task_id", "name", "direct", "outcome", "deps", "__weakref__")
+    __slots__ = ("engine", "task_id", "name", "direct", "pinned", "outcome", "deps", "__weakref__")
 
-    def __init__(self, engine: Engine, task_id: str, name: str, direct: bool = False):
+    def __init__(
+        self, engine: Engine, task_id: str, name: str, direct: bool = False, pinned: bool = False
+    ):
         self.engine = engine
         self.task_id = task_id
         self.name = name
         self.direct = direct
+        self.pinned = pinned or direct
         self.outcome: cf.Future = cf.Future()
         self.deps: tuple[str, ...] = ()
 

@@ -289,3 +289,53 @@ def test_a_cancelled_scheduled_call_is_skipped_on_its_worker():
     out = state.handle(ev.CancelTask("k1"))
     assert ev.Skip("o", "a", (1,)) in out
     assert state.tasks["k1"].status == CANCELLED
+
+
+# --- orderings the event loop can produce --------------------------------------------
+
+
+def test_a_dependent_of_an_input_in_back_off_waits_for_its_retry():
+    state = make_state()
+    policy = RetryPolicy(1, backoff=1.0, retry_on=(OSError,))
+    state.handle(ev.SubmitTask("up", "up", policy=policy))
+    state.handle(ev.AttemptDone("up", "error", OSError()))  # back-off: no attempt runs
+    assert not launched(state.handle(ev.SubmitTask("down", "down", ("up",))))
+    (retry,) = launched(state.handle(ev.RetryDue("up", 1)))
+    out = state.handle(ev.AttemptDone(retry.key, "finished"))
+    (down,) = [i for i in launched(out) if i.task_id == "down"]
+    assert down.inputs == {"up": retry.key}
+
+
+def test_a_call_ending_before_its_creation_reported_waits_for_the_report():
+    state = make_state()
+    state.handle(ev.CreateObject("o", "c", "Counter", "Counter"), ev.CallObject("k1", "o", "add"))
+    out = state.handle(ev.AttemptDone("k1", "finished"))  # the creation's report is late
+    assert not of(ev.Resolve, out)
+    value = {"has_state": True, "thread_safe": False}
+    out = state.handle(ev.AttemptDone("c", "finished", value=value))
+    (snap,) = launched(out)  # the object has state: the call waits for a snapshot
+    assert snap.kind == "snapshot" and ev.Resolve("k1", "k1") not in out
+
+
+def test_a_ref_dropped_before_its_task_arrived_is_forgotten_when_done():
+    state = make_state()
+    state.handle(ev.Released(("t1",)))  # the ref went before its submission was handled
+    state.handle(ev.SubmitTask("t1", "t"))
+    state.handle(ev.AttemptDone("t1", "finished"))
+    assert "t1" not in state.tasks and not state.released_early
+
+
+def test_speculation_ticks_are_not_held_behind_a_sweep_tick():
+    state = make_state()
+    created(state)  # a live object: a sweep tick every second
+    state.handle(ev.Tick(), now=1.0)
+    out = state.handle(ev.SubmitTask("t1", "work", speculation=POLICY), now=1.01)
+    assert of(ev.Later, out) == [ev.Later(0.02, ev.Tick())]
+
+
+def test_a_kill_that_timed_out_gives_the_resources_back():
+    state = make_state({"a": (1, {"CPU": 1.0})})
+    created(state, request={"CPU": 1.0})
+    state.handle(ev.KillObject("o", "d"))
+    out = state.handle(ev.AbandonObject("o"))
+    assert ev.Supply("a", "o", {"CPU": 1.0}, {}) in out and state.ledger.held_on("a") == {}
