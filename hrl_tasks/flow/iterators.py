@@ -22,6 +22,8 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from hrl_tasks.scheduler import WorkerLostError
+
 
 class LocalIterator:
     """An iterator in the driver, with RLlib Flow's verbs."""
@@ -69,6 +71,11 @@ class LocalIterator:
 
 class ParallelIterator:
     """One shard per stateful worker; each step of a shard is one call on its worker.
+
+    A call that dies with its worker's process is made again on the re-created
+    worker (the engine re-creates it, up to its ``max_restarts``): a lost worker
+    costs the items in flight, never the flow. Only when the worker is gone for
+    good does its ``WorkerLostError`` reach the consumer.
 
     Args:
         engine: the engine the workers live on.
@@ -122,7 +129,7 @@ class ParallelIterator:
         def rounds():
             refs = [self._call(h) for h in self.handles]
             while True:
-                items = self.engine.gather(refs)
+                items = self._gather_round(refs)
                 if prefetch:
                     refs = [self._call(h) for h in self.handles]
                 yield items
@@ -130,6 +137,24 @@ class ParallelIterator:
                     refs = [self._call(h) for h in self.handles]
 
         return LocalIterator(rounds(), "ParallelIterator.gather_sync()")
+
+    def _gather_round(self, refs: list) -> list:
+        try:
+            return self.engine.gather(refs)  # one batch, the usual case
+        except WorkerLostError:
+            return [
+                self._result(handle, ref) for handle, ref in zip(self.handles, refs, strict=True)
+            ]
+
+    def _result(self, handle, ref) -> Any:
+        """``ref``'s result; if its worker died, the same call again on the new worker."""
+        while True:
+            try:
+                return ref.result()
+            except WorkerLostError:
+                if not handle.alive:  # out of restarts: nothing left to call
+                    raise
+                ref = self._call(handle)
 
     def batch_across_shards(self) -> LocalIterator:
         """The same as :meth:`gather_sync`: each item is the list over shards."""
@@ -154,7 +179,13 @@ class ParallelIterator:
                 for ref in sorted(done, key=lambda r: list(in_flight).index(r)):
                     handle = in_flight.pop(ref)
                     in_flight[self._call(handle)] = handle
-                    yield handle, ref.result()
+                    try:
+                        item = ref.result()
+                    except WorkerLostError:
+                        if not handle.alive:
+                            raise
+                        continue  # lost with its worker; the call just made replaces it
+                    yield handle, item
 
         return LocalIterator(pairs(), "ParallelIterator.zip_with_source_actor()")
 

@@ -52,6 +52,13 @@ class WorkerHandle:
         return self.engine.object_info(self.obj_id, "address")
 
     @property
+    def alive(self) -> bool:
+        """Whether the object still takes calls (not killed, not out of restarts)."""
+        with self.engine.backend.lock:
+            obj = self.engine.state.objects.get(self.obj_id)
+            return obj is not None and obj.gone is None
+
+    @property
     def restarts(self) -> int:
         """How often the object was re-created after its worker died."""
         return self.engine.object_info(self.obj_id, "restarts") or 0

@@ -695,6 +695,17 @@ class EngineState:
             return
         self._send_call(obj, task, key=e.task_id)
 
+    def _lost_while_killed(self, obj: ObjectState) -> None:
+        lost = WorkerLostError(f"{obj.name!r} lost its worker {obj.address} while it was killed")
+        pending = [self.tasks[t] for _, t in sorted(obj.calls.items()) if t in self.tasks]
+        obj.calls.clear()
+        for task in pending:
+            if task.kind == "destroy":
+                self._finish(task, task.current or task.task_id)
+            else:
+                self._fail(task, lost, count=task.kind == "call")
+        self._object_ended(obj)
+
     def _on_AbandonObject(self, e: ev.AbandonObject) -> None:
         obj = self.objects.get(e.obj_id)
         if obj is not None and obj.gone is not None:
@@ -729,8 +740,12 @@ class EngineState:
             self.nthreads[address] = int(nthreads)
             self.ledger.capacity[address] = {k: float(v) for k, v in declared.items()}
         for obj in list(self.objects.values()):
-            if obj.gone is None and obj.address is not None and obj.address not in e.workers:
+            if obj.address is None or obj.address in e.workers:
+                continue
+            if obj.gone is None:
                 self._recover(obj, obj.address)
+            else:  # being killed: what was sent there will never answer
+                self._lost_while_killed(obj)
         self._place_waiting()
 
     def _on_WorkerRemoved(self, e: ev.WorkerRemoved) -> None:

@@ -339,3 +339,12 @@ def test_a_kill_that_timed_out_gives_the_resources_back():
     state.handle(ev.KillObject("o", "d"))
     out = state.handle(ev.AbandonObject("o"))
     assert ev.Supply("a", "o", {"CPU": 1.0}, {}) in out and state.ledger.held_on("a") == {}
+
+
+def test_an_object_whose_worker_dies_while_it_is_killed_ends_without_waiting():
+    state = make_state()
+    created(state)
+    state.handle(ev.CallObject("k1", "o", "add"), ev.KillObject("o", "d"))
+    out = state.handle(ev.WorkersSeen({"b": TWO_WORKERS["b"]}))
+    assert ev.Resolve("d", "d") in out and "o" not in state.objects
+    assert isinstance(of(ev.Fail, out)[0].error, WorkerLostError)

@@ -22,6 +22,7 @@ from hrl_tasks.flow import (
 from hrl_tasks.flow.context import STEPS_SAMPLED
 from hrl_tasks.policies.dqn import DQNConfig as DQNPolicyConfig
 from hrl_tasks.policies.dqn import DQNPolicy
+from hrl_tasks.scheduler import WorkerLostError
 
 
 @dataclass
@@ -42,6 +43,20 @@ class ApeXConfig(DQNConfig):
     """As in the Ape-X paper; with 1-step targets CartPole peaked near 200 in 400k steps."""
     target_update_every: int = 100
     min_steps_per_report: int = 2000
+
+
+def _unless_lost(ref, *handles):
+    """``ref``'s result, or None if it was lost with a worker that has been re-created.
+
+    A replay shard re-created after its worker died starts empty (its contents
+    are not snapshotted: they are large and refill within seconds).
+    """
+    try:
+        return ref.result()
+    except WorkerLostError:
+        if not all(handle.alive for handle in handles):
+            raise
+        return None
 
 
 def per_worker_epsilons(n: int) -> list[float]:
@@ -108,7 +123,9 @@ class ApeX(Algorithm):
                 handle, shard = in_flight.pop(ref)
                 workers.note_sampled(handle)
                 in_flight[shard.call("add_sample", handle.call("sample"))] = (handle, shard)
-                metrics = ref.result()
+                metrics = _unless_lost(ref, handle, shard)
+                if metrics is None:
+                    continue  # lost with a worker; its replacement call is on its way
                 ctx.counters[STEPS_SAMPLED] += int(metrics["env_steps"])
                 if handle in self.reporting:
                     ctx.add_episodes(metrics)
@@ -125,7 +142,7 @@ class ApeX(Algorithm):
             for ref in done:
                 shard = in_flight.pop(ref)
                 in_flight[shard.call("sample", rows)] = shard
-                batches = ref.result()
+                batches = _unless_lost(ref, shard)
                 if batches is None:
                     yield None
                     continue

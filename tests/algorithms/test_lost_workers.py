@@ -1,0 +1,62 @@
+"""Algorithms keep training when a rollout worker's process is killed (SIGKILL)."""
+
+import os
+import signal
+import time
+
+import pytest
+
+import hrl_tasks
+from hrl_tasks.algorithms import A2C, A3C, IMPALA, PPO, ApeX
+
+pytestmark = pytest.mark.cluster
+
+TINY = {"num_workers": 2, "num_envs_per_worker": 2, "rollout_fragment_length": 16, "seed": 3}
+CASES = [
+    (A2C, {"train_batch_size": 64}),
+    (A3C, {"min_steps_per_report": 64}),
+    (PPO, {"train_batch_size": 64, "minibatch_size": 32, "num_sgd_iter": 2}),
+    (IMPALA, {"train_batch_size": 64, "min_steps_per_report": 64}),
+    (
+        ApeX,  # the killed process holds a rollout worker and, packed, the replay shards
+        {
+            "learning_starts": 64,
+            "min_steps_per_report": 64,
+            "hidden": (32, 32),
+            "num_replay_shards": 2,
+            "train_batch_size": 32,
+        },
+    ),  # fmt: skip
+]
+
+
+def pid_address(engine, pid):
+    """The address of the worker whose process is ``pid``, if it still runs."""
+    return next((a for a, p in engine.client.run(os.getpid).items() if p == pid), None)
+
+
+@pytest.fixture
+def fresh():
+    """Its own cluster: the test kills a worker process."""
+    with hrl_tasks.Engine.local(n_workers=2, threads_per_worker=1) as engine:
+        yield engine
+
+
+@pytest.mark.parametrize("algo_cls, extra", CASES, ids=[c.__name__ for c, _ in CASES])
+def test_training_goes_on_after_a_rollout_worker_is_killed(fresh, algo_cls, extra):
+    algo = algo_cls({**TINY, **extra}, engine=fresh)
+    try:
+        before = algo.train()
+        victim = algo.workers.remote_workers[0]
+        pid = fresh.client.run(os.getpid, workers=[victim.address])[victim.address]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60  # batches already sampled may carry a few iterations
+        while victim.restarts == 0:
+            assert time.monotonic() < deadline, "the lost rollout worker was not re-created"
+            algo.train()
+        after = [algo.train() for _ in range(2)]  # with the re-created worker
+        assert after[-1]["env_steps_sampled"] > before["env_steps_sampled"]
+        assert victim.alive and victim.address != pid_address(fresh, pid)
+        assert fresh.stats()["workers_lost"] >= 1
+    finally:
+        algo.stop()
