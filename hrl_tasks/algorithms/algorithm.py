@@ -12,6 +12,7 @@ Usage::
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import time
 from collections.abc import Mapping
@@ -79,6 +80,7 @@ class Algorithm(abc.ABC):
                 env_config=self.config.env_config,
                 remote_policy=None if self.workers_learn else policy.inference_copy(),
                 direct_calls=self.config.direct_calls,
+                max_restarts=self.config.max_restarts,
             )
         except BaseException:
             if self.owns_engine:
@@ -188,7 +190,12 @@ class Algorithm(abc.ABC):
         self.set_state(read_checkpoint(path))
 
     def stop(self) -> None:
-        """Stop the rollout workers, and the embedded cluster if this algorithm started it."""
+        """Stop the plan's threads, the rollout workers, and the embedded cluster if this
+        algorithm started it."""
+        plan = getattr(self, "plan", None)
+        if plan is not None:
+            with contextlib.suppress(ValueError):  # train() runs in another thread right now
+                plan.close()
         self.workers.stop()
         if self.owns_engine:
             self.engine.close()

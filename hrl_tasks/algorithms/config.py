@@ -38,6 +38,11 @@ class AlgorithmConfig:
     other cores; small models learn faster on one); None leaves torch's default."""
     metrics_smoothing_episodes: int = 20
     """episode_return_mean and episode_len_mean are over this many last episodes."""
+    max_restarts: int = 100
+    """Re-creations of each remote worker (rollout workers, replay shards) after its
+    process died, before the run fails: a lost worker costs the samples it had in
+    flight (RLlib's restart_failed_env_runners). Its calls are made again by the
+    flow after the weights are re-sent, not re-issued on the initial weights."""
     direct_calls: bool = True
     """Call the rollout workers directly instead of through the Dask scheduler:
     about 1.3 ms of the driver's CPU per call instead of 5.5 ms here. False makes

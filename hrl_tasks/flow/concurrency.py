@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from hrl_tasks.flow.iterators import LocalIterator
 
 CONCURRENCY_MODES = ("round_robin", "async")
+STOP_CHECK_S = 0.5  # how often a waiting thread looks whether it should stop
 
 
 def Concurrently(
@@ -25,7 +26,9 @@ def Concurrently(
             items from op ``i`` per turn; ``"*"`` is accepted for RLlib
             compatibility and takes one item, as a local iterator cannot tell
             how many are ready); ``"async"`` runs each op in its own thread and
-            yields items as they come (the threads run until their ops end).
+            yields items as they come (the threads stop when their ops end, or
+            after their current item once the consumer closes the iterator or
+            drops it).
         output_indexes: yield only the items of these ops (the others still run).
 
     Returns:
@@ -55,26 +58,40 @@ def _round_robin(ops, weights):
 def _async(ops):
     out: queue.Queue = queue.Queue(maxsize=2 * len(ops))
     done = object()
+    stop = threading.Event()  # the consumer is gone: the pumps end
+
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(entry, timeout=STOP_CHECK_S)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def pump(index, op):
         try:
             for item in op:
-                out.put((index, item))
+                if not put((index, item)):
+                    return
         except BaseException as exc:  # surface a sub-flow's error in the consumer
-            out.put((index, _Failure(exc)))
-        out.put((index, done))
+            put((index, _Failure(exc)))
+        put((index, done))
 
     for index, op in enumerate(ops):
         threading.Thread(target=pump, args=(index, op), daemon=True).start()
     running = len(ops)
-    while running:
-        index, item = out.get()
-        if item is done:
-            running -= 1
-        elif isinstance(item, _Failure):
-            raise item.error
-        else:
-            yield index, item
+    try:
+        while running:
+            index, item = out.get()
+            if item is done:
+                running -= 1
+            elif isinstance(item, _Failure):
+                raise item.error
+            else:
+                yield index, item
+    finally:  # closed, dropped or failed: the threads must not run on
+        stop.set()
 
 
 class _Failure:
@@ -83,15 +100,31 @@ class _Failure:
 
 
 class Enqueue:
-    """Put each item into a queue (for a learner thread); yields the item unchanged."""
+    """Put each item into a queue (for a learner thread); yields the item unchanged.
 
-    def __init__(self, q: queue.Queue, block: bool = True):
+    Args:
+        q: the queue.
+        block: wait while the queue is full (else raise ``queue.Full``).
+        check: called every ``STOP_CHECK_S`` while waiting; raise from it (e.g.
+            "the learner thread died") to stop instead of waiting forever.
+    """
+
+    def __init__(self, q: queue.Queue, block: bool = True, check=None):
         self.queue = q
         self.block = block
+        self.check = check
 
     def __call__(self, item):
-        self.queue.put(item, block=self.block)
-        return item
+        if not self.block:
+            self.queue.put(item, block=False)
+            return item
+        while True:
+            try:
+                self.queue.put(item, timeout=STOP_CHECK_S)
+                return item
+            except queue.Full:
+                if self.check is not None:
+                    self.check()
 
 
 def Dequeue(q: queue.Queue, check=lambda: True) -> LocalIterator:

@@ -68,6 +68,12 @@ class LocalIterator:
         """The next ``n`` items."""
         return list(itertools.islice(self, n))
 
+    def close(self) -> None:
+        """Stop the iterator (and the threads of a ``Concurrently(mode="async")`` in it)."""
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
 
 class ParallelIterator:
     """One shard per stateful worker; each step of a shard is one call on its worker.

@@ -25,8 +25,13 @@ last weights TaskRef and each worker's ``restarts`` count at its last sync
 (and re-runs the worker's `set_worker_setup` function, if it has one);
 `sample` (or `note_sampled`, for callers that sample through the handles)
 re-sends the weights first to a worker whose count grew. A ``sample``
-that was running when the worker died fails with ``WorkerLostError`` (it is
-not re-issued: it would run on the initial weights); the next one succeeds.
+that was running when the worker died fails with ``WorkerLostError`` (the
+engine does not re-issue it: it would run on the initial weights); the flow's
+``ParallelRollouts`` makes the call again, after the weights, and the
+algorithm goes on.
+
+A learner thread and a sampling thread may use one set at once (IMPALA,
+Ape-X): the weights and the re-sync bookkeeping are kept under a lock.
 
 With ``direct_calls=True`` every call goes straight to the worker process
 instead of through the Dask scheduler (`hrl_tasks.scheduler.worker_objects`), and
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -90,6 +96,7 @@ class WorkerSet:
             not show in the dashboard's task stream). Ignored, with a
             warning, when this process cannot reach the workers itself
             (`Engine.reaches_workers`).
+        max_restarts: Re-creations of each remote worker after its process died.
 
     Attributes:
         resyncs: How often weights were re-sent to a re-created remote worker.
@@ -112,6 +119,7 @@ class WorkerSet:
         resources_per_worker: Mapping[str, float] | None = None,
         remote_policy: Policy | PolicyFactory | None = None,
         direct_calls: bool = False,
+        max_restarts: int = 3,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
@@ -136,6 +144,7 @@ class WorkerSet:
                     "name": f"RolloutWorker-{i}",
                     "label": "RolloutWorker",  # members pool their sample durations
                     "resources": resources,
+                    "max_restarts": max_restarts,
                 }
                 handles.append(engine.create_worker(RolloutWorker, *args, **config, **member))
             for handle in handles:
@@ -154,6 +163,7 @@ class WorkerSet:
         self._setups: dict[int, Callable[[RolloutWorker], Any]] = {}
         self.resyncs = 0
         self._stopped = False
+        self._lock = threading.RLock()  # the weights and the re-sync counts
         self.sync_weights()
 
     @property
@@ -193,25 +203,28 @@ class WorkerSet:
         Raises:
             ValueError: If ``to`` names a handle that is not in this set.
         """
-        if weights is None:
-            weights = self._local.get_weights()
-        else:
-            self._local.set_weights(weights)
-        self._weights, self._weights_ref = weights, None
-        targets = list(enumerate(self._remote)) if to is None else [self._find(h) for h in to]
-        if defer:
-            self._deferred.update(index for index, _ in targets)
-            return []
-        self._deferred.difference_update(index for index, _ in targets)
-        if not targets:
-            return []
-        # A single target gets the weights in its call; several share one TaskRef.
-        sent = weights if len(targets) == 1 else self._weights_in_cluster()
-        refs = []
-        for index, handle in targets:
-            self._synced_restarts[index] = handle.restarts  # read first: a later restart is seen
-            refs.append(handle.call("set_weights", sent, direct=self.direct_calls))
-        return refs
+        with self._lock:  # a learner thread and a sampling thread may both get here
+            if weights is None:
+                weights = self._local.get_weights()
+            else:
+                self._local.set_weights(weights)
+            self._weights, self._weights_ref = weights, None
+            targets = list(enumerate(self._remote)) if to is None else [self._find(h) for h in to]
+            if defer:
+                self._deferred.update(index for index, _ in targets)
+                return []
+            self._deferred.difference_update(index for index, _ in targets)
+            if not targets:
+                return []
+            # A single target gets the weights in its call; several share one TaskRef.
+            sent = weights if len(targets) == 1 else self._weights_in_cluster()
+            refs = []
+            for index, handle in targets:
+                self._synced_restarts[index] = (
+                    handle.restarts
+                )  # read first: a later restart is seen
+                refs.append(handle.call("set_weights", sent, direct=self.direct_calls))
+            return refs
 
     def sample(self, speculative: bool = False) -> list[Any]:
         """One ``sample`` call per remote worker, after re-syncing re-created ones.
@@ -249,13 +262,14 @@ class WorkerSet:
             ValueError: If ``handle`` is not in this set.
         """
         index, member = self._find(handle)
-        self._resync_if_restarted(index, member)
-        if index not in self._deferred:
-            return {}
-        self._deferred.discard(index)
-        self._synced_restarts[index] = member.restarts
-        single = len(self._remote) == 1
-        return {"weights": self._weights if single else self._weights_in_cluster()}
+        with self._lock:
+            self._resync_if_restarted(index, member)
+            if index not in self._deferred:
+                return {}
+            self._deferred.discard(index)
+            self._synced_restarts[index] = member.restarts
+            single = len(self._remote) == 1
+            return {"weights": self._weights if single else self._weights_in_cluster()}
 
     def set_worker_setup(self, handle: Any, fn: Callable[[RolloutWorker], Any]) -> Any:
         """Runs ``fn(worker)`` on ``handle`` now and again whenever it is re-created.
@@ -271,8 +285,9 @@ class WorkerSet:
             ValueError: If ``handle`` is not in this set.
         """
         index, member = self._find(handle)
-        self._setups[index] = fn
-        return member.call("apply", fn, direct=self.direct_calls)
+        with self._lock:
+            self._setups[index] = fn
+            return member.call("apply", fn, direct=self.direct_calls)
 
     def note_sampled(self, handle: Any) -> None:
         """Re-sends the weights to ``handle`` if it was re-created since its last sync.
@@ -283,7 +298,8 @@ class WorkerSet:
         Raises:
             ValueError: If ``handle`` is not in this set.
         """
-        self._resync_if_restarted(*self._find(handle))
+        with self._lock:
+            self._resync_if_restarted(*self._find(handle))
 
     def _find(self, handle: Any) -> tuple[int, Any]:
         for index, member in enumerate(self._remote):

@@ -734,8 +734,9 @@ class EngineState:
             self.nthreads.pop(address, None)
             self.spec.busy.pop(address, None)
             for key in [k for k, (w, _) in self.spec.running.items() if w == address]:
-                del self.spec.running[key]
+                del self.spec.running[key]  # their ends will never be reported
                 self.spec.detached.discard(key)
+                self.spec.losers.pop(key, None)
         for address, (nthreads, declared) in e.workers.items():
             self.nthreads[address] = int(nthreads)
             self.ledger.capacity[address] = {k: float(v) for k, v in declared.items()}
@@ -815,10 +816,10 @@ class EngineState:
         typical = self._typical(task.name) if backup_won else None
         spec = self.spec
         for key in losers:
+            if key not in spec.running or key in spec.detached:
+                continue  # never started: no end will be reported
             if backup_won:
                 spec.losers[key] = self.now  # for time_saved_s, when the loser ends
-            if key not in spec.running or key in spec.detached:
-                continue
             worker, started = spec.running[key]
             # The cancelled copy leaves its worker's pool (the worker runtime's detach):
             # it runs on to its end, ignored, but no longer takes a thread.

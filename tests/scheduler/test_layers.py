@@ -1,6 +1,5 @@
 """The engine's shape: no import cycle, and distributed's private parts behind one door."""
 
-import ast
 import pathlib
 import re
 
@@ -9,18 +8,19 @@ COMPAT = "dask_compat"
 
 
 def runtime_imports(path: pathlib.Path) -> set[str]:
-    """The scheduler modules ``path`` imports when it runs (not under TYPE_CHECKING)."""
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):  # drop `if TYPE_CHECKING:` blocks
-        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
-            node.body = []
+    """The scheduler modules ``path`` imports when it runs (not under TYPE_CHECKING).
+
+    Read as text, not with ``ast``: CPython 3.11's parser can fail with
+    "AST constructor recursion depth mismatch" while other threads compile.
+    """
+    source = re.sub(r"^if TYPE_CHECKING:\n(?:(?:[ \t]+.*)?\n)*", "", path.read_text(), flags=re.M)
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-            "hrl_tasks.scheduler"
-        ):
-            parts = node.module.split(".")
-            found |= {parts[2]} if len(parts) > 2 else {a.name for a in node.names}
+    head = r"^\s*from hrl_tasks\.scheduler(?:\.(\w+))? import "
+    imports = re.findall(head + r"\(([^)]*)\)", source, flags=re.M)
+    imports += re.findall(head + r"([^(\n]+)$", source, flags=re.M)
+    for module, names in imports:
+        listed = {n.split(" as ")[0].strip() for n in names.split(",")} - {""}
+        found |= {module} if module else listed
     return found - {path.stem}
 
 

@@ -92,6 +92,7 @@ class ApeX(Algorithm):
                 name=f"ReplayShard-{i}",
                 label="ReplayShard",
                 strategy="pack",
+                max_restarts=cfg.max_restarts,
             )  # fmt: skip
             for i in range(cfg.num_replay_shards)
         ]
