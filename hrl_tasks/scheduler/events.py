@@ -201,7 +201,6 @@ class Launch:
     seq: int = -1
     method: str | None = None
     state: Any = None
-    creation: str | None = None  # the object's creation task, which a direct call awaits
     args_of: str | None = None  # the task whose arguments to use (a backup call's original)
 
 

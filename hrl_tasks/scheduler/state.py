@@ -102,7 +102,6 @@ class Attempt:
     task_id: str
     number: int
     inputs: dict
-    backup: bool = False
     pinned: str | None = None  # the worker it was sent to, if pinned
     worker: str | None = None  # where it runs, once reported
     started_at: float | None = None
@@ -248,7 +247,7 @@ class EngineState:
             workers = (backup_on,)
         elif task.speculation is not None:
             workers = self._healthy_workers()
-        self.attempts[key] = Attempt(key, task.task_id, number, inputs, backup=backup_on is not None,
+        self.attempts[key] = Attempt(key, task.task_id, number, inputs,
                                      pinned=workers[0] if workers and len(workers) == 1 else None)  # fmt: skip
         task.live[key] = self.now
         task.current = key
@@ -263,7 +262,7 @@ class EngineState:
             internal=task.internal, direct=task.direct,
             fetch=task.kind in ("create", "snapshot"), obj_id=task.obj_id, seq=task.seq,
             method=task.method, state=obj.snapshot if obj and task.kind == "create" else None,
-            creation=obj.creation if obj is not None else None, args_of=task.backup_of,
+            args_of=task.backup_of,
         ))  # fmt: skip
 
     def _failed_input(self, task: Task) -> BaseException | None:
