@@ -1,3 +1,7 @@
+# Imported here, at collection: hypothesis's pytest plugin imports it at the end of a
+# run otherwise, and CPython 3.11.7 fails to compile it ("AST constructor recursion
+# depth mismatch") while threads of a closed cluster are still compiling.
+import hypothesis  # noqa: F401
 import pytest
 
 import hrl_tasks as hrl
