@@ -63,11 +63,12 @@ class Algorithm(abc.ABC):
         probe = make_env(self.config.env, num_envs=1, env_config=self.config.env_config)
         spaces = (probe.single_observation_space, probe.single_action_space)
         probe.close()
+        policy = self.make_policy(*spaces)  # spaces it cannot act in fail before a cluster starts
         self.owns_engine = engine is None
         self.engine = engine or Engine.local(
             n_workers=max(1, self.config.num_workers), threads_per_worker=self.threads_per_worker
         )
-        policy = self.make_policy(*spaces)
+        self.workers = None
         try:
             self.workers = WorkerSet(
                 self.engine,
@@ -82,12 +83,14 @@ class Algorithm(abc.ABC):
                 direct_calls=self.config.direct_calls,
                 max_restarts=self.config.max_restarts,
             )
+            self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
+            self.plan = self.build_plan(self.workers, self.ctx)
         except BaseException:
+            if self.workers is not None:
+                self.workers.stop()
             if self.owns_engine:
                 self.engine.close()
             raise
-        self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
-        self.plan = self.build_plan(self.workers, self.ctx)
         self.iteration = 0
         self.time_total_s = 0.0
 

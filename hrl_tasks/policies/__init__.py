@@ -39,6 +39,7 @@ _MODULES = {
     "policy": ("Policy",),
     "postprocessing": ("add_discounted_returns", "add_gae"),
     "ppo": ("PPOConfig", "PPOPolicy"),
+    "spaces": ("UnsupportedSpaceError",),
     "torch_policy": ("TorchPolicy",),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}

@@ -20,6 +20,8 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from hrl_tasks.policies.spaces import UnsupportedSpaceError
+
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -198,7 +200,7 @@ def make_action_dist(
                 f"a Box action space must be 1-D for DiagGaussian, got shape {action_space.shape}"
             )
         return DiagGaussianHead(action_space.shape[0], init_log_std)
-    raise TypeError(
+    raise UnsupportedSpaceError(
         f"unsupported action space {action_space!r}; supported: gymnasium.spaces.Discrete "
         "(-> Categorical) and 1-D gymnasium.spaces.Box (-> DiagGaussian)"
     )

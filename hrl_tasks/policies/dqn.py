@@ -21,6 +21,7 @@ from torch import nn
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.estimators import n_step_returns, td_target_dqn
 from hrl_tasks.policies.models import QNetwork, make_encoder
+from hrl_tasks.policies.spaces import UnsupportedSpaceError
 from hrl_tasks.policies.torch_policy import TorchPolicy
 from hrl_tasks.policies.torch_utils import load_module_weights, module_weights, resolve_config
 
@@ -104,7 +105,7 @@ class DQNPolicy(TorchPolicy):
     ) -> None:
         config = resolve_config(config, DQNConfig)
         if not isinstance(action_space, gym.spaces.Discrete) or int(action_space.start) != 0:
-            raise TypeError(
+            raise UnsupportedSpaceError(
                 f"DQN needs a Discrete action space starting at 0, got {action_space!r}"
             )
         if config.n_step < 1:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from hrl_tasks.policies.distributions import ActionDistribution
+from hrl_tasks.policies.spaces import UnsupportedSpaceError
 
 HIDDEN_GAIN = math.sqrt(2.0)
 
@@ -120,7 +121,7 @@ def make_encoder(observation_space: gym.Space) -> tuple[nn.Module, int]:
         TypeError: If the space is not a Box.
     """
     if not isinstance(observation_space, gym.spaces.Box):
-        raise TypeError(
+        raise UnsupportedSpaceError(
             f"unsupported observation space {observation_space!r}; supported: gymnasium.spaces.Box"
         )
     shape = observation_space.shape

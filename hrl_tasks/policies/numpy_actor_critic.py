@@ -30,6 +30,7 @@ import numpy as np
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.policy import Info, Policy
+from hrl_tasks.policies.spaces import UnsupportedSpaceError
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 Layers = list[tuple[np.ndarray, np.ndarray]]  # (weight [in, out], bias [out]) per linear layer
@@ -61,7 +62,7 @@ class NumpyActorCritic(Policy):
     ) -> None:
         super().__init__(observation_space, action_space, config=None)
         if not isinstance(action_space, gym.spaces.Discrete | gym.spaces.Box):
-            raise TypeError(f"unsupported action space {action_space!r}")
+            raise UnsupportedSpaceError(f"unsupported action space {action_space!r}")
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.postprocess = postprocess
         self._rng = np.random.default_rng(seed)

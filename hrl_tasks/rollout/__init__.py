@@ -2,8 +2,10 @@
 
 from hrl_tasks.rollout.env import (
     CatchEnvErrors,
+    EnvError,
     UnknownEnvError,
     env_creator,
+    env_name,
     make_env,
     register_env,
     resolve_env,
@@ -13,11 +15,13 @@ from hrl_tasks.rollout.worker_set import WorkerSet
 
 __all__ = [
     "CatchEnvErrors",
+    "EnvError",
     "RolloutWorker",
     "UnknownEnvError",
     "WorkerSet",
     "derive_seed",
     "env_creator",
+    "env_name",
     "make_env",
     "register_env",
     "resolve_env",

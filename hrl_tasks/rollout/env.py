@@ -23,6 +23,7 @@ step returns the first observation of the next one and puts the last one in
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import importlib
@@ -128,6 +129,7 @@ def make_env(
     env_config: Mapping[str, Any] | None = None,
     *,
     catch_errors: bool = False,
+    max_errors_in_a_row: int = 3,
 ) -> gym.vector.VectorEnv:
     """Builds a `SameStepVectorEnv` (a ``SyncVectorEnv``) of ``num_envs`` copies.
 
@@ -139,7 +141,9 @@ def make_env(
             reproducible; the caller still calls ``reset()`` to start.
         env_config: Keyword arguments for ``gymnasium.make`` or the callable.
         catch_errors: Wrap each sub-env in `CatchEnvErrors`: a step that
-            raises ends the episode as a truncation instead of propagating.
+            raises ends the episode as a truncation and the env is built
+            again, up to ``max_errors_in_a_row`` failures in a row.
+        max_errors_in_a_row: See `CatchEnvErrors`.
 
     Returns:
         The vector env.
@@ -152,7 +156,7 @@ def make_env(
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     create = env_creator(env, env_config)
     if catch_errors:
-        create = functools.partial(_guarded, create)
+        create = functools.partial(_guarded, create, env_name(env), max_errors_in_a_row)
     vector = SameStepVectorEnv([create] * num_envs)
     if seed is not None:
         vector.reset(seed=seed)
@@ -161,50 +165,101 @@ def make_env(
     return vector
 
 
-def _guarded(create: Callable[[], gym.Env]) -> gym.Env:
-    return CatchEnvErrors(create())
+def _guarded(create: Callable[[], gym.Env], name: str, max_errors_in_a_row: int) -> gym.Env:
+    return CatchEnvErrors(create, name=name, max_errors_in_a_row=max_errors_in_a_row)
+
+
+class EnvError(ValueError):
+    """An env that keeps raising, or returns what its spaces say it cannot."""
+
+
+def env_name(env: EnvLike) -> str:
+    """How messages name an env: its id, or its creator's name."""
+    if isinstance(env, str):
+        return env
+    if isinstance(env, EnvSpec):
+        return env.id
+    return getattr(env, "__qualname__", None) or repr(env)
 
 
 class CatchEnvErrors(gym.Wrapper):
-    """Turns an exception in ``step`` into the end of the episode, and counts it.
+    """Re-creates an env whose ``step`` or ``reset`` raises, and counts what it raised.
 
-    The failed step returns the last observation, reward 0, ``truncated=True``
-    and ``info["env_error"]`` (the error's repr); the vector env then resets
-    the env as after any episode end. A ``reset`` that raises is tried again
-    up to ``max_reset_tries`` times before the error propagates.
+    A failed step returns the last observation, reward 0, ``truncated=True``
+    and ``info["env_error"]`` (the error's repr), and the env is closed and
+    built again from ``create`` (an env that raised may be left broken); the
+    vector env then resets it as after any episode end. A failed reset is
+    tried again on a new env. More than ``max_errors_in_a_row`` failures
+    without a good step in between raise `EnvError`, with the last error as
+    its cause. An observation whose shape is not the observation space's
+    (checked at each reset and the step after it) raises `EnvError` at once.
+
+    Args:
+        create: Builds the env (called again after each failure).
+        name: How messages name the env.
+        max_errors_in_a_row: Failures in a row tolerated before giving up.
 
     Attributes:
         num_errors: Steps and resets that raised so far.
     """
 
-    def __init__(self, env: gym.Env, max_reset_tries: int = 3) -> None:
-        super().__init__(env)
-        if max_reset_tries < 1:
-            raise ValueError(f"max_reset_tries must be >= 1, got {max_reset_tries}")
-        self.max_reset_tries = max_reset_tries
+    def __init__(
+        self, create: Callable[[], gym.Env], name: str = "env", max_errors_in_a_row: int = 3
+    ) -> None:
+        super().__init__(create())
+        if max_errors_in_a_row < 0:
+            raise ValueError(f"max_errors_in_a_row must be >= 0, got {max_errors_in_a_row}")
+        self.create, self.name = create, name
+        self.max_errors_in_a_row = max_errors_in_a_row
         self.num_errors = 0
+        self.errors_in_a_row = 0
         self._last_obs: Any = None
+        self._check_next_step = True
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        for attempt in range(1, self.max_reset_tries + 1):
+        while True:
             try:
                 obs, info = self.env.reset(**kwargs)
                 break
-            except Exception:
-                self.num_errors += 1
-                if attempt == self.max_reset_tries:
-                    raise
-        self._last_obs = obs
+            except Exception as exc:
+                self._failed("reset", exc)
+        self._check_shape(obs, "reset")
+        self._last_obs, self._check_next_step = obs, True
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
         try:
             obs, reward, terminated, truncated, info = self.env.step(action)
         except Exception as exc:
-            self.num_errors += 1
+            self._failed("step", exc)
             return self._last_obs, 0.0, False, True, {"env_error": repr(exc)}
+        if self._check_next_step:
+            self._check_shape(obs, "step")
+            self._check_next_step = False
+        self.errors_in_a_row = 0
         self._last_obs = obs
         return obs, reward, terminated, truncated, info
+
+    def _failed(self, during: str, exc: Exception) -> None:
+        """Count the failure, give up past the limit, else build the env again."""
+        self.num_errors += 1
+        self.errors_in_a_row += 1
+        if self.errors_in_a_row > self.max_errors_in_a_row:
+            raise EnvError(
+                f"env {self.name!r} raised in {during} {self.errors_in_a_row} times in a row, "
+                f"each time re-created (max_env_errors={self.max_errors_in_a_row}): {exc!r}"
+            ) from exc
+        with contextlib.suppress(Exception):
+            self.env.close()
+        self.env = self.create()
+
+    def _check_shape(self, obs: Any, during: str) -> None:
+        space = self.observation_space
+        if isinstance(space, gym.spaces.Box) and np.shape(obs) != space.shape:
+            raise EnvError(
+                f"env {self.name!r} returned an observation of shape {np.shape(obs)} from "
+                f"{during}, but its observation_space is {space}"
+            )
 
 
 class SameStepVectorEnv(gym.vector.SyncVectorEnv):

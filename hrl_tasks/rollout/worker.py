@@ -19,8 +19,11 @@ when the policy gives ``values``, ``next_values`` (see
 `hrl_tasks.policies.actor_critic`).
 
 An env whose ``step`` raises is counted in ``env_errors`` and its episode is
-cut there as a truncation (reward 0, ``next_obs`` = the last observation),
-then reset; sampling goes on.
+cut there as a truncation (reward 0, ``next_obs`` = the last observation);
+the env is built again and reset, and sampling goes on. An env that fails
+more than ``max_env_errors`` times in a row, or returns a NaN or infinite
+observation or reward, ends the call with `EnvError` naming the env, the
+sub-env and the step: nothing trains on it.
 
 The worker deliberately has no ``get_state``/``restore_state``: the engine
 would then snapshot it after every call. A re-created worker starts from its
@@ -39,7 +42,7 @@ import numpy as np
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies import Policy
-from hrl_tasks.rollout.env import EnvLike, make_env
+from hrl_tasks.rollout.env import EnvError, EnvLike, env_name, make_env
 
 PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
 EPS_ID_BITS = 40  # eps_id = worker_index << 40 | counter
@@ -79,6 +82,8 @@ class RolloutWorker:
         single_thread: Limit torch to one thread, if torch is loaded (rollout
             processes must; a driver that also learns should not). A policy
             that acts in numpy never loads it.
+        max_env_errors: Failures in a row of one sub-env (each followed by
+            building it again) before sampling gives up with `EnvError`.
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class RolloutWorker:
         worker_index: int = 0,
         *,
         single_thread: bool = True,
+        max_env_errors: int = 3,
     ) -> None:
         if single_thread:  # before the policy is built, and again after: it may load torch
             _torch_single_thread()
@@ -101,7 +107,14 @@ class RolloutWorker:
         self.num_envs = int(num_envs)
         self.rollout_fragment_length = int(rollout_fragment_length)
         env_seed = None if seed is None else derive_seed(seed, self.worker_index, 0)
-        self.env = make_env(env, num_envs, env_config=env_config, catch_errors=True)
+        self.env_name = env_name(env)
+        self.env = make_env(
+            env,
+            num_envs,
+            env_config=env_config,
+            catch_errors=True,
+            max_errors_in_a_row=max_env_errors,
+        )
         self.policy = self._make_policy(policy_factory_or_policy)
         if single_thread:
             _torch_single_thread()
@@ -171,6 +184,7 @@ class RolloutWorker:
         errors_before = self._errors_seen
         for t in range(steps):
             self._step(t, steps, columns, metrics)
+        self._check_finite(columns)
         if SampleBatch.VALUES in columns:
             columns[SampleBatch.NEXT_VALUES] = self._next_values(columns)
         fragments = [
@@ -192,7 +206,11 @@ class RolloutWorker:
     ) -> None:
         """One vector step, written into row ``t`` of ``columns`` (allocated at ``t == 0``)."""
         obs = self._obs
-        actions, extras = self.policy.compute_actions(obs, explore=True)
+        try:
+            actions, extras = self.policy.compute_actions(obs, explore=True)
+        except Exception:  # a policy may fail on what the env returned: say so
+            self._check_finite({SampleBatch.OBS: np.asarray(obs)[None], SampleBatch.T: None})
+            raise
         env_actions = (
             actions if self._action_bounds is None else np.clip(actions, *self._action_bounds)
         )
@@ -218,6 +236,33 @@ class RolloutWorker:
         if len(ended):
             self._end_episodes(t, ended, infos, columns, metrics)
         self._obs = next_obs
+
+    def _check_finite(self, columns: dict[str, np.ndarray]) -> None:
+        """Raise `EnvError` at the first NaN or infinite reward or observation.
+
+        ``next_obs`` holds what each step returned, ``obs`` also what resets did."""
+        for name in (SampleBatch.REWARDS, SampleBatch.NEXT_OBS, SampleBatch.OBS):
+            values = columns.get(name)
+            if values is None:
+                continue
+            if values.dtype.kind != "f" or np.isfinite(values).all():
+                continue
+            bad = ~np.isfinite(values.reshape(*values.shape[:2], -1)).all(axis=-1)
+            t, i = (int(x[0]) for x in np.nonzero(bad))
+            what = "reward" if name == SampleBatch.REWARDS else "observation"
+            step = (  # the step that returned it; -1: a reset did
+                columns[SampleBatch.T][t, i]
+                if name != SampleBatch.OBS
+                else self._ep_len[i] - 1
+                if columns[SampleBatch.T] is None
+                else -1
+            )
+            when = "a reset" if step < 0 else f"step {int(step)} of an episode"
+            raise EnvError(
+                f"env {self.env_name!r} returned a non-finite {what} {values[t, i]!r} from "
+                f"{when} (rollout worker {self.worker_index}, sub-env {i}); fix the env or "
+                "wrap it to clean its output"
+            )
 
     @staticmethod
     def _allocate(row: dict[str, Any], steps: int) -> dict[str, np.ndarray]:

@@ -431,7 +431,10 @@ class DaskBackend(BackendRecords):
             self.refresh_again = True
             return
         self.refreshing = True
-        self.admin.submit(self._refresh)
+        try:
+            self.admin.submit(self._refresh)
+        except RuntimeError:  # the interpreter is exiting with the engine still open
+            self.refreshing = False
 
     def _refresh(self) -> None:
         try:

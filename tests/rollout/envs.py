@@ -40,6 +40,29 @@ class ChainEnv(gym.Env):
         return self._obs(), 1.0, terminated, False, {}
 
 
+class BadOutputEnv(ChainEnv):
+    """A `ChainEnv` that returns ``value`` as its reward or observation at step ``at``."""
+
+    def __init__(self, at: int, value: float = float("nan"), where: str = "reward") -> None:
+        super().__init__()
+        self.at, self.value, self.where = at, value, where
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.t == self.at:
+            if self.where == "reward":
+                reward = self.value
+            else:
+                obs = np.full_like(obs, self.value)
+        return obs, reward, terminated, truncated, info
+
+
+class WrongShapeEnv(ChainEnv):
+    """Says its observations have shape (2,), returns shape (1,)."""
+
+    observation_space = gym.spaces.Box(0.0, 1000.0, (2,), np.float32)
+
+
 class RecordActions(gym.Wrapper):
     """Keeps every action the env received in ``self.received``."""
 

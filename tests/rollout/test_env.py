@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 from gymnasium.envs.registration import EnvSpec
 
-from hrl_tasks.rollout import CatchEnvErrors, UnknownEnvError, make_env, register_env, resolve_env
+from hrl_tasks.rollout import (
+    CatchEnvErrors,
+    EnvError,
+    UnknownEnvError,
+    make_env,
+    register_env,
+    resolve_env,
+)
 from hrl_tasks.rollout.env import SameStepVectorEnv
-from tests.rollout.envs import ChainEnv
+from tests.rollout.envs import ChainEnv, WrongShapeEnv
 
 
 def test_make_env_from_gymnasium_id():
@@ -78,15 +85,53 @@ def test_resolve_env_rejects_other_types():
         resolve_env(42)
 
 
-def test_catch_env_errors_turns_a_crash_into_a_counted_truncation():
-    env = CatchEnvErrors(ChainEnv(fail_at=2))
+def test_catch_env_errors_turns_a_crash_into_a_counted_truncation_and_a_new_env():
+    env = CatchEnvErrors(lambda: ChainEnv(fail_at=2))
     env.reset(seed=0)
+    first = env.env
     obs, *_ = env.step(0)
     crashed = env.step(0)
     assert env.num_errors == 1
     np.testing.assert_array_equal(crashed[0], obs)  # the last observation
     assert crashed[1:4] == (0.0, False, True)
     assert "simulated env crash" in crashed[4]["env_error"]
+    assert env.env is not first  # built again: an env that raised may be broken
+
+
+def test_an_env_that_keeps_failing_ends_with_a_named_error():
+    env = CatchEnvErrors(lambda: ChainEnv(fail_at=1), name="Chain-v0", max_errors_in_a_row=3)
+    env.reset(seed=0)
+    for _ in range(3):
+        assert env.step(0)[3] is True
+        env.reset()
+    with pytest.raises(EnvError, match=r"'Chain-v0' raised in step 4 times in a row") as info:
+        env.step(0)
+    assert "simulated env crash" in str(info.value.__cause__)
+
+
+def test_a_good_step_forgives_earlier_failures():
+    env = CatchEnvErrors(lambda: ChainEnv(fail_at=2), max_errors_in_a_row=1)
+    env.reset(seed=0)
+    for _ in range(5):  # step 1 succeeds, step 2 fails, on each new env
+        env.step(0)
+        assert env.step(0)[3] is True
+        env.reset()
+    assert env.num_errors == 5
+
+
+class FailingReset(ChainEnv):
+    def reset(self, *, seed=None, options=None):
+        raise OSError("the simulator is gone")
+
+
+def test_a_reset_that_keeps_failing_ends_with_a_named_error():
+    with pytest.raises(EnvError, match="raised in reset 3 times in a row"):
+        CatchEnvErrors(FailingReset, max_errors_in_a_row=2).reset()
+
+
+def test_an_observation_of_the_wrong_shape_is_named():
+    with pytest.raises(EnvError, match=r"observation of shape \(1,\) from reset.*\(2,\)"):
+        make_env(WrongShapeEnv, catch_errors=True).reset(seed=0)
 
 
 class InfoEveryThirdStep(gym.Wrapper):

@@ -5,9 +5,9 @@ from gymnasium.wrappers import TimeLimit
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies import DQNConfig, DQNPolicy, PPOConfig, PPOPolicy
-from hrl_tasks.rollout import RolloutWorker
+from hrl_tasks.rollout import EnvError, RolloutWorker
 from hrl_tasks.rollout.worker import EPS_ID_BITS
-from tests.rollout.envs import ChainEnv, RecordActions
+from tests.rollout.envs import BadOutputEnv, ChainEnv, RecordActions
 
 GAMMA = 0.9
 
@@ -176,7 +176,7 @@ def test_copies_of_one_policy_object_explore_differently_without_a_seed(actor):
     assert not np.array_equal(*actions)
 
 
-def test_an_env_that_raises_is_reset_and_counted():
+def test_an_env_that_raises_is_rebuilt_and_counted():
     worker = RolloutWorker(
         ChainEnv,
         ppo,
@@ -185,15 +185,39 @@ def test_an_env_that_raises_is_reset_and_counted():
         env_config={"fail_at": 4, "terminate_at": 5},
     )
     batch, metrics = worker.sample()
-    assert metrics["env_errors"] == 1
-    np.testing.assert_array_equal(batch["truncateds"], np.arange(10) == 3)
+    # each new env fails on its 4th step call: the failing env was replaced
+    assert metrics["env_errors"] == 2
+    np.testing.assert_array_equal(batch["truncateds"], np.isin(np.arange(10), [3, 7]))
     assert batch["rewards"][3] == 0.0
     np.testing.assert_array_equal(batch["next_obs"][3], batch["obs"][3])
-    np.testing.assert_array_equal(batch["t"], [0, 1, 2, 3, 0, 1, 2, 3, 4, 0])
-    assert metrics["episode_lengths"] == [5]  # the crashed episode is not reported
+    np.testing.assert_array_equal(batch["t"], [0, 1, 2, 3, 0, 1, 2, 3, 0, 1])
+    assert metrics["episode_lengths"] == []  # crashed episodes are not reported
     totals = worker.get_metrics()
-    assert totals["env_errors"] == 1 and totals["env_steps"] == 10 and totals["episodes"] == 1
-    assert worker.get_metrics()["episode_lengths"] == []  # reported once
+    assert totals["env_errors"] == 2 and totals["env_steps"] == 10 and totals["episodes"] == 0
+
+
+@pytest.mark.parametrize("where", ["reward", "observation"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_env_output_ends_sampling_with_the_env_and_step_named(where, value):
+    worker = RolloutWorker(
+        BadOutputEnv,
+        ppo,
+        num_envs=2,
+        rollout_fragment_length=10,
+        seed=0,
+        env_config={"at": 6, "value": value, "where": where},
+    )
+    with pytest.raises(EnvError, match=rf"'BadOutputEnv' returned a non-finite {where}") as info:
+        worker.sample()
+    assert "sub-env 0" in str(info.value) and "from step 5 of an episode" in str(info.value)
+
+
+def test_an_env_that_keeps_raising_ends_sampling():
+    worker = RolloutWorker(
+        ChainEnv, ppo, rollout_fragment_length=10, env_config={"fail_at": 1}, max_env_errors=2
+    )
+    with pytest.raises(EnvError, match="raised in step 3 times in a row"):
+        worker.sample()
 
 
 def test_dqn_batches_carry_next_obs_and_no_values():

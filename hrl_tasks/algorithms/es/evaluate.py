@@ -10,6 +10,7 @@ retries and speculative backups apply unchanged.
 
 from __future__ import annotations
 
+import math
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import numpy as np
 import hrl_tasks
 from hrl_tasks.policies import ESConfig as ESPolicyConfig
 from hrl_tasks.policies import ESPolicy
-from hrl_tasks.rollout import env_creator
+from hrl_tasks.rollout import EnvError, env_creator, env_name
 
 
 @dataclass
@@ -133,6 +134,12 @@ class Evaluator:
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             steps += 1
+            if not (math.isfinite(total) and np.isfinite(obs).all()):
+                raise EnvError(
+                    f"env {env_name(self.env)!r} returned a non-finite "
+                    f"{'reward' if not math.isfinite(total) else 'observation'} at step {steps} "
+                    f"of an evaluation episode (seed {seed})"
+                )
             done = terminated or truncated
         return total, steps
 
