@@ -159,6 +159,7 @@ class Algorithm(abc.ABC):
             "time_total_s": self.time_total_s,
             "policy": self.policy.get_state(),
             "flow": self.ctx.state(),
+            "workers": self.workers.get_rng_states(),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -166,11 +167,21 @@ class Algorithm(abc.ABC):
             raise CheckpointError(
                 f"this checkpoint is of {state.get('algorithm')!r}, not {self.name!r}"
             )
-        self.policy.set_state(state["policy"])
+        current = self.policy.get_state()
+        try:
+            self.policy.set_state(state["policy"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            self.policy.set_state(current)  # nothing half-loaded
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise CheckpointError(
+                f"the checkpoint's policy does not fit this {self.name} (was it saved with "
+                f"another config or env?): {first_line}"
+            ) from exc
         self.ctx.restore(state["flow"])
         self.iteration = int(state["iteration"])
         self.time_total_s = float(state["time_total_s"])
         self.workers.sync_weights()
+        self.workers.set_rng_states(state.get("workers", []))
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write a checkpoint atomically (a crash mid-write leaves the old one intact)."""
@@ -190,7 +201,13 @@ class Algorithm(abc.ABC):
         Raises:
             CheckpointError: if the file is missing, corrupted or of another algorithm.
         """
-        self.set_state(read_checkpoint(path))
+        path = latest_checkpoint(path)
+        try:
+            self.set_state(read_checkpoint(path))
+        except CheckpointError as exc:
+            if str(path) in str(exc):
+                raise
+            raise CheckpointError(f"{path}: {exc}") from exc
 
     def stop(self) -> None:
         """Stop the plan's threads, the rollout workers, and the embedded cluster if this

@@ -12,9 +12,12 @@ are overwritten. Sampling is with replacement::
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import ArrayLike
 
+from hrl_tasks.data.rng import generator_from_state, generator_state
 from hrl_tasks.data.sample_batch import SampleBatch
 
 
@@ -131,6 +134,13 @@ class ReplayBuffer:
         self._storage: dict[str, np.ndarray] = {}
         self._next = 0
         self._size = 0
+
+    def get_rng_state(self) -> dict[str, Any]:
+        """The sampling generator's state, as plain data (contents are not included)."""
+        return generator_state(self._rng)
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        self._rng = generator_from_state(state)
 
     def __len__(self) -> int:
         """Number of rows currently stored."""

@@ -29,6 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from hrl_tasks.data import SampleBatch
+from hrl_tasks.data.rng import generator_from_state, generator_state
 from hrl_tasks.policies.policy import Info, Policy
 from hrl_tasks.policies.spaces import UnsupportedSpaceError
 
@@ -181,18 +182,18 @@ class NumpyActorCritic(Policy):
     # State ----------------------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
-        """Weights and the generator's state (its 128-bit integers as hex strings)."""
-        rng = self._rng.bit_generator.state
-        inner = {k: hex(v) for k, v in rng["state"].items()}
-        return {"weights": self.get_weights(), "rng": {**rng, "state": inner}}
+        """Weights and the generator's state."""
+        return {"weights": self.get_weights(), "rng": self.get_rng_state()}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_weights(state["weights"])
-        rng = dict(state["rng"])
-        rng["state"] = {k: int(v, 16) for k, v in rng["state"].items()}
-        bit_generator = getattr(np.random, rng["bit_generator"])()
-        bit_generator.state = rng
-        self._rng = np.random.Generator(bit_generator)
+        self.set_rng_state(state["rng"])
+
+    def get_rng_state(self) -> dict[str, Any]:
+        return generator_state(self._rng)
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        self._rng = generator_from_state(state)
 
 
 def _linear_layers(weights: dict[str, np.ndarray], prefix: str) -> Layers:

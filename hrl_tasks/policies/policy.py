@@ -181,3 +181,13 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def set_state(self, state: dict[str, Any]) -> None:
         """Restores a `get_state` result (also after an encode/decode round trip)."""
+
+    def get_rng_state(self) -> Any:
+        """The state of the policy's own random numbers (sampling, exploration), as
+        plain data; None for a policy that has none. Part of `get_state` too."""
+        return None
+
+    def set_rng_state(self, state: Any) -> None:
+        """Restores a `get_rng_state` result."""
+        if state is not None:
+            raise ValueError(f"{type(self).__name__} has no random-number state to restore")

@@ -171,7 +171,7 @@ class TorchPolicy(Policy):
                 if self._optimizer is None and self._optimizer_state is not None
                 else tree_to_numpy(self.optimizer.state_dict())
             ),
-            "rng": self.generator.get_state().numpy().copy(),
+            "rng": self.get_rng_state(),
             "num_grad_updates": self.num_grad_updates,
         }
 
@@ -181,8 +181,14 @@ class TorchPolicy(Policy):
             self._optimizer_state = state["optimizer"]
         else:
             self._optimizer.load_state_dict(tree_to_torch(state["optimizer"]))
-        self.generator.set_state(torch.from_numpy(np.array(state["rng"], dtype=np.uint8)))
+        self.set_rng_state(state["rng"])
         self.num_grad_updates = int(state["num_grad_updates"])
+
+    def get_rng_state(self) -> np.ndarray:
+        return self.generator.get_state().numpy().copy()
+
+    def set_rng_state(self, state: np.ndarray) -> None:
+        self.generator.set_state(torch.from_numpy(np.array(state, dtype=np.uint8)))
 
     def __reduce__(self) -> tuple:
         # Rebuild from spaces and config, then load the numpy state: no torch objects pickled.

@@ -249,9 +249,11 @@ class CatchEnvErrors(gym.Wrapper):
                 f"env {self.name!r} raised in {during} {self.errors_in_a_row} times in a row, "
                 f"each time re-created (max_env_errors={self.max_errors_in_a_row}): {exc!r}"
             ) from exc
+        rng = self.env.unwrapped.np_random  # the new env continues the old one's stream
         with contextlib.suppress(Exception):
             self.env.close()
         self.env = self.create()
+        self.env.unwrapped.np_random = rng
 
     def _check_shape(self, obs: Any, during: str) -> None:
         space = self.observation_space

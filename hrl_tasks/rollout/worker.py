@@ -41,6 +41,7 @@ import gymnasium as gym
 import numpy as np
 
 from hrl_tasks.data import SampleBatch
+from hrl_tasks.data.rng import generator_from_state, generator_state
 from hrl_tasks.policies import Policy
 from hrl_tasks.rollout.env import EnvError, EnvLike, env_name, make_env
 
@@ -354,6 +355,23 @@ class RolloutWorker:
         unreported = self._unreported
         self._unreported = {key: [] for key in unreported}
         return {"worker_index": self.worker_index, **self._totals, **unreported}
+
+    def get_rng_state(self) -> dict[str, Any]:
+        """The random-number states of the policy and of each sub-env, and the next
+        episode id, as plain data: what a resumed run needs to go on where this one is.
+        Episodes in progress are not included (a resumed worker starts new ones)."""
+        return {
+            "policy": self.policy.get_rng_state(),
+            "envs": [generator_state(env.unwrapped.np_random) for env in self.env.envs],
+            "next_episode_id": self._next_eps,
+        }
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Restores a `get_rng_state` result (of a worker with the same index)."""
+        self.policy.set_rng_state(state["policy"])
+        for env, env_state in zip(self.env.envs, state["envs"], strict=False):
+            env.unwrapped.np_random = generator_from_state(env_state)
+        self._next_eps = int(state["next_episode_id"])
 
     def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Returns ``fn(self, *args)``, run where the worker lives."""

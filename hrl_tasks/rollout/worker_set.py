@@ -97,6 +97,8 @@ class WorkerSet:
             warning, when this process cannot reach the workers itself
             (`Engine.reaches_workers`).
         max_restarts: Re-creations of each remote worker after its process died.
+        max_env_errors: Failures in a row of one sub-env (each followed by
+            building it again) before sampling gives up (`RolloutWorker`).
 
     Attributes:
         resyncs: How often weights were re-sent to a re-created remote worker.
@@ -120,6 +122,7 @@ class WorkerSet:
         remote_policy: Policy | PolicyFactory | None = None,
         direct_calls: bool = False,
         max_restarts: int = 3,
+        max_env_errors: int = 3,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
@@ -127,7 +130,11 @@ class WorkerSet:
         self.engine = engine
         self.direct_calls = bool(direct_calls) and num_workers > 0 and engine.reaches_workers()
         policy = policy_factory_or_policy
-        config = {"seed": seed, "env_config": None if env_config is None else dict(env_config)}
+        config = {
+            "seed": seed,
+            "env_config": None if env_config is None else dict(env_config),
+            "max_env_errors": max_env_errors,
+        }
         local_args = (env, policy, num_envs_per_worker, rollout_fragment_length)
         self._local = RolloutWorker(*local_args, **config, worker_index=0, single_thread=False)
         remote = policy if remote_policy is None else remote_policy
@@ -333,6 +340,27 @@ class WorkerSet:
         if index in self._setups:
             handle.call("apply", self._setups[index], direct=self.direct_calls)
         self.resyncs += 1
+
+    def get_rng_states(self) -> list[dict[str, Any]]:
+        """Each worker's `RolloutWorker.get_rng_state`, the local worker's first.
+
+        Waits for the remote workers' calls in flight (the states follow them)."""
+        with self._lock:
+            refs = [h.call("get_rng_state", direct=self.direct_calls) for h in self._remote]
+        return [self._local.get_rng_state(), *(ref.result() for ref in refs)]
+
+    def set_rng_states(self, states: Sequence[dict[str, Any]]) -> None:
+        """Restores `get_rng_states` results, worker by worker (extra states, or
+        workers without one, when the number of workers changed, are left as they are)."""
+        if states:
+            self._local.set_rng_state(states[0])
+        with self._lock:
+            refs = [
+                handle.call("set_rng_state", state, direct=self.direct_calls)
+                for handle, state in zip(self._remote, states[1:], strict=False)
+            ]
+        for ref in refs:
+            ref.result()
 
     def foreach_worker(self, fn: Callable[[RolloutWorker], Any], local: bool = True) -> list[Any]:
         """Runs ``fn(worker)`` on every worker and waits for the results.

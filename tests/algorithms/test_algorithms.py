@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hrl_tasks
-from hrl_tasks.algorithms import A2C, A3C, DQN, PPO, ApeX, CheckpointError
+from hrl_tasks.algorithms import A2C, A3C, DQN, PPO, ApeX
 
 pytestmark = pytest.mark.cluster
 
@@ -75,45 +75,6 @@ def test_ppo_continuous_actions_on_pendulum(engine):
         algo.stop()
 
 
-def test_save_and_restore_continue_exactly(engine, tmp_path):
-    config = {**TINY, "train_batch_size": 64, "minibatch_size": 32, "num_sgd_iter": 2}
-    first = PPO(config, engine=engine)
-    try:
-        first.train()
-        first.train()
-        path = first.save(tmp_path / "ckpt.hrl")
-        state = first.get_state()
-    finally:
-        first.stop()
-    second = PPO(config, engine=engine)
-    try:
-        second.restore(tmp_path)
-        restored = second.get_state()
-        assert restored["iteration"] == 2
-        assert restored["flow"]["counters"] == state["flow"]["counters"]
-        flat_a, flat_b = _flatten(state["policy"]), _flatten(restored["policy"])
-        assert flat_a.keys() == flat_b.keys()
-        for key in flat_a:
-            np.testing.assert_array_equal(flat_a[key], flat_b[key], err_msg=key)
-        assert second.train()["iteration"] == 3
-    finally:
-        second.stop()
-    assert path.exists()
-
-
-def test_corrupted_checkpoint_is_named(engine, tmp_path):
-    bad = tmp_path / "broken.hrl"
-    bad.write_bytes(b"\x93\x01\x02 definitely not a checkpoint")
-    algo = PPO({**TINY, "num_workers": 1}, engine=engine)
-    try:
-        with pytest.raises(CheckpointError, match="broken.hrl"):
-            algo.restore(bad)
-        with pytest.raises(CheckpointError, match="no checkpoint"):
-            algo.restore(tmp_path / "missing.hrl")
-    finally:
-        algo.stop()
-
-
 def test_unknown_env_fails_before_any_cluster_starts():
     with pytest.raises(ValueError, match="CartPole-v1"):
         PPO({"env": "CartPol-v1"})
@@ -132,16 +93,3 @@ def test_ppo_learns_cartpole(engine):
     )
     algo.stop()
     assert result["episode_return_mean"] >= 150, result
-
-
-def _flatten(tree, prefix=""):
-    out = {}
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            out.update(_flatten(v, f"{prefix}/{k}"))
-    elif isinstance(tree, (list, tuple)):
-        for i, v in enumerate(tree):
-            out.update(_flatten(v, f"{prefix}/{i}"))
-    else:
-        out[prefix] = np.asarray(tree)
-    return out

@@ -52,7 +52,18 @@ class DQN(Algorithm):
         return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
 
     def get_state(self):
-        return {**super().get_state(), "replay_rows": len(self.buffer)}
+        """Also the replay buffer's sampling state (not its rows: a resumed run refills it)."""
+        return {
+            **super().get_state(),
+            "replay_rows": len(self.buffer),
+            "replay_rng": self.buffer.get_rng_state(),
+        }
+
+    def set_state(self, state):
+        super().set_state(state)
+        if "replay_rng" in state:
+            self.buffer.set_rng_state(state["replay_rng"])
+        ExploreAndSync.send_epsilon(self.workers, self.policy.epsilon)
 
 
 def make_buffer(cfg: DQNConfig):
@@ -74,8 +85,13 @@ class ExploreAndSync:
         steps = self.ctx.counters[STEPS_SAMPLED]
         epsilon = linear_schedule(cfg.epsilon_start, cfg.epsilon_end, cfg.epsilon_steps, steps)
         self.workers.local_worker.policy.set_epsilon(epsilon)
-        for handle in self.workers.remote_workers:  # ordered before the next sample call
-            handle.call("apply", SetEpsilon(epsilon))
+        self.send_epsilon(self.workers, epsilon)
         self.workers.sync_weights()
         self.ctx.info["epsilon"] = epsilon
         return batch
+
+    @staticmethod
+    def send_epsilon(workers, epsilon: float) -> None:
+        """To every remote worker before its next sample call, and again if it is re-created."""
+        for handle in workers.remote_workers:
+            workers.set_worker_setup(handle, SetEpsilon(epsilon))
