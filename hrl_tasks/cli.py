@@ -224,11 +224,14 @@ def run_keys(args) -> int:
     import dataclasses
 
     from hrl_tasks.algorithms import get_algorithm
+    from hrl_tasks.algorithms.config import bounds_of
 
     config_cls = get_algorithm(args.algorithm).config_class
+    bounds = bounds_of(config_cls)
     for f in dataclasses.fields(config_cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        print(f"{f.name} = {default!r}")
+        bound = f"  ({bounds[f.name]})" if f.name in bounds else ""
+        print(f"{f.name} = {default!r}{bound}")
     return 0
 
 

@@ -1,18 +1,31 @@
-"""Flat config dataclasses that reject unknown keys and wrong types by name."""
+"""Flat config dataclasses that reject unknown keys, wrong types and out-of-range values by name.
+
+Each config class declares the range of its numeric keys in ``BOUNDS``, written as
+in maths (``"> 0"``, ``">= 1"``, ``"[0, 1]"``, ``"(0, 1]"``); a class inherits its
+bases' entries and may override them. Policy configs (``hrl_tasks.policies``)
+declare theirs the same way, and the algorithm configs that inherit them check
+them::
+
+    PPOConfig.from_dict(lr=-1e-3)  # ConfigError: PPOConfig.lr must be > 0, got -0.001
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import math
+import numbers
+import re
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 class ConfigError(ValueError):
-    """A config key that does not exist, or a value of the wrong type."""
+    """A config key that does not exist, or a value of the wrong type or out of range."""
 
 
 @dataclass
@@ -48,13 +61,38 @@ class AlgorithmConfig:
     about 1.3 ms of the driver's CPU per call instead of 5.5 ms here. False makes
     each call an ordinary task, shown in the dashboard's task stream."""
 
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "num_workers": ">= 0",
+        "num_envs_per_worker": ">= 1",
+        "rollout_fragment_length": ">= 1",
+        "seed": "[0, 2**63)",  # torch seeds are 64-bit; evaluation adds 10_000
+        "evaluation_episodes": ">= 1",
+        "learner_threads": ">= 1",
+        "metrics_smoothing_episodes": ">= 1",
+        "max_restarts": ">= 0",
+    }
+    """Each numeric key's range (None, where a key allows it, is always valid)."""
+
+    def __post_init__(self):
+        check_bounds(self)
+        self.check()
+
+    def check(self) -> None:
+        """Checks between keys (each key's own range is in ``BOUNDS``); configs add theirs.
+
+        Raises:
+            ConfigError: naming the keys that do not fit together.
+        """
+
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None = None, **overrides: Any):
-        """Build a config, naming any unknown key or wrong type.
+        """Build a config, naming any unknown key, wrong type or out-of-range value.
 
         Raises:
             ConfigError: for a key the config does not have (with the closest
-                names it does have) or a value of the wrong type.
+                names it does have), a value of the wrong type, a number outside
+                its key's ``BOUNDS``, a float NaN or infinity, or keys that do
+                not fit together (`check`).
         """
         merged = {**(values or {}), **overrides}
         names = [f.name for f in dataclasses.fields(cls)]
@@ -108,7 +146,10 @@ def check_type(owner: str, key: str, value: Any, hint: Any) -> Any:
         return value
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an int beyond the largest float
+                raise _wrong(owner, key, value, hint) from None
         raise _wrong(owner, key, value, hint)
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -122,3 +163,85 @@ def check_type(owner: str, key: str, value: Any, hint: Any) -> Any:
 def _wrong(owner: str, key: str, value: Any, hint: Any) -> ConfigError:
     shown = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
     return ConfigError(f"{owner}.{key} must be {shown}, got {value!r} ({type(value).__name__})")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A range of numbers, written as in maths: ``"> 0"``, ``">= 1"``, ``"[0, 1]"``,
+    ``"(0, 1]"``, ``"[0, 2**63)"``. ``value in bound`` tests it (NaN is in no bound)."""
+
+    text: str
+    low: float = -math.inf
+    high: float = math.inf
+    low_closed: bool = True
+    high_closed: bool = True
+
+    @staticmethod
+    @functools.cache
+    def parse(text: str) -> Bound:
+        """Raises ValueError if ``text`` is not a comparison or an interval."""
+        comparison = re.fullmatch(r"\s*(>=|>|<=|<)\s*(\S+)\s*", text)
+        if comparison:
+            op, number = comparison.group(1), _number(comparison.group(2))
+            if op.startswith(">"):
+                return Bound(text, low=number, low_closed=op == ">=")
+            return Bound(text, high=number, high_closed=op == "<=")
+        interval = re.fullmatch(r"\s*([\[(])\s*([^,]+?)\s*,\s*([^,]+?)\s*([\])])\s*", text)
+        if interval:
+            left, low, high, right = interval.groups()
+            return Bound(text, _number(low), _number(high), left == "[", right == "]")
+        raise ValueError(f"not a bound: {text!r} (write e.g. '> 0', '>= 1' or '[0, 1]')")
+
+    def __contains__(self, value: float) -> bool:
+        above = value >= self.low if self.low_closed else value > self.low
+        below = value <= self.high if self.high_closed else value < self.high
+        return above and below
+
+    def __str__(self) -> str:
+        """``"> 0"`` or ``"in [0, 1]"``: what follows "must be" in a message."""
+        text = self.text.strip()
+        return f"in {text}" if text[0] in "[(" else text
+
+
+def _number(text: str) -> float:
+    """``"1"``, ``"0.5"``, ``"1e-3"`` or ``"2**63"`` (ints stay exact)."""
+    base, _, power = text.partition("**")
+    try:
+        value = int(base)
+    except ValueError:
+        value = float(base)
+    return value ** int(power) if power else value
+
+
+def bounds_of(cls: type) -> dict[str, Bound]:
+    """The ``BOUNDS`` of ``cls`` and of its bases, parsed; a subclass's entry wins."""
+    merged: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        merged.update(vars(klass).get("BOUNDS", {}))
+    return {key: Bound.parse(text) for key, text in merged.items()}
+
+
+def check_bounds(config: Any) -> None:
+    """Check each number of a config dataclass (policy configs too) against its ``BOUNDS``.
+
+    Numbers inside tuples (such as ``hidden`` widths) are checked one by one; a
+    float NaN or infinity is rejected whatever the bound. Values of other types
+    are left to `check_type`.
+
+    Raises:
+        ConfigError: for the first value out of range, e.g.
+            ``PPOConfig.lr must be > 0, got -0.001``.
+    """
+    owner, bounds = type(config).__name__, bounds_of(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        many = isinstance(value, (tuple, list))
+        for item in value if many else (value,):
+            if not isinstance(item, numbers.Real) or isinstance(item, bool):
+                continue
+            if not isinstance(item, numbers.Integral) and not math.isfinite(item):
+                raise ConfigError(f"{owner}.{f.name} must be finite, got {value!r}")
+            bound = bounds.get(f.name)
+            if bound is not None and item not in bound:
+                must = "must hold only values" if many else "must be"
+                raise ConfigError(f"{owner}.{f.name} {must} {bound}, got {value!r}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -55,6 +55,20 @@ class DQNConfig:
     """Hidden widths after the encoder."""
     seed: int | None = None
     """Seed of the initial weights and of exploration; None draws one."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "lr": "> 0",
+        "gamma": "[0, 1]",
+        "n_step": ">= 1",
+        "huber_delta": "> 0",
+        "tau": "(0, 1]",
+        "epsilon": "[0, 1]",
+        "grad_clip": "> 0",
+        "hidden": ">= 1",
+        "seed": "[0, 2**63)",
+    }
+    """Each numeric key's range (None, where a key allows it, is always valid), checked
+    by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
 
 
 class DQNPolicy(TorchPolicy):

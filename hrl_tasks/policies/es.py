@@ -11,6 +11,7 @@ through the network is involved.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -46,6 +47,17 @@ class ESConfig:
     """Max global gradient norm; None disables clipping."""
     seed: int | None = None
     """Seed of the initial weights; None draws one."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "lr": "> 0",
+        "noise_stdev": "> 0",
+        "l2_coeff": ">= 0",
+        "hidden": ">= 1",
+        "grad_clip": "> 0",
+        "seed": "[0, 2**63)",
+    }
+    """Each numeric key's range (None, where a key allows it, is always valid), checked
+    by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
 
 
 def centered_ranks(x: ArrayLike) -> np.ndarray:

@@ -8,6 +8,7 @@ The learner's policy differs from the actors' that made the data; V-trace
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -58,6 +59,22 @@ class IMPALAConfig:
     """Share the hidden layers between actor and critic."""
     seed: int | None = None
     """Seed of the initial weights and of sampling; None draws one."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "lr": "> 0",
+        "gamma": "[0, 1]",
+        "vf_coef": ">= 0",
+        "ent_coef": ">= 0",
+        "clip_rho_threshold": "> 0",
+        "clip_c_threshold": "> 0",
+        "clip_pg_rho_threshold": "> 0",
+        "rollout_fragment_length": ">= 1",
+        "grad_clip": "> 0",
+        "hidden": ">= 1",
+        "seed": "[0, 2**63)",
+    }
+    """Each numeric key's range (None, where a key allows it, is always valid), checked
+    by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
 
 
 class IMPALAPolicy(ActorCriticPolicy):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import gymnasium as gym
 import torch
@@ -47,6 +48,19 @@ class PGConfig:
     """Share the hidden layers between actor and critic."""
     seed: int | None = None
     """Seed of the initial weights and of sampling; None draws one."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "lr": "> 0",
+        "gamma": "[0, 1]",
+        "lam": "[0, 1]",
+        "vf_coef": ">= 0",
+        "ent_coef": ">= 0",
+        "grad_clip": "> 0",
+        "hidden": ">= 1",
+        "seed": "[0, 2**63)",
+    }
+    """Each numeric key's range (None, where a key allows it, is always valid), checked
+    by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
 
 
 class PGPolicy(ActorCriticPolicy):

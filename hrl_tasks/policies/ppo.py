@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -59,6 +60,24 @@ class PPOConfig:
     """Share the hidden layers between actor and critic (CleanRL keeps them separate)."""
     seed: int | None = None
     """Seed of the initial weights, sampling and minibatch shuffling; None draws one."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "lr": "> 0",
+        "gamma": "[0, 1]",
+        "lam": "[0, 1]",
+        "clip": "> 0",
+        "vf_clip": "> 0",
+        "vf_coef": ">= 0",
+        "ent_coef": ">= 0",
+        "num_sgd_iter": ">= 1",
+        "minibatch_size": ">= 1",
+        "target_kl": "> 0",
+        "grad_clip": "> 0",
+        "hidden": ">= 1",
+        "seed": "[0, 2**63)",
+    }
+    """Each numeric key's range (None, where a key allows it, is always valid), checked
+    by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
 
 
 class PPOPolicy(ActorCriticPolicy):

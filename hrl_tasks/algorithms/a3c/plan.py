@@ -1,10 +1,8 @@
 """A3C's plan: workers compute gradients on their own batches; the driver applies
 them as they arrive and sends new weights only to the worker that sent them."""
 
-from dataclasses import dataclass
-
+from hrl_tasks.algorithms.a3c.config import A3CConfig
 from hrl_tasks.algorithms.algorithm import Algorithm
-from hrl_tasks.algorithms.pg.config import A2CConfig
 from hrl_tasks.flow import (
     ApplyGradients,
     ComputeGradients,
@@ -13,16 +11,6 @@ from hrl_tasks.flow import (
 )
 from hrl_tasks.policies.pg import PGConfig as PGPolicyConfig
 from hrl_tasks.policies.pg import PGPolicy
-
-
-@dataclass
-class A3CConfig(A2CConfig):
-    """A2C's keys; ``num_async`` gradient requests are kept in flight per worker."""
-
-    num_async: int = 1
-    """Gradient requests in flight per worker."""
-    min_steps_per_report: int = 256
-    """Env steps per train() iteration."""
 
 
 class A3C(Algorithm):

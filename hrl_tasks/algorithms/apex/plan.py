@@ -4,13 +4,12 @@ back. Two sub-flows run concurrently, as in RLlib Flow; only the learner's is re
 Episode returns are those of the third of the workers with the lowest epsilons."""
 
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
 from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.apex.config import ApeXConfig
 from hrl_tasks.algorithms.apex.replay_shard import ReplayShard
-from hrl_tasks.algorithms.dqn.config import DQNConfig
 from hrl_tasks.flow import (
     Concurrently,
     LocalIterator,
@@ -23,26 +22,6 @@ from hrl_tasks.flow.context import STEPS_SAMPLED
 from hrl_tasks.policies.dqn import DQNConfig as DQNPolicyConfig
 from hrl_tasks.policies.dqn import DQNPolicy
 from hrl_tasks.scheduler import WorkerLostError
-
-
-@dataclass
-class ApeXConfig(DQNConfig):
-    """DQN's keys plus the replay shards and asynchrony."""
-
-    num_replay_shards: int = 2
-    """Replay buffers, each in its own stateful worker."""
-    num_async: int = 2
-    """Requests in flight per rollout worker and per replay shard."""
-    weight_sync_every: int = 16
-    """Learner updates between weight broadcasts to the rollout workers."""
-    replay_batches_per_call: int = 16
-    """Train batches fetched from a shard in one call. Fetching a result costs the
-    learner a round trip (about 6 ms here); one batch per call held it to ~35 updates/s."""
-    rollout_fragment_length: int = 16
-    n_step: int = 3
-    """As in the Ape-X paper; with 1-step targets CartPole peaked near 200 in 400k steps."""
-    target_update_every: int = 100
-    min_steps_per_report: int = 2000
 
 
 def _unless_lost(ref, *handles):

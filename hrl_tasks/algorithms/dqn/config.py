@@ -1,8 +1,9 @@
 """DQN's flat config: shared keys, the policy's keys, replay and schedule keys."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from hrl_tasks.algorithms.config import AlgorithmConfig
+from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
 from hrl_tasks.policies.dqn import DQNConfig as DQNPolicyConfig
 
 
@@ -42,3 +43,28 @@ class DQNConfig(AlgorithmConfig, DQNPolicyConfig):
     """Env steps per train() iteration."""
     lr: float = 5e-4
     hidden: tuple[int, ...] = (256, 256)
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "buffer_size": ">= 1",
+        "learning_starts": ">= 0",
+        "train_batch_size": ">= 1",
+        "train_steps_per_round": ">= 1",  # 0 would never train, and train() would wait forever
+        "target_update_every": ">= 1",
+        "epsilon_start": "[0, 1]",
+        "epsilon_end": "[0, 1]",
+        "epsilon_steps": ">= 0",
+        "prioritized_alpha": ">= 0",
+        "prioritized_beta": "[0, 1]",
+        "min_steps_per_report": ">= 0",
+    }
+
+    def check(self) -> None:
+        """Replay starts once the buffer holds ``max(learning_starts, train_batch_size)``
+        rows: a buffer of ``buffer_size`` rows must be able to."""
+        super().check()
+        for key in ("learning_starts", "train_batch_size"):
+            if getattr(self, key) > self.buffer_size:
+                raise ConfigError(
+                    f"{type(self).__name__}.{key} must be <= buffer_size ({self.buffer_size}), "
+                    f"got {getattr(self, key)}: replay would never start"
+                )

@@ -1,8 +1,9 @@
 """ES's flat config: the shared keys, the policy's and noise table's keys, and the rounds."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
+from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.algorithms.es.evaluate import NoiseTableConfig
 
 
@@ -31,9 +32,11 @@ class ESConfig(AlgorithmConfig, NoiseTableConfig):
     noise_stdev: float = 0.02
     l2_coeff: float = 0.005
 
-    def __post_init__(self):
-        for key in ("num_perturbations", "episodes_per_perturbation"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"ESConfig.{key} must be >= 1, got {getattr(self, key)}")
-        if self.max_episode_steps is not None and self.max_episode_steps < 1:
-            raise ConfigError("ESConfig.max_episode_steps must be >= 1 or None")
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "noise_table_size": ">= 1",  # and at least the policy's parameters (checked by it)
+        "noise_table_seed": ">= 0",
+        "num_perturbations": ">= 1",
+        "episodes_per_perturbation": ">= 1",
+        "max_episode_steps": ">= 1",
+        "theta_eval_episodes": ">= 0",
+    }

@@ -1,8 +1,9 @@
 """IMPALA's flat config: the shared keys, the V-trace policy's keys, and the learner's queue."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
+from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.policies.impala import IMPALAConfig as IMPALAPolicyConfig
 
 
@@ -30,9 +31,10 @@ class IMPALAConfig(AlgorithmConfig, IMPALAPolicyConfig):
     ent_coef: float = 0.0
     """Weight of the entropy bonus (the policy's default is 0.01)."""
 
-    def __post_init__(self):
-        for key in ("num_async", "train_batch_size", "learner_queue_size"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"IMPALAConfig.{key} must be >= 1, got {getattr(self, key)}")
-        if self.num_workers < 1:
-            raise ConfigError("IMPALAConfig.num_workers must be >= 1: sampling is asynchronous")
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "num_workers": ">= 1",  # sampling is asynchronous: remote workers only
+        "num_async": ">= 1",
+        "train_batch_size": ">= 1",
+        "learner_queue_size": ">= 1",
+        "min_steps_per_report": ">= 0",
+    }

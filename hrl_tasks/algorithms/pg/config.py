@@ -1,6 +1,7 @@
 """A2C's flat config."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.policies.pg import PGConfig as PGPolicyConfig
@@ -13,3 +14,5 @@ class A2CConfig(AlgorithmConfig, PGPolicyConfig):
     train_batch_size: int = 256
     """Env steps per gradient step."""
     rollout_fragment_length: int = 16
+
+    BOUNDS: ClassVar[dict[str, str]] = {"train_batch_size": ">= 1"}

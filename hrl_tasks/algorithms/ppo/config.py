@@ -1,6 +1,7 @@
 """PPO's flat config: the shared keys, the policy's keys, and the batch size."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.policies.ppo import PPOConfig as PPOPolicyConfig
@@ -22,3 +23,5 @@ class PPOConfig(AlgorithmConfig, PPOPolicyConfig):
     num_sgd_iter: int = 10
     minibatch_size: int = 128
     ent_coef: float = 0.0
+
+    BOUNDS: ClassVar[dict[str, str]] = {"train_batch_size": ">= 1"}
