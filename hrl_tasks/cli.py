@@ -125,8 +125,14 @@ def run_train(args) -> int:
         config = {**checkpoint["config"], **config}
     algo_cls = get_algorithm(args.algorithm)
     out = args.out or args.resume or Path("runs") / f"{args.algorithm}-{config.get('env', 'env')}"
+    algo_cls.config_class.from_dict(config)  # a bad config fails before any connection
     engine = Engine.connect(args.address) if args.address else None
-    algo = algo_cls(config, engine=engine)
+    try:
+        algo = algo_cls(config, engine=engine)
+    except BaseException:
+        if engine is not None:
+            engine.close()
+        raise
     try:
         if checkpoint is not None:
             algo.set_state(checkpoint)

@@ -82,6 +82,7 @@ class Algorithm(abc.ABC):
                 remote_policy=None if self.workers_learn else policy.inference_copy(),
                 direct_calls=self.config.direct_calls,
                 max_restarts=self.config.max_restarts,
+                max_env_errors=self.config.max_env_errors,
             )
             self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
             self.plan = self.build_plan(self.workers, self.ctx)

@@ -56,6 +56,10 @@ class AlgorithmConfig:
     process died, before the run fails: a lost worker costs the samples it had in
     flight (RLlib's restart_failed_env_runners). Its calls are made again by the
     flow after the weights are re-sent, not re-issued on the initial weights."""
+    max_env_errors: int = 3
+    """Failures in a row of one env (a reset or step that raised) before sampling
+    stops with EnvError; each failure ends its episode as a truncation, is counted in
+    ``env_errors``, and the env is built again."""
     direct_calls: bool = True
     """Call the rollout workers directly instead of through the Dask scheduler:
     about 1.3 ms of the driver's CPU per call instead of 5.5 ms here. False makes
@@ -70,6 +74,7 @@ class AlgorithmConfig:
         "learner_threads": ">= 1",
         "metrics_smoothing_episodes": ">= 1",
         "max_restarts": ">= 0",
+        "max_env_errors": ">= 0",
     }
     """Each numeric key's range (None, where a key allows it, is always valid)."""
 

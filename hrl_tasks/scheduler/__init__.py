@@ -2,7 +2,13 @@
 
 from hrl_tasks.scheduler.context import TaskContext, current_task
 from hrl_tasks.scheduler.engine import Engine, current_engine, worker_local
-from hrl_tasks.scheduler.errors import EngineError, ObjectStartError, ResourceError, WorkerLostError
+from hrl_tasks.scheduler.errors import (
+    EngineError,
+    ObjectStartError,
+    ResourceError,
+    SchedulerLostError,
+    WorkerLostError,
+)
 from hrl_tasks.scheduler.faults import InjectedFault, clear_faults, inject_faults, kill_worker_after
 from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.resources import Ledger
@@ -30,6 +36,7 @@ __all__ = [
     "clear_faults",
     "inject_faults",
     "kill_worker_after",
+    "SchedulerLostError",
     "WorkerLostError",
     "current_engine",
     "task_context",

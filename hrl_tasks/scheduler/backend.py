@@ -30,7 +30,12 @@ from distributed.scheduler import KilledWorker
 
 from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler import events as ev
-from hrl_tasks.scheduler.errors import EngineError, ObjectStartError, WorkerLostError
+from hrl_tasks.scheduler.errors import (
+    EngineError,
+    ObjectStartError,
+    SchedulerLostError,
+    WorkerLostError,
+)
 from hrl_tasks.scheduler.records import BackendRecords
 from hrl_tasks.scheduler.runtime import change_supply, run_task, schedule_unrunnable
 from hrl_tasks.scheduler.shared import Shared, direct_arguments, inline
@@ -52,6 +57,8 @@ logger = logging.getLogger(__name__)
 FIFO = "0 ms"
 LINGER_S = 0.1  # how long a result's future is held after it is handed out
 FETCH_CHECK_S = 0.5  # how often a fetch of a stateful call's result checks it still exists
+SCHEDULER_CHECK_S = 0.25  # how often the client's link to the scheduler is looked at
+CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
 
 
 def resolve_inputs(obj, inputs: dict, futures: dict):
@@ -104,6 +111,8 @@ class DaskBackend(BackendRecords):
         self.refreshing = False
         self.refresh_again = False
         self.loop_thread = client.sync(self._thread_id)
+        self.lost: SchedulerLostError | None = None
+        self.start(self._watch_scheduler)
 
     @staticmethod
     async def _thread_id() -> int:
@@ -174,6 +183,31 @@ class DaskBackend(BackendRecords):
             self.feed(ev.WorkerRemoved(msg.get("worker", ""), bool(msg.get("expected"))))
         elif msg.get("action") == "add-worker":
             self.feed(ev.WorkerAdded(msg.get("worker", "")))
+
+    async def _watch_scheduler(self) -> None:
+        """Fail everything at once when the client loses its scheduler.
+
+        Dask cancels all of a client's futures as soon as its connection to the
+        scheduler breaks, before it tries to reconnect (``Client._reconnect``);
+        what was running is gone even if it reconnects, so there is nothing to
+        wait for."""
+        while not self.closed:
+            await asyncio.sleep(SCHEDULER_CHECK_S)
+            if self.closed or self.client.status in CONNECTED:
+                continue
+            self.feed(ev.SchedulerLost(str(self.lost_scheduler())))
+            return
+
+    def lost_scheduler(self) -> SchedulerLostError:
+        """The error for a client that lost its scheduler (the same one each time)."""
+        if self.lost is None:
+            address = getattr(self.client.scheduler, "address", None) or "its address"
+            self.lost = SchedulerLostError(
+                f"lost the Dask scheduler at {address} (client {self.client.status}): its "
+                "process died or the network failed, and Dask cancelled the work in the "
+                "cluster; restart the scheduler and resume from the last checkpoint"
+            )
+        return self.lost
 
     # --- instructions out ---------------------------------------------------------
 
@@ -351,6 +385,9 @@ class DaskBackend(BackendRecords):
                 value = await self.client.gather(future, asynchronous=True)
             except Exception as exc:
                 status, error = "error", exc
+        if status != "finished" and self.client.status not in CONNECTED:
+            self.feed(ev.SchedulerLost(str(self.lost_scheduler())))  # Dask cancelled it all
+            return
         lost = isinstance(error, (KilledWorker, WorkerLostError))
         self.feed(ev.AttemptDone(key, status, error, lost, value))
 
@@ -497,7 +534,10 @@ class DaskBackend(BackendRecords):
         values = []
         for ref in refs:  # in order: the first error among them is raised
             if not ref.outcome.done():
-                await asyncio.wait([asyncio.wrap_future(ref.outcome)])
+                mirror = asyncio.wrap_future(ref.outcome)
+                await asyncio.wait([mirror])
+                if not mirror.cancelled():
+                    mirror.exception()  # read here, raised below: asyncio must not warn
             values.append(ref.outcome.result())  # raises the task's own error, as it was
         remote = [v for v in values if not isinstance(v, Local)]
         pinned = [v for v, ref in zip(values, refs, strict=True) if ref.pinned and v in remote]
@@ -515,7 +555,15 @@ class DaskBackend(BackendRecords):
         while True:
             done, _ = await asyncio.wait([fetch], timeout=FETCH_CHECK_S)
             if done:
-                return fetch.result()
+                try:
+                    return fetch.result()
+                except BaseException as exc:  # Dask's cancellation, or a closed comm
+                    if self.client.status in CONNECTED:
+                        raise
+                    raise self.lost_scheduler() from exc
+            if self.client.status not in CONNECTED:
+                fetch.cancel()
+                raise self.lost_scheduler()
             lost = [f for f in pinned if f.status != "finished"]
             if lost:
                 fetch.cancel()
@@ -525,6 +573,8 @@ class DaskBackend(BackendRecords):
 
     def place(self, value):
         """Put ``value`` in the cluster once (``engine.put``); its Dask future."""
+        if self.lost is not None:
+            raise self.lost
         (future,) = self.client.scatter([value], hash=False)  # a list: not a dict's items
         return future
 

@@ -36,3 +36,12 @@ class WorkerLostError(EngineError):
 
 class ObjectStartError(EngineError):
     """A stateful worker's factory raised, or the object could not be placed."""
+
+
+class SchedulerLostError(EngineError):
+    """The client lost its Dask scheduler (its process died or the network failed).
+
+    Dask cancels every future of the client when that happens, so the engine's
+    tasks and stateful workers are gone with it: everything waiting fails with
+    this error, and so does everything submitted afterwards.
+    """

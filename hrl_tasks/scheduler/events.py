@@ -158,6 +158,13 @@ class WorkerAdded:
 
 
 @dataclass(frozen=True)
+class SchedulerLost:
+    """The client lost the scheduler: every future it had is cancelled."""
+
+    message: str
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time passed: speculation, sweeps and waiting placements get a look."""
 

@@ -38,6 +38,8 @@ Decisions:
     queue), after the loss of its worker for at most ``placement_timeout``.
     Inputs: a task whose input has no attempt running (in a retry's back-off,
     or queued on an object without a home) waits for that input to settle.
+    Scheduler lost: Dask has cancelled everything, so every task and object fails
+    with :class:`SchedulerLostError`, and so does whatever is submitted later.
 """
 
 from __future__ import annotations
@@ -49,7 +51,13 @@ from typing import Any
 
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler import retry as retry_rules
-from hrl_tasks.scheduler.errors import EngineError, ObjectStartError, ResourceError, WorkerLostError
+from hrl_tasks.scheduler.errors import (
+    EngineError,
+    ObjectStartError,
+    ResourceError,
+    SchedulerLostError,
+    WorkerLostError,
+)
 from hrl_tasks.scheduler.resources import Ledger
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import (
@@ -64,6 +72,8 @@ from hrl_tasks.scheduler.stats import EngineStats
 PENDING, FINISHED, FAILED, CANCELLED = "pending", "finished", "failed", "cancelled"
 SPECULATION_TICK_S = 0.02
 SWEEP_TICK_S = 1.0
+# Once the scheduler is lost these fail at once: they would need it to run.
+NEEDS_SCHEDULER = (ev.SubmitTask, ev.CallObject, ev.CreateObject)
 
 
 @dataclass
@@ -172,6 +182,7 @@ class EngineState:
         self.tick_at: float | None = None  # when the next Tick is due, if one is
         self.swept_at = -1e9
         self.released_early: set = set()  # refs dropped before their task reached here
+        self.scheduler_lost: SchedulerLostError | None = None  # then nothing runs any more
         self._keys = itertools.count()
         self._out: list = []
         self.now = 0.0
@@ -187,6 +198,9 @@ class EngineState:
         self.now = now
         self._out = []
         for event in events:
+            if self.scheduler_lost is not None and isinstance(event, NEEDS_SCHEDULER):
+                self._emit(ev.Fail(event.task_id, self.scheduler_lost))
+                continue
             getattr(self, f"_on_{type(event).__name__}")(event)
         delay = SPECULATION_TICK_S if self.spec.live else SWEEP_TICK_S
         if (self.spec.live or self._needs_sweep()) and (
@@ -755,6 +769,20 @@ class EngineState:
 
     def _on_WorkerAdded(self, e: ev.WorkerAdded) -> None:
         self._emit(ev.Refresh())
+
+    def _on_SchedulerLost(self, e: ev.SchedulerLost) -> None:
+        """Everything in flight is gone (Dask cancelled it): fail it all, end every object."""
+        if self.scheduler_lost is not None:
+            return
+        self.scheduler_lost = SchedulerLostError(e.message)
+        for obj in list(self.objects.values()):
+            obj.gone = self.scheduler_lost
+            self.ledger.release(obj.obj_id)
+            self.objects.pop(obj.obj_id)
+            self._emit(ev.DropObject(obj.obj_id))
+        for task in list(self.tasks.values()):  # calls, queued calls and creations too
+            self._fail(task, self.scheduler_lost, count=False)
+        self.spec.live.clear()
 
     def _on_Tick(self, e: ev.Tick) -> None:
         if self.tick_at is not None and self.now >= self.tick_at - 1e-3:

@@ -1,10 +1,12 @@
 """Engine.connect to a separately started `dask scheduler` and `dask worker`."""
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,16 @@ def dask_command(*args):
 
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class ExternalCluster:
+    scheduler_file: Path
+    scheduler: subprocess.Popen
+
+    @property
+    def address(self) -> str:
+        return json.loads(self.scheduler_file.read_text())["address"]
 
 
 @pytest.fixture
@@ -47,7 +59,7 @@ def external_cluster(tmp_path):
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
             )
         )  # fmt: skip
-        yield scheduler_file
+        yield ExternalCluster(scheduler_file, procs[0])
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -59,10 +71,7 @@ def external_cluster(tmp_path):
 
 
 def test_connect_runs_tasks_nested_tasks_and_objects(external_cluster):
-    import json
-
-    address = json.loads(external_cluster.read_text())["address"]
-    with hrl.Engine.connect(address) as engine:
+    with hrl.Engine.connect(external_cluster.address) as engine:
         engine.client.wait_for_workers(1, timeout=60)
         assert engine.submit(tasks.inc, 41, resources={"GPU": 1}).result(timeout=60) == 42
         assert engine.submit(tasks.tree, 2, 3).result(timeout=60) == 9
@@ -76,3 +85,42 @@ def test_connect_runs_tasks_nested_tasks_and_objects(external_cluster):
 def test_connect_to_nothing_fails_clearly():
     with pytest.raises(OSError):
         hrl.Engine.connect("tcp://127.0.0.1:1", timeout=2)
+
+
+def test_a_dead_scheduler_fails_waits_and_submits_within_seconds(external_cluster):
+    with hrl.Engine.connect(external_cluster.address) as engine:
+        engine.client.wait_for_workers(1, timeout=60)
+        counter = engine.create_worker(tasks.Counter, start=1)
+        assert counter.call("add", 1, direct=True).result(timeout=60) == 2
+        waiting = engine.submit(tasks.sleep_then, 1, 30)
+        external_cluster.scheduler.kill()
+        start = time.monotonic()
+        with pytest.raises(hrl.SchedulerLostError, match="lost the Dask scheduler at tcp://"):
+            waiting.result(timeout=20)
+        assert time.monotonic() - start < 5
+        with pytest.raises(hrl.SchedulerLostError):
+            engine.submit(tasks.inc, 1).result(timeout=5)
+        with pytest.raises(hrl.SchedulerLostError):
+            counter.call("add", 1, direct=True).result(timeout=5)
+
+
+def test_the_command_line_ends_clearly_when_the_scheduler_dies(external_cluster, tmp_path):
+    command = [sys.executable, "-m", "hrl_tasks.cli", "train", "ppo", "--address",
+               external_cluster.address, "--num-workers", "1", "--no-progress",
+               "--stop-iters", "100000", "--out", str(tmp_path / "run")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env, cwd=tmp_path)  # fmt: skip
+    try:
+        for line in run.stdout:  # the run is training: kill the scheduler under it
+            if line.startswith("iter=3 "):
+                break
+        external_cluster.scheduler.kill()
+        start = time.monotonic()
+        _, err = run.communicate(timeout=30)
+        assert time.monotonic() - start < 10
+    finally:
+        run.kill()
+    assert run.returncode == 2
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("hrl-tasks: error: lost the Dask scheduler at tcp://"), err[-2000:]

@@ -8,7 +8,7 @@ import concurrent.futures as cf
 import pytest
 
 from hrl_tasks.scheduler import events as ev
-from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
+from hrl_tasks.scheduler.errors import ObjectStartError, SchedulerLostError, WorkerLostError
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import CANCELLED, FINISHED, EngineState
@@ -348,3 +348,26 @@ def test_an_object_whose_worker_dies_while_it_is_killed_ends_without_waiting():
     out = state.handle(ev.WorkersSeen({"b": TWO_WORKERS["b"]}))
     assert ev.Resolve("d", "d") in out and "o" not in state.objects
     assert isinstance(of(ev.Fail, out)[0].error, WorkerLostError)
+
+
+# --- the scheduler lost -------------------------------------------------------------
+
+
+def test_losing_the_scheduler_fails_everything_in_flight_and_everything_later():
+    state = make_state()
+    state.handle(ev.SubmitTask("t1", "rollout"))
+    created(state, "o1", "c1")
+    state.handle(ev.CallObject("k1", "o1", "train"))
+    out = state.handle(ev.SchedulerLost("lost the Dask scheduler at tcp://x:8786"))
+    failed = {f.task_id: f.error for f in of(ev.Fail, out)}
+    assert set(failed) == {"t1", "k1"}
+    assert all(isinstance(e, SchedulerLostError) for e in failed.values())
+    assert of(ev.DropObject, out) == [ev.DropObject("o1")] and not state.objects
+    later = state.handle(
+        ev.SubmitTask("t2", "rollout"),
+        ev.CallObject("k2", "o1", "train"),
+        ev.CreateObject("o2", "c2", "Worker", "Worker"),
+    )
+    assert [f.task_id for f in of(ev.Fail, later)] == ["t2", "k2", "c2"]
+    assert not launched(later)
+    assert "tcp://x:8786" in str(failed["t1"])
