@@ -61,6 +61,11 @@ SCHEDULER_CHECK_S = 0.25  # how often the client's link to the scheduler is look
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
 
 
+def resent_value(value):
+    """The task that puts a value lost with its worker in the cluster again."""
+    return value
+
+
 def resolve_inputs(obj, inputs: dict, futures: dict):
     """``obj`` with each TaskRef replaced by the Dask future of the key in ``inputs``
     (a dependency) and each `Shared` by its value."""
@@ -112,6 +117,8 @@ class DaskBackend(BackendRecords):
         self.refresh_again = False
         self.loop_thread = client.sync(self._thread_id)
         self.lost: SchedulerLostError | None = None
+        self.put_values: dict = {}  # put task id -> its value, while its ref is held
+        self.put_futures: dict = {}  # put task id -> the Dask future holding it now
         self.start(self._watch_scheduler)
 
     @staticmethod
@@ -157,6 +164,10 @@ class DaskBackend(BackendRecords):
         if self.closed:
             return
         events = self.with_released(events, ev.Released)
+        if self.put_values and isinstance(events[-1], ev.Released):
+            for task_id in events[-1].task_ids:
+                self.put_values.pop(task_id, None)
+                self.put_futures.pop(task_id, None)
         try:
             with self.lock:
                 instructions = self.state.handle(*events, now=time.monotonic())
@@ -257,6 +268,11 @@ class DaskBackend(BackendRecords):
         elif isinstance(ins, ev.DropObject):
             self.objects.pop(ins.obj_id, None)
             self.creations.pop(ins.obj_id, None)
+        elif isinstance(ins, ev.Resend):
+            value = self.put_values.get(ins.task_id)
+            if ins.task_id in self.put_values:
+                future = self.client.submit(resent_value, value, key=ins.key, pure=False)
+                self.futures[ins.key] = self.put_futures[ins.task_id] = future
         elif isinstance(ins, ev.Later):
             self.on_loop(self.loop.call_later, ins.delay, self.feed, ins.event)
 
@@ -387,6 +403,10 @@ class DaskBackend(BackendRecords):
                 status, error = "error", exc
         if status != "finished" and self.client.status not in CONNECTED:
             self.feed(ev.SchedulerLost(str(self.lost_scheduler())))  # Dask cancelled it all
+            return
+        if status == "cancelled":  # not by us (then nobody waits here): its inputs vanished
+            lost = tuple(t for t, f in self.put_futures.items() if f.status == "cancelled")
+            self.feed(ev.InputsLost(key, lost))
             return
         lost = isinstance(error, (KilledWorker, WorkerLostError))
         self.feed(ev.AttemptDone(key, status, error, lost, value))
@@ -571,11 +591,15 @@ class DaskBackend(BackendRecords):
                     f"the result of {lost[0].key} was lost with the worker that held it"
                 )
 
-    def place(self, value):
-        """Put ``value`` in the cluster once (``engine.put``); its Dask future."""
+    def place(self, value, task_id: str):
+        """Put ``value`` in the cluster once (``engine.put``); its Dask future.
+
+        The value stays here too while its ref is held: if the worker holding it
+        dies, it is sent again (see :class:`~hrl_tasks.scheduler.events.Resend`)."""
         if self.lost is not None:
             raise self.lost
         (future,) = self.client.scatter([value], hash=False)  # a list: not a dict's items
+        self.put_values[task_id], self.put_futures[task_id] = value, future
         return future
 
     def close(self) -> None:

@@ -353,7 +353,7 @@ class Engine:
         """
         ref = self._new_ref("put", None)
         self.backend.outcomes.pop(ref.task_id, None)
-        ref.outcome.set_result(self.backend.place(value))
+        ref.outcome.set_result(self.backend.place(value, ref.task_id))
         self.backend.push(ev.PutValue(ref.task_id))
         return ref
 

@@ -158,6 +158,15 @@ class WorkerAdded:
 
 
 @dataclass(frozen=True)
+class InputsLost:
+    """Dask cancelled attempt ``key`` itself: data it needed is gone. ``lost``: the
+    values put with ``engine.put`` that the backend found gone (their holder died)."""
+
+    key: str
+    lost: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class SchedulerLost:
     """The client lost the scheduler: every future it had is cancelled."""
 
@@ -230,6 +239,14 @@ class Resolve:
 class Fail:
     task_id: str
     error: BaseException
+
+
+@dataclass(frozen=True)
+class Resend:
+    """Put the value of put ``task_id`` in the cluster again, under ``key``."""
+
+    task_id: str
+    key: str
 
 
 @dataclass(frozen=True)

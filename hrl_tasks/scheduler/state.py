@@ -104,6 +104,8 @@ class Task:
     waiting_on: set = field(default_factory=set)  # inputs awaited before a rerun
     after_inputs: tuple | None = None  # (attempt, error, rerun) to decide once they settle
     released: bool = False
+    held_on: str | None = None  # the one worker its result lives on, if it was pinned there
+    lost: BaseException | None = None  # that worker died: the result is gone for good
 
 
 @dataclass
@@ -283,8 +285,8 @@ class EngineState:
         """Fail ``task`` if one of its inputs failed; returns that input's error."""
         for dep in task.deps:
             found = self.tasks.get(dep)
-            if found is not None and found.status in (FAILED, CANCELLED):
-                error = found.error or EngineError(f"input {found.name!r} failed")
+            if found is not None and (found.status in (FAILED, CANCELLED) or found.lost):
+                error = found.lost or found.error or EngineError(f"input {found.name!r} failed")
                 self._fail(task, error)
                 self._skip(task)  # a call that never runs must not block later calls
                 return error
@@ -304,6 +306,7 @@ class EngineState:
             self._emit(ev.Forget((e.key,)))
             return
         if e.status == "finished":
+            task.held_on = None if task.direct else attempt.pinned
             self._attempt_finished(task, attempt, e.value)
         elif e.status == "cancelled":
             self._emit(ev.Forget((e.key,)))
@@ -313,6 +316,31 @@ class EngineState:
             self._emit(ev.Forget((e.key,)))
             if not task.live:
                 self._attempt_failed(task, attempt, e.error, e.worker_lost)
+
+    def _on_InputsLost(self, e: ev.InputsLost) -> None:
+        """Dask cancelled an attempt whose input data vanished: put values come from
+        the driver again (under a new key), and the attempt runs again on them."""
+        for put_id in e.lost:
+            put = self.tasks.get(put_id)
+            if put is not None and put.kind == "put" and put.status == FINISHED:
+                put.winner = put.current = self.new_key("put")
+                self._emit(ev.Resend(put_id, put.current))
+        attempt = self.attempts.get(e.key)
+        task = self.tasks.get(attempt.task_id) if attempt is not None else None
+        resent = task is not None and any(
+            self.tasks[d].kind == "put" and self.tasks[d].winner != key
+            for d, key in attempt.inputs.items()
+            if d in self.tasks
+        )
+        if not resent:
+            self._on_AttemptDone(ev.AttemptDone(e.key, "cancelled"))
+            return
+        del self.attempts[e.key]
+        task.live.pop(e.key, None)
+        self._emit(ev.Forget((e.key,)))
+        self.stats.count("inputs_resent")
+        if task.status == PENDING and not task.live:
+            self._launch(task, attempt.number)
 
     def _attempt_finished(self, task: Task, attempt: Attempt, value) -> None:
         obj = self.objects.get(task.obj_id) if task.obj_id else None
@@ -364,6 +392,7 @@ class EngineState:
         if task.backup_of is not None:
             original = self.tasks.get(task.backup_of)
             if original is not None and original.status == PENDING:
+                original.held_on = task.held_on
                 self._finish(original, key, by_backup=True)
         self._settled(task)
         if task.speculation is not None and (task.backups or by_backup):
@@ -742,7 +771,10 @@ class EngineState:
                 self._place(obj)
 
     def _on_WorkersSeen(self, e: ev.WorkersSeen) -> None:
-        for address in set(self.ledger.capacity) - set(e.workers):
+        gone = set(self.ledger.capacity) - set(e.workers)
+        if gone:
+            self._results_lost(gone)
+        for address in gone:
             self.ledger.remove_worker(address)
             self.nthreads.pop(address, None)
             self.spec.busy.pop(address, None)
@@ -761,6 +793,23 @@ class EngineState:
             else:  # being killed: what was sent there will never answer
                 self._lost_while_killed(obj)
         self._place_waiting()
+
+    def _results_lost(self, gone: set) -> None:
+        """Results pinned to the workers ``gone`` (stateful calls' and pinned copies')
+        cannot be computed again (Dask would wait for the worker forever): tasks that
+        need them fail now, and later ones at submission."""
+        lost = [t for t in self.tasks.values() if t.status == FINISHED and t.held_on in gone]
+        for task in lost:
+            task.lost = WorkerLostError(
+                f"the result of {task.name!r} was lost with its worker {task.held_on}: a "
+                "stateful call's result cannot be computed again (use it, or fetch it with "
+                ".result(), before the worker can go, or call the object again)",
+                address=task.held_on,
+            )
+        lost_ids = {t.task_id for t in lost}
+        for task in list(self.tasks.values()):
+            if task.status == PENDING and lost_ids.intersection(task.deps):
+                self._failed_input(task)
 
     def _on_WorkerRemoved(self, e: ev.WorkerRemoved) -> None:
         if not e.expected:

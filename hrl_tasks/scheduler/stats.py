@@ -14,6 +14,7 @@ COUNTERS = (
     "retried",
     "cancelled",
     "workers_lost",
+    "inputs_resent",
     "speculated",
     "backup_won",
     "original_won",

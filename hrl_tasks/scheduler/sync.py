@@ -129,7 +129,7 @@ class InProcessBackend(BackendRecords):
         return [ref.outcome.result(timeout).value for ref in refs]
 
     @staticmethod
-    def place(value) -> Local:
+    def place(value, task_id: str) -> Local:
         return Local(value)
 
     def close(self) -> None:

@@ -141,3 +141,30 @@ def test_closing_a_local_engine_leaves_no_process_behind():
         time.sleep(0.1)
     alive = [p for p in pids if psutil.pid_exists(p)]
     assert not alive, f"processes left behind: {alive}"
+
+
+def total_plus(values, extra):
+    return int(sum(values)) + extra
+
+
+def test_a_put_value_whose_holder_died_is_sent_again(fresh):
+    ref = fresh.put(list(range(10)))
+    (holder,) = fresh.client.who_has([ref.outcome.result()]).popitem()[1]
+    slow = fresh.submit(tasks.sleep_then, 5, 3)
+    waiting = fresh.submit(total_plus, ref, slow)  # queued in Dask when the value is lost
+    time.sleep(0.3)
+    kill_worker(fresh, holder)
+    assert waiting.result(timeout=60) == 50
+    assert fresh.submit(total_plus, ref, 1).result(timeout=60) == 46  # submitted after
+    assert fresh.stats()["inputs_resent"] >= 1
+
+
+def test_a_dependent_of_a_call_result_lost_with_its_worker_fails_clearly(fresh):
+    counter = fresh.create_worker(tasks.Counter, start=1)
+    result = counter.call("add", 1)
+    assert result.result(timeout=30) == 2
+    kill_worker(fresh, counter.address)
+    start = time.monotonic()
+    with pytest.raises(hrl.WorkerLostError, match="result of 'Counter.add' was lost"):
+        fresh.submit(tasks.inc, result).result(timeout=60)
+    assert time.monotonic() - start < 30  # not a wait for a worker that never returns

@@ -371,3 +371,43 @@ def test_losing_the_scheduler_fails_everything_in_flight_and_everything_later():
     assert [f.task_id for f in of(ev.Fail, later)] == ["t2", "k2", "c2"]
     assert not launched(later)
     assert "tcp://x:8786" in str(failed["t1"])
+
+
+# --- data lost with a worker --------------------------------------------------------
+
+
+def test_a_put_value_lost_with_its_worker_is_sent_again_and_its_user_reruns():
+    state = make_state()
+    state.handle(ev.PutValue("v"))
+    (first,) = launched(state.handle(ev.SubmitTask("t1", "total", deps=("v",))))
+    assert first.inputs == {"v": "v"}
+    out = state.handle(ev.InputsLost("t1", lost=("v",)))  # Dask cancelled t1 itself
+    (resend,) = of(ev.Resend, out)
+    (again,) = launched(out)
+    assert resend.task_id == "v" and again.inputs == {"v": resend.key} != first.inputs
+    assert not of(ev.Fail, out) and state.stats.counters["inputs_resent"] == 1
+    (later,) = launched(state.handle(ev.SubmitTask("t2", "total", deps=("v",))))
+    assert later.inputs == {"v": resend.key}
+
+
+def test_an_attempt_cancelled_by_dask_with_no_lost_input_is_cancelled():
+    state = make_state()
+    state.handle(ev.SubmitTask("t1", "work"))
+    out = state.handle(ev.InputsLost("t1"))
+    (fail,) = of(ev.Fail, out)
+    assert isinstance(fail.error, cf.CancelledError) and not launched(out)
+
+
+def test_a_call_result_lost_with_its_worker_fails_its_users_at_once():
+    state = make_state()
+    created(state, "o", "c")
+    (call,) = launched(state.handle(ev.CallObject("k", "o", "add")))
+    state.handle(ev.AttemptDone("k", "finished"))
+    (user,) = launched(state.handle(ev.SubmitTask("u1", "inc", deps=("k",))))
+    out = state.handle(ev.WorkersSeen({"b": TWO_WORKERS["b"]}))  # "a", its home, is gone
+    failed = {f.task_id: f.error for f in of(ev.Fail, out)}
+    assert isinstance(failed["u1"], WorkerLostError) and user.key in of(ev.Cancel, out)[0].keys
+    assert "result of 'Counter.add' was lost" in str(failed["u1"])
+    out = state.handle(ev.SubmitTask("u2", "inc", deps=("k",)))
+    assert [f.task_id for f in of(ev.Fail, out)] == ["u2"] and not launched(out)
+    assert call.workers == ("a",)
