@@ -52,6 +52,7 @@ from hrl_tasks.scheduler.taskref import TaskRef, collect_refs
 
 logger = logging.getLogger(__name__)
 RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
+EVENTS_BACKSTOP_SWEEP_S = 5.0  # seconds between looks at the workers beside the events
 
 
 class _Active:
@@ -71,8 +72,9 @@ def current_engine() -> Engine:
     """
     if in_worker_task():
         runtime = WorkerRuntime.of()
-        if runtime.engine is None:
-            runtime.engine = Engine(get_client(), owns_client=False)
+        with runtime.cache_lock:  # one engine per worker process, whichever task asks first
+            if runtime.engine is None:
+                runtime.engine = Engine(get_client(), owns_client=False)
         return runtime.engine
     engine = _Active.engine.get()
     if engine is None or engine.closed:
@@ -142,13 +144,15 @@ class Engine:
         self.owns_client = owns_client
         self.topic = f"hrl-tasks-{uuid.uuid4().hex[:12]}"
         nested = in_worker_task()
-        state = EngineState(uuid.uuid4().hex[:16], placement_timeout=3 * lost_worker_timeout)
+        # Lost workers come as the scheduler's remove-worker events; a sweep now and
+        # then is the backstop (events sent while the client reconnected are not replayed).
+        state = EngineState(uuid.uuid4().hex[:16], placement_timeout=3 * lost_worker_timeout,
+                            sweep_s=EVENTS_BACKSTOP_SWEEP_S)  # fmt: skip
         backend = DaskBackend(client, state, self.topic)
         self._start(state, backend, retries, lost_worker_timeout, activate=not nested)
         self._reaches_workers: bool | None = None  # see reaches_workers(); None: not asked
         client.subscribe_topic(self.topic, backend.on_reports)
-        if not nested:  # nested engines find lost workers by their sweep
-            client.subscribe_topic("all", backend.on_cluster_event)
+        client.subscribe_topic("all", backend.on_cluster_event)  # nested engines too
         seen = ev.WorkersSeen(backend.read_workers())
 
         async def first_look():

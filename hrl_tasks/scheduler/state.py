@@ -168,11 +168,16 @@ class EngineState:
         key_prefix: makes this engine's keys unique in the cluster.
         placement_timeout: seconds a call may wait for its object to find a home
             before it fails with :class:`WorkerLostError`.
+        sweep_s: seconds between looks at the workers while objects live (what
+            finds dead workers when no event tells; a backstop when events do).
     """
 
-    def __init__(self, key_prefix: str = "", placement_timeout: float = 30.0):
+    def __init__(
+        self, key_prefix: str = "", placement_timeout: float = 30.0, sweep_s: float = SWEEP_TICK_S
+    ):
         self.key_prefix = key_prefix
         self.placement_timeout = placement_timeout
+        self.sweep_s = sweep_s
         self.tasks: dict[str, Task] = {}
         self.attempts: dict[str, Attempt] = {}
         self.objects: dict[str, ObjectState] = {}
@@ -204,7 +209,7 @@ class EngineState:
                 self._emit(ev.Fail(event.task_id, self.scheduler_lost))
                 continue
             getattr(self, f"_on_{type(event).__name__}")(event)
-        delay = SPECULATION_TICK_S if self.spec.live else SWEEP_TICK_S
+        delay = SPECULATION_TICK_S if self.spec.live else self.sweep_s
         if (self.spec.live or self._needs_sweep()) and (
             self.tick_at is None or now + delay < self.tick_at - 1e-3
         ):
@@ -841,7 +846,7 @@ class EngineState:
             if obj.gone is None and obj.restarts and waited and waited > self.placement_timeout:
                 self._end(obj, WorkerLostError(f"stateful worker {obj.name!r} has no worker to "
                                                f"run on (waited {waited:.0f} s for room)"))  # fmt: skip
-        if self._needs_sweep() and self.now - self.swept_at >= SWEEP_TICK_S:
+        if self._needs_sweep() and self.now - self.swept_at >= self.sweep_s:
             self.swept_at = self.now
             self._emit(ev.Refresh())
         if self.spec.live:

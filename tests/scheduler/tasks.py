@@ -151,3 +151,14 @@ class Nester:
 
     def table(self):
         return os.getpid(), id(hrl.worker_local("nester", dict))
+
+
+def nested_engine_hears_worker_events():
+    """Whether this worker's engine gets the scheduler's worker events (not only sweeps)."""
+    from distributed import get_client
+
+    from hrl_tasks.scheduler import dask_compat
+
+    engine = hrl.current_engine()
+    handler = dask_compat.topic_handler(get_client(), "all")
+    return handler == engine.backend.on_cluster_event

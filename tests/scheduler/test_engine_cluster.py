@@ -158,3 +158,7 @@ def test_stats_have_durations_from_execution(engine):
 
 def test_current_engine_in_the_driver(engine):
     assert hrl.current_engine() is engine
+
+
+def test_nested_engines_hear_worker_events(engine):
+    assert engine.submit(tasks.nested_engine_hears_worker_events).result(timeout=30)
