@@ -7,7 +7,7 @@ import time
 import pytest
 
 import hrl_tasks
-from hrl_tasks.algorithms import A2C, A3C, IMPALA, PPO, ApeX
+from hrl_tasks.algorithms import A2C, A3C, DQN, ES, IMPALA, PPO, ApeX
 
 pytestmark = pytest.mark.cluster
 
@@ -16,6 +16,15 @@ CASES = [
     (A2C, {"train_batch_size": 64}),
     (A3C, {"min_steps_per_report": 64}),
     (PPO, {"train_batch_size": 64, "minibatch_size": 32, "num_sgd_iter": 2}),
+    (
+        DQN,
+        {
+            "learning_starts": 64,
+            "train_steps_per_round": 2,
+            "min_steps_per_report": 64,
+            "hidden": (32, 32),
+        },
+    ),  # fmt: skip
     (IMPALA, {"train_batch_size": 64, "min_steps_per_report": 64}),
     (
         ApeX,  # the killed process holds a rollout worker and, packed, the replay shards
@@ -57,6 +66,21 @@ def test_training_goes_on_after_a_rollout_worker_is_killed(fresh, algo_cls, extr
         after = [algo.train() for _ in range(2)]  # with the re-created worker
         assert after[-1]["env_steps_sampled"] > before["env_steps_sampled"]
         assert victim.alive and victim.address != pid_address(fresh, pid)
+        assert fresh.stats()["workers_lost"] >= 1
+    finally:
+        algo.stop()
+
+
+def test_es_goes_on_after_a_worker_running_its_episodes_is_killed(fresh):
+    """ES has no rollout workers: its episodes are tasks, retried after a lost worker."""
+    algo = ES({"num_perturbations": 8, "seed": 3}, engine=fresh)
+    try:
+        before = algo.train()
+        pids = fresh.client.run(os.getpid)
+        os.kill(next(iter(pids.values())), signal.SIGKILL)
+        after = [algo.train() for _ in range(3)]
+        assert after[-1]["iteration"] == before["iteration"] + 3
+        assert after[-1]["env_steps_sampled"] > before["env_steps_sampled"]
         assert fresh.stats()["workers_lost"] >= 1
     finally:
         algo.stop()
