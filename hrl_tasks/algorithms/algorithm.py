@@ -23,17 +23,17 @@ import numpy as np
 import torch
 
 import hrl_tasks
+from hrl_tasks.algorithms.checkpoint import (
+    FORMAT,
+    CheckpointError,
+    latest_checkpoint,
+    read_checkpoint,
+    write_checkpoint,
+)
 from hrl_tasks.algorithms.config import AlgorithmConfig
-from hrl_tasks.data import DecodeError, decode, encode
 from hrl_tasks.flow import FlowContext, LocalIterator
 from hrl_tasks.rollout import WorkerSet, make_env
 from hrl_tasks.scheduler import Engine
-
-CHECKPOINT_SUFFIX = ".hrl"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read or does not fit this algorithm."""
 
 
 class Algorithm(abc.ABC):
@@ -152,7 +152,7 @@ class Algorithm(abc.ABC):
 
     def get_state(self) -> dict[str, Any]:
         return {
-            "format": "hrl_tasks.checkpoint/1",
+            "format": FORMAT,
             "version": hrl_tasks.__version__,
             "algorithm": self.name,
             "config": self.config.to_dict(),
@@ -186,12 +186,7 @@ class Algorithm(abc.ABC):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write a checkpoint atomically (a crash mid-write leaves the old one intact)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_bytes(encode(self.get_state()))
-        os.replace(tmp, path)
-        return path
+        return write_checkpoint(path, self.get_state())
 
     def restore(self, path: str | os.PathLike) -> None:
         """Continue from a checkpoint: weights, optimizer state, counters and iteration.
@@ -226,31 +221,3 @@ class Algorithm(abc.ABC):
 
     def __exit__(self, *exc):
         self.stop()
-
-
-def latest_checkpoint(path: str | os.PathLike) -> Path:
-    """``path`` if it is a file, else the newest checkpoint in the directory."""
-    path = Path(path)
-    if path.is_dir():
-        found = sorted(path.glob(f"*{CHECKPOINT_SUFFIX}"), key=lambda p: p.stat().st_mtime)
-        if not found:
-            raise CheckpointError(f"no *{CHECKPOINT_SUFFIX} checkpoint in {path}")
-        return found[-1]
-    if not path.exists():
-        raise CheckpointError(f"no checkpoint at {path}")
-    return path
-
-
-def read_checkpoint(path: str | os.PathLike) -> dict:
-    """Decode a checkpoint file, saying clearly when it is not one."""
-    path = latest_checkpoint(path)
-    try:
-        state = decode(path.read_bytes())
-    except DecodeError as exc:
-        raise CheckpointError(
-            f"{path} is not a readable hrl_tasks checkpoint ({exc}); it may be truncated "
-            "or corrupted: restore an earlier one"
-        ) from exc
-    if not isinstance(state, dict) or state.get("format") != "hrl_tasks.checkpoint/1":
-        raise CheckpointError(f"{path} is not an hrl_tasks checkpoint")
-    return state

@@ -1,0 +1,65 @@
+"""Checkpoint files: any truncation or corruption is named, never loaded (no cluster)."""
+
+from datetime import timedelta
+
+import gymnasium as gym
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hrl_tasks.algorithms.checkpoint import (
+    FORMAT,
+    CheckpointError,
+    read_checkpoint,
+    write_checkpoint,
+)
+from hrl_tasks.data import encode
+from hrl_tasks.policies import PPOConfig, PPOPolicy
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    policy = PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), PPOConfig(seed=0))
+    state = {"format": FORMAT, "algorithm": "ppo", "policy": policy.get_state(), "iteration": 7}
+    path = write_checkpoint(tmp_path_factory.mktemp("ckpt") / "checkpoint-000007.hrl", state)
+    return path, path.read_bytes()
+
+
+def test_a_checkpoint_reads_back_as_written(saved):
+    path, _ = saved
+    state = read_checkpoint(path)
+    assert state["iteration"] == 7 and state["algorithm"] == "ppo"
+    assert not list(path.parent.glob(".*tmp*"))  # the temporary file was renamed
+
+
+damage = st.one_of(
+    st.tuples(st.just("truncate"), st.floats(0.0, 0.999)),
+    st.tuples(st.just("flip"), st.floats(0.0, 0.999), st.integers(1, 255)),
+    st.tuples(st.just("append"), st.binary(min_size=1, max_size=16)),
+)
+
+
+@settings(max_examples=200, deadline=timedelta(seconds=1), database=None)
+@given(damage)
+def test_any_damage_is_named_and_loads_nothing(tmp_path_factory, saved, change):
+    _, data = saved
+    kind = change[0]
+    if kind == "truncate":
+        damaged = data[: int(len(data) * change[1])]
+    elif kind == "flip":
+        i = int(len(data) * change[1])
+        damaged = data[:i] + bytes([data[i] ^ change[2]]) + data[i + 1 :]
+    else:
+        damaged = data + change[1]
+    path = tmp_path_factory.mktemp("damaged") / "checkpoint-000007.hrl"
+    path.write_bytes(damaged)
+    with pytest.raises(CheckpointError, match="checkpoint-000007.hrl") as info:
+        read_checkpoint(path)
+    assert "\n" not in str(info.value)
+    assert path.read_bytes() == damaged  # left as it was, for the user to look at
+
+
+def test_a_file_without_the_digest_header_still_reads(tmp_path):
+    path = tmp_path / "old.hrl"
+    path.write_bytes(encode({"format": FORMAT, "algorithm": "ppo", "iteration": 1}))
+    assert read_checkpoint(path)["iteration"] == 1
