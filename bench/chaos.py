@@ -12,8 +12,8 @@ skips it), on the same seed.
 
 Per run, one JSON line: whether the threshold was reached, env steps and wall
 time to it (with and without kills), and per kill what was killed, how long
-progress stalled (the longest gap between iteration ends in the 60 s after the
-kill, less the median gap before it) and how many env steps could have been in
+progress stalled (the longest gap between iteration ends from the kill until
+the next one, at most 60 s, less the median gap before it) and how many env steps could have been in
 flight on the killed process (an upper bound on what the kill cost: a lost
 sample call's batch is sampled again). Not part of CI (tests/algorithms/
 test_lost_workers.py is the short version).
@@ -110,8 +110,11 @@ def run(name: str, spec: dict, seed: int, kill_after: int | None, gap: float) ->
             wall = time.perf_counter() - start
             if killer:
                 killer.thread.join(timeout=gap * 3 + 30)
+            done = killer.kills if killer else []
+            untils = [k["at"] for k in done[1:]] + [float("inf")]
             kills = [
-                summarize(k, ends, in_flight_steps(algo)) for k in (killer.kills if killer else [])
+                summarize(k, u, ends, in_flight_steps(algo))
+                for k, u in zip(done, untils, strict=True)
             ]
             restarts = [h.restarts for h in algo.workers.remote_workers]
             return {
@@ -126,9 +129,11 @@ def run(name: str, spec: dict, seed: int, kill_after: int | None, gap: float) ->
             algo.stop()
 
 
-def summarize(kill: dict, ends: list, in_flight: int) -> dict:
+def summarize(kill: dict, until: float, ends: list, in_flight: int) -> dict:
+    """The stall a kill caused: the longest gap between iteration ends from the kill
+    until the next kill (at most 60 s), less the median gap before it."""
     before = [b - a for a, b in zip(ends, ends[1:], strict=False) if b < kill["at"]]
-    after = [e for e in ends if kill["at"] <= e <= kill["at"] + 60]
+    after = [e for e in ends if kill["at"] <= e <= min(until, kill["at"] + 60)]
     gaps = [b - a for a, b in zip([kill["at"], *after], after, strict=False)]
     typical = statistics.median(before) if before else 0.0
     stall = max(gaps) - typical if gaps else float("nan")

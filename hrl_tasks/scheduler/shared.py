@@ -16,10 +16,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from distributed.core import send_recv
 from distributed.protocol import to_serialize
 
 SHARED_HANDLER = "hrl_tasks_shared_value"
 SHARED_WAIT_S = 30.0  # a peer asking for a shared value waits this long for it to arrive
+PEER_CONNECT_S = 2.0  # to reach the worker holding a shared value; then the driver sends it
 
 
 @dataclass(frozen=True)
@@ -138,10 +140,19 @@ async def resolve_shared(runtime, obj):
 async def _fetch(runtime, ref: SharedRef) -> Any:
     if ref.key in runtime.shared:
         return runtime.shared[ref.key]
+    # A short connect time-out: Dask retries a refused connection for 30 s, and a dead
+    # holder would stall the call that long; on a time-out the driver sends the value.
+    pool = runtime.worker.rpc
     try:
-        response = await getattr(runtime.worker.rpc(ref.holder), SHARED_HANDLER)(key=ref.key)
+        comm = await pool.connect(ref.holder, timeout=PEER_CONNECT_S)
     except OSError:
         raise InputLostError(ref.key) from None  # the holder is gone
+    try:
+        response = await send_recv(comm, op=SHARED_HANDLER, key=ref.key)
+    except OSError:
+        comm.abort()
+        raise InputLostError(ref.key) from None
+    pool.reuse(ref.holder, comm)
     if response["status"] != "OK":
         raise InputLostError(ref.key)
     runtime.keep_shared(ref.key, response["value"])
