@@ -227,10 +227,13 @@ class WorkerSet:
             sent = weights if len(targets) == 1 else self._weights_in_cluster()
             refs = []
             for index, handle in targets:
-                self._synced_restarts[index] = (
-                    handle.restarts
-                )  # read first: a later restart is seen
+                restarts = handle.restarts  # read first: a later restart is seen
+                restarted = restarts != self._synced_restarts[index]
+                self._synced_restarts[index] = restarts
                 refs.append(handle.call("set_weights", sent, direct=self.direct_calls))
+                if restarted and index in self._setups:  # a new incarnation: set it up again
+                    handle.call("apply", self._setups[index], direct=self.direct_calls)
+                    self.resyncs += 1
             return refs
 
     def sample(self, speculative: bool = False) -> list[Any]:

@@ -120,6 +120,10 @@ def test_a_restarted_worker_runs_its_setup_again(engine):
     fake_restart(engine, victim)
     engine.gather(workers.sample())
     assert workers.foreach_worker(Tag.read, local=False) == [None, "set up"]
+    victim.call("apply", Tag(None))  # re-created again, and seen first by a weight sync
+    fake_restart(engine, victim)
+    workers.sync_weights()
+    assert workers.foreach_worker(Tag.read, local=False) == [None, "set up"]
     with pytest.raises(ValueError, match="not a remote worker"):
         workers.set_worker_setup(object(), Tag("x"))
     workers.stop()
