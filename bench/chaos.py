@@ -110,8 +110,8 @@ def run(name: str, spec: dict, seed: int, kill_after: int | None, gap: float) ->
             wall = time.perf_counter() - start
             if killer:
                 killer.thread.join(timeout=gap * 3 + 30)
-            done = killer.kills if killer else []
-            untils = [k["at"] for k in done[1:]] + [float("inf")]
+            done = list(killer.kills) if killer else []
+            untils = [k["at"] for k in done[1:]] + [float("inf")] * bool(done)
             kills = [
                 summarize(k, u, ends, in_flight_steps(algo))
                 for k, u in zip(done, untils, strict=True)
