@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import dask
 import psutil
@@ -61,6 +62,11 @@ def local_settings() -> dict:
         # overruns are still seen.
         "distributed.admin.tick.interval": "500ms",
         "distributed.worker.memory.monitor-interval": "500ms",
+        # Each server (the scheduler and the nannies in the driver, each worker) keeps
+        # a history of its CPU, memory and I/O for the dashboard, a sample every 500 ms,
+        # by default up to an hour: it grew about 0.3 MB per 10 minutes per server for
+        # that hour, which a memory soak cannot tell from a leak. Two minutes of it.
+        "distributed.admin.system-monitor.log-length": 240,
     }
 
 
@@ -94,14 +100,17 @@ def start_local(
     # Task errors reach the caller as exceptions; the worker logs need not repeat them.
     cluster_kwargs.setdefault("silence_logs", logging.CRITICAL)
     with dask.config.set(local_settings()):
-        cluster = LocalCluster(
-            n_workers=0 if per_worker else n_workers,
-            threads_per_worker=threads,
-            processes=True,
-            memory_limit=memory,
-            resources=None if per_worker else declared(resources),
-            **cluster_kwargs,
-        )
+        try:
+            cluster = LocalCluster(
+                n_workers=0 if per_worker else n_workers,
+                threads_per_worker=threads,
+                processes=True,
+                memory_limit=memory,
+                resources=None if per_worker else declared(resources),
+                **cluster_kwargs,
+            )
+        except RuntimeError as exc:
+            raise EngineError(workers_did_not_start(exc)) from exc
         try:
             if per_worker:
                 for i, extra in enumerate(per_worker):
@@ -121,3 +130,16 @@ def start_local(
             cluster.close()
             raise
     return cluster, client
+
+
+def workers_did_not_start(exc: BaseException) -> str:
+    """Why worker processes may not have started, and the usual cure."""
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    hint = (
+        f"; worker processes start by importing {script} again (spawn): if it starts the "
+        'engine at import, put that code under `if __name__ == "__main__":`'
+        if script
+        else ""
+    )
+    return f"the embedded cluster's worker processes did not start ({exc}){hint}"

@@ -162,3 +162,16 @@ def test_current_engine_in_the_driver(engine):
 
 def test_nested_engines_hear_worker_events(engine):
     assert engine.submit(tasks.nested_engine_hears_worker_events).result(timeout=30)
+
+
+def test_a_script_without_a_main_guard_is_told_why_workers_did_not_start(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "no_guard.py"
+    script.write_text("import hrl_tasks\nhrl_tasks.Engine.local(n_workers=1).close()\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)  # fmt: skip
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert "did not start" in last and 'if __name__ == "__main__":' in last, run.stderr[-2000:]
