@@ -1,0 +1,230 @@
+"""Memory soak: resident memory of the driver and of every worker process over a long run.
+
+Runs ``hrl-tasks train ALGO --env CartPole-v1 --stop-time SECONDS --no-progress
+--out TMPDIR`` on the embedded cluster, as a user would (``python -m
+hrl_tasks.cli``, the console script's entry point, with this checkout first on
+``PYTHONPATH``), and samples from outside the resident set size (RSS) of the
+driver and of each of its descendant processes (the Dask worker processes)
+every ``--interval`` seconds. The training time (``--stop-time``) is set to the
+whole run, so the driver still trains when sampling stops; it is then
+interrupted (its ``KeyboardInterrupt`` path stops the cluster), and the final
+learning-curve plot, which would add its own memory, is never drawn.
+
+Per process, the slope of a linear fit of RSS against time over the samples
+after the warm-up, in MB per 10 minutes. Target: every slope <= 1 MB per 10
+minutes. Prints one JSON line per algorithm: the slopes, RSS at the end of the
+warm-up and at the end, and the iterations and env steps trained. With
+``--plot``, RSS over time per process, one panel per algorithm.
+
+    python bench/soak.py [--algorithm ppo|impala|both] [--minutes 30] [--warmup-minutes 5] \
+        [--interval 10] [--plot docs/images/soak.png]
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_MB_PER_10_MIN = 1.0
+STOP_GRACE_S = 60  # for the interrupted driver to stop its cluster
+
+
+def launch(algorithm: str, seconds: float, out: Path) -> subprocess.Popen:
+    """The driver process: ``hrl-tasks train`` with its output in ``out/driver.log``."""
+    cmd = [
+        sys.executable, "-m", "hrl_tasks.cli", "train", algorithm, "--env", "CartPole-v1",
+        "--stop-time", str(seconds), "--no-progress", "--out", str(out),
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    log = (out / "driver.log").open("w")
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out)
+
+
+def role(proc: psutil.Process) -> str:
+    """What a descendant of the driver is, from its command line."""
+    try:
+        cmdline = " ".join(proc.cmdline())
+    except psutil.Error:
+        return "gone"
+    if "resource_tracker" in cmdline:
+        return "resource-tracker"
+    if "spawn_main" in cmdline or "forkserver" in cmdline:
+        return "worker"
+    return proc.name()
+
+
+def sample(driver: psutil.Process, series: dict, t: float) -> None:
+    """Append ``(t, RSS in MB)`` to the series of the driver and of each descendant."""
+    try:
+        procs = [driver, *driver.children(recursive=True)]
+    except psutil.Error:
+        return
+    for proc in procs:
+        try:
+            rss = proc.memory_info().rss / 2**20
+        except psutil.Error:
+            continue
+        if proc.pid not in series:
+            kind = "driver" if proc is driver else role(proc)
+            n = sum(1 for s in series.values() if s["role"] == kind)
+            name = kind if kind == "driver" else f"{kind}-{n + 1}"
+            series[proc.pid] = {"role": kind, "name": name, "t": [], "rss": []}
+        series[proc.pid]["t"].append(t)
+        series[proc.pid]["rss"].append(rss)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Interrupt the driver (it stops its cluster), then end whatever of it is left."""
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        family = []
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(STOP_GRACE_S)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for child in family:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+def progress(out: Path) -> dict:
+    """Iterations and env steps of the last line of ``metrics.jsonl``."""
+    path = out / "metrics.jsonl"
+    last = None
+    if path.exists():
+        with path.open() as f:
+            for line in f:
+                if line.strip():
+                    last = line
+    if last is None:
+        return {"iterations": 0, "env_steps": 0}
+    metrics = json.loads(last)
+    return {"iterations": metrics["iteration"], "env_steps": metrics["env_steps_sampled"]}
+
+
+def slope_per_10_min(t_s: list, rss_mb: list) -> float | None:
+    """MB per 10 minutes of a least-squares line through the samples."""
+    if len(t_s) < 3:
+        return None
+    return float(np.polyfit(np.asarray(t_s) / 600.0, np.asarray(rss_mb), 1)[0])
+
+
+def soak(algorithm: str, minutes: float, warmup_minutes: float, interval: float) -> dict:
+    """One run; returns its figures and the sampled series."""
+    seconds = minutes * 60
+    with tempfile.TemporaryDirectory(prefix=f"soak-{algorithm}-") as tmp:
+        out = Path(tmp)
+        proc = launch(algorithm, seconds, out)
+        driver = psutil.Process(proc.pid)
+        series: dict = {}
+        start = time.monotonic()
+        try:
+            while (t := time.monotonic() - start) < seconds and proc.poll() is None:
+                sample(driver, series, t)
+                time.sleep(max(0.0, interval - (time.monotonic() - start - t)))
+            exited = proc.poll()
+            done = progress(out)
+        finally:
+            stop(proc)
+        if exited is not None:
+            tail = (out / "driver.log").read_text()[-2000:]
+            raise RuntimeError(f"{algorithm}: the driver exited early ({exited}):\n{tail}")
+    warmup_s = warmup_minutes * 60
+    processes = {}
+    for s in series.values():
+        kept = [(t, r) for t, r in zip(s["t"], s["rss"], strict=True) if t >= warmup_s]
+        t_kept, rss_kept = zip(*kept, strict=True) if kept else ((), ())
+        slope = slope_per_10_min(t_kept, rss_kept)
+        processes[s["name"]] = {
+            "slope_mb_per_10_min": None if slope is None else round(slope, 2),
+            "rss_mb_after_warmup": round(rss_kept[0], 1) if kept else None,
+            "rss_mb_end": round(s["rss"][-1], 1),
+            "rss_mb_first": round(s["rss"][0], 1),
+            "samples_fitted": len(kept),
+        }
+    slopes = [p["slope_mb_per_10_min"] for p in processes.values()]
+    slopes = [s for s in slopes if s is not None]
+    figures = {
+        "bench": "soak",
+        "algorithm": algorithm,
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "minutes": minutes,
+        "warmup_minutes": warmup_minutes,
+        "interval_s": interval,
+        **done,
+        "target_mb_per_10_min": TARGET_MB_PER_10_MIN,
+        "max_slope_mb_per_10_min": max(slopes) if slopes else None,
+        "within_target": bool(slopes) and max(slopes) <= TARGET_MB_PER_10_MIN,
+        "processes": processes,
+    }
+    return {"figures": figures, "series": series}
+
+
+def plot(runs: dict, warmup_minutes: float, path: Path) -> None:
+    """RSS over time per process, one panel per algorithm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 4.2), squeeze=False)
+    for ax, (algorithm, run) in zip(axes[0], runs.items(), strict=True):
+        for s in run["series"].values():
+            slope = run["figures"]["processes"][s["name"]]["slope_mb_per_10_min"]
+            label = s["name"] if slope is None else f"{s['name']} ({slope:+.2f} MB/10 min)"
+            ax.plot(np.asarray(s["t"]) / 60, s["rss"], label=label)
+        ax.axvline(warmup_minutes, color="grey", linestyle=":", label="end of warm-up")
+        ax.set_title(f"{algorithm} on CartPole-v1, {run['figures']['iterations']} iterations")
+        ax.set_xlabel("minutes")
+        ax.set_ylabel("RSS (MB)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--algorithm", choices=["ppo", "impala", "both"], default="both")
+    parser.add_argument("--minutes", type=float, default=30, help="length of each run")
+    parser.add_argument(
+        "--warmup-minutes", type=float, default=5, help="samples before this are not fitted"
+    )
+    parser.add_argument("--interval", type=float, default=10, help="seconds between samples")
+    parser.add_argument("--plot", type=Path, help="write RSS over time here (PNG)")
+    args = parser.parse_args()
+    if args.warmup_minutes >= args.minutes:
+        parser.error("--warmup-minutes must be less than --minutes")
+    algorithms = ["ppo", "impala"] if args.algorithm == "both" else [args.algorithm]
+    runs = {}
+    for algorithm in algorithms:  # one after the other: one training process at a time
+        runs[algorithm] = soak(algorithm, args.minutes, args.warmup_minutes, args.interval)
+        print(json.dumps(runs[algorithm]["figures"]), flush=True)
+    if args.plot is not None:
+        plot(runs, args.warmup_minutes, args.plot)
+
+
+if __name__ == "__main__":
+    main()
