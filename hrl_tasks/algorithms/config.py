@@ -152,9 +152,12 @@ def check_type(owner: str, key: str, value: Any, hint: Any) -> Any:
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             try:
-                return float(value)
+                as_float = float(value)
             except OverflowError:  # an int beyond the largest float
                 raise _wrong(owner, key, value, hint) from None
+            if as_float != value:  # an int that a float cannot hold exactly
+                raise _wrong(owner, key, value, hint)
+            return as_float
         raise _wrong(owner, key, value, hint)
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):

@@ -230,3 +230,8 @@ def test_cli_keys_show_the_bounds(capsys):
 
 def _child_pids() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def test_an_int_that_a_float_cannot_hold_exactly_is_refused():
+    with pytest.raises(ConfigError, match="PPOConfig.lr must be float"):
+        PPOConfig.from_dict(lr=2**63 - 1)
