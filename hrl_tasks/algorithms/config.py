@@ -155,7 +155,7 @@ def check_type(owner: str, key: str, value: Any, hint: Any) -> Any:
                 as_float = float(value)
             except OverflowError:  # an int beyond the largest float
                 raise _wrong(owner, key, value, hint) from None
-            if as_float != value:  # an int that a float cannot hold exactly
+            if isinstance(value, int) and as_float != value:  # a float cannot hold it exactly
                 raise _wrong(owner, key, value, hint)
             return as_float
         raise _wrong(owner, key, value, hint)
