@@ -58,6 +58,7 @@ FIFO = "0 ms"
 LINGER_S = 0.1  # how long a result's future is held after it is handed out
 FETCH_CHECK_S = 0.5  # how often a fetch of a stateful call's result checks it still exists
 SCHEDULER_CHECK_S = 0.25  # how often the client's link to the scheduler is looked at
+PLACE_TRIES, PLACE_RETRY_S = 5, 0.2  # engine.put to a worker that just died: tries, back-off
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
 
 
@@ -596,9 +597,16 @@ class DaskBackend(BackendRecords):
 
         The value stays here too while its ref is held: if the worker holding it
         dies, it is sent again (see :class:`~hrl_tasks.scheduler.events.Resend`)."""
-        if self.lost is not None:
-            raise self.lost
-        (future,) = self.client.scatter([value], hash=False)  # a list: not a dict's items
+        for attempt in range(PLACE_TRIES):
+            if self.lost is not None:
+                raise self.lost
+            try:
+                (future,) = self.client.scatter([value], hash=False)  # a list: not a dict's items
+                break
+            except OSError:  # sent to a worker that just died: the scheduler drops it soon
+                if attempt == PLACE_TRIES - 1:
+                    raise
+                time.sleep(PLACE_RETRY_S * (attempt + 1))
         self.put_values[task_id], self.put_futures[task_id] = value, future
         return future
 
