@@ -116,7 +116,6 @@ def test_the_command_line_ends_clearly_when_the_scheduler_dies(external_cluster,
             if line.startswith("iter=3 "):
                 break
         external_cluster.scheduler.kill()
-        start = time.monotonic()
         _, err = run.communicate(timeout=90)  # the engine raises in a second; exit takes longer
     finally:
         run.kill()
