@@ -12,12 +12,15 @@ learning-curve plot, which would add its own memory, is never drawn.
 
 Per process, the slope of a linear fit of RSS against time over the samples
 after the warm-up, in MB per 10 minutes. Target: every slope <= 1 MB per 10
-minutes. Prints one JSON line per algorithm: the slopes, RSS at the end of the
-warm-up and at the end, and the iterations and env steps trained. With
-``--plot``, RSS over time per process, one panel per algorithm.
+minutes. Prints one JSON line per algorithm: the slopes (and the slope over the
+second half of the fitted samples, which tells a one-off step, such as a table
+that doubled once, from steady growth), RSS at the end of the warm-up and at the
+end, the iterations and env steps trained, and what the run wrote to disk
+(checkpoints every 10 iterations). With ``--plot``, RSS over time per process,
+one column per algorithm; with ``--samples``, every sample as JSON.
 
     python bench/soak.py [--algorithm ppo|impala|both] [--minutes 30] [--warmup-minutes 5] \
-        [--interval 10] [--plot docs/images/soak.png]
+        [--interval 10] [--plot docs/images/soak.png] [--samples soak.json]
 """
 
 import argparse
@@ -142,6 +145,9 @@ def soak(algorithm: str, minutes: float, warmup_minutes: float, interval: float)
                 time.sleep(max(0.0, interval - (time.monotonic() - start - t)))
             exited = proc.poll()
             done = progress(out)
+            written = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+            done["out_dir_mb"] = round(written / 2**20, 1)
+            done["checkpoints"] = len(list((out / "checkpoints").glob("*.hrl")))
         finally:
             stop(proc)
         if exited is not None:
@@ -153,8 +159,11 @@ def soak(algorithm: str, minutes: float, warmup_minutes: float, interval: float)
         kept = [(t, r) for t, r in zip(s["t"], s["rss"], strict=True) if t >= warmup_s]
         t_kept, rss_kept = zip(*kept, strict=True) if kept else ((), ())
         slope = slope_per_10_min(t_kept, rss_kept)
+        half = len(kept) // 2
+        late = slope_per_10_min(t_kept[half:], rss_kept[half:])
         processes[s["name"]] = {
             "slope_mb_per_10_min": None if slope is None else round(slope, 2),
+            "slope_last_half": None if late is None else round(late, 2),
             "rss_mb_after_warmup": round(rss_kept[0], 1) if kept else None,
             "rss_mb_end": round(s["rss"][-1], 1),
             "rss_mb_first": round(s["rss"][0], 1),
@@ -180,23 +189,35 @@ def soak(algorithm: str, minutes: float, warmup_minutes: float, interval: float)
 
 
 def plot(runs: dict, warmup_minutes: float, path: Path) -> None:
-    """RSS over time per process, one panel per algorithm."""
+    """RSS over time per process, one column per algorithm: the RSS itself above, its
+    change since the end of the warm-up below (where a slope of 1 MB per 10 minutes shows)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 4.2), squeeze=False)
-    for ax, (algorithm, run) in zip(axes[0], runs.items(), strict=True):
+    fig, axes = plt.subplots(
+        2, len(runs), figsize=(6.5 * len(runs), 7.5), squeeze=False, sharex="col"
+    )
+    for column, (algorithm, run) in enumerate(runs.items()):
+        top, bottom = axes[0][column], axes[1][column]
         for s in run["series"].values():
-            slope = run["figures"]["processes"][s["name"]]["slope_mb_per_10_min"]
+            found = run["figures"]["processes"][s["name"]]
+            slope, base = found["slope_mb_per_10_min"], found["rss_mb_after_warmup"]
             label = s["name"] if slope is None else f"{s['name']} ({slope:+.2f} MB/10 min)"
-            ax.plot(np.asarray(s["t"]) / 60, s["rss"], label=label)
-        ax.axvline(warmup_minutes, color="grey", linestyle=":", label="end of warm-up")
-        ax.set_title(f"{algorithm} on CartPole-v1, {run['figures']['iterations']} iterations")
-        ax.set_xlabel("minutes")
-        ax.set_ylabel("RSS (MB)")
-        ax.legend(fontsize=8)
+            minutes = np.asarray(s["t"]) / 60
+            (line,) = top.plot(minutes, s["rss"], label=label)
+            if base is not None:
+                after = minutes >= warmup_minutes
+                rss = np.asarray(s["rss"])
+                bottom.plot(minutes[after], rss[after] - base, color=line.get_color())
+        for ax in (top, bottom):
+            ax.axvline(warmup_minutes, color="grey", linestyle=":")
+        top.set_title(f"{algorithm} on CartPole-v1, {run['figures']['iterations']} iterations")
+        top.set_ylabel("RSS (MB)")
+        top.legend(fontsize=8)
+        bottom.set_ylabel("change since the end of the warm-up (MB)")
+        bottom.set_xlabel("minutes (dotted: end of the warm-up)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -214,6 +235,7 @@ def main():
     )
     parser.add_argument("--interval", type=float, default=10, help="seconds between samples")
     parser.add_argument("--plot", type=Path, help="write RSS over time here (PNG)")
+    parser.add_argument("--samples", type=Path, help="write every sample here (JSON)")
     args = parser.parse_args()
     if args.warmup_minutes >= args.minutes:
         parser.error("--warmup-minutes must be less than --minutes")
@@ -224,6 +246,14 @@ def main():
         print(json.dumps(runs[algorithm]["figures"]), flush=True)
     if args.plot is not None:
         plot(runs, args.warmup_minutes, args.plot)
+    if args.samples is not None:
+        samples = {
+            algorithm: {
+                s["name"]: {"t_s": s["t"], "rss_mb": s["rss"]} for s in run["series"].values()
+            }
+            for algorithm, run in runs.items()
+        }
+        args.samples.write_text(json.dumps(samples))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,12 @@ def local_settings() -> dict:
         # by default up to an hour: it grew about 0.3 MB per 10 minutes per server for
         # that hour, which a memory soak cannot tell from a leak. Two minutes of it.
         "distributed.admin.system-monitor.log-length": 240,
+        # Dask's logs for its own debugging (transitions, each event topic, the last
+        # messages of each batched stream) keep 1,000 entries each. The messages of
+        # scheduled calls carry their arguments, such as weights: the driver held
+        # about 40 MB more for them with PPO's calls made through the scheduler, and
+        # a quiet stream takes hours to fill its log. 100 entries each.
+        "distributed.admin.low-level-log-length": 100,
     }
 
 

@@ -72,6 +72,10 @@ from hrl_tasks.scheduler.stats import EngineStats
 PENDING, FINISHED, FAILED, CANCELLED = "pending", "finished", "failed", "cancelled"
 SPECULATION_TICK_S = 0.02
 SWEEP_TICK_S = 1.0
+# A task's event reaches the state machine within one pass of the event loop after its
+# ref exists, so a release still unmatched this long after was of a task already
+# forgotten: a creation or destruction (internal, dropped once it ended) whose ref went later.
+RELEASED_EARLY_S = 60.0
 # Once the scheduler is lost these fail at once: they would need it to run.
 NEEDS_SCHEDULER = (ev.SubmitTask, ev.CallObject, ev.CreateObject)
 
@@ -188,7 +192,7 @@ class EngineState:
         self.waiters: dict[str, set] = {}  # input task id -> tasks waiting for it to settle
         self.tick_at: float | None = None  # when the next Tick is due, if one is
         self.swept_at = -1e9
-        self.released_early: set = set()  # refs dropped before their task reached here
+        self.released_early: dict[str, float] = {}  # refs dropped before their task came -> when
         self.scheduler_lost: SchedulerLostError | None = None  # then nothing runs any more
         self._keys = itertools.count()
         self._out: list = []
@@ -220,8 +224,7 @@ class EngineState:
 
     def _add(self, task: Task) -> Task:
         self.tasks[task.task_id] = task
-        if task.task_id in self.released_early:
-            self.released_early.discard(task.task_id)
+        if self.released_early.pop(task.task_id, None) is not None:
             task.released = True
         return task
 
@@ -460,11 +463,20 @@ class EngineState:
         for task_id in e.task_ids:
             task = self.tasks.get(task_id)
             if task is None:  # its event is still on its way (refs travel apart from events)
-                self.released_early.add(task_id)
+                self.released_early.setdefault(task_id, self.now)
                 continue
             task.released = True
             if task.status != PENDING and task_id not in self.waiters:
                 del self.tasks[task_id]
+        self._forget_stale_releases()
+
+    def _forget_stale_releases(self) -> None:
+        """Drop early releases older than ``RELEASED_EARLY_S`` (oldest first: dict order)."""
+        horizon = self.now - RELEASED_EARLY_S
+        for task_id, at in list(self.released_early.items()):
+            if at >= horizon:
+                break
+            del self.released_early[task_id]
 
     def _attempt_failed(self, task: Task, attempt: Attempt, error, worker_lost: bool) -> None:
         # An input that was being retried (or backed up) when this attempt started

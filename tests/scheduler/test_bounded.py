@@ -1,0 +1,89 @@
+"""What the engine keeps stays bounded over a long run: many events, the same sizes.
+
+The state machine is fed the events of thousands of rounds on a fake clock and
+its containers are measured after each; the embedded cluster's settings bound
+Dask's own histories.
+"""
+
+from hrl_tasks.scheduler import events as ev
+from hrl_tasks.scheduler.clusters import local_settings
+from hrl_tasks.scheduler.speculation import SpeculationPolicy
+from hrl_tasks.scheduler.state import RELEASED_EARLY_S, EngineState
+
+WORKERS = {"a": (1, {"CPU": 1.0}), "b": (1, {"CPU": 1.0})}
+ROUNDS = 2000
+SPECULATIVE = SpeculationPolicy()  # as PPO's sample calls
+
+
+def make_state() -> EngineState:
+    state = EngineState("p")
+    state.handle(ev.WorkersSeen(dict(WORKERS)))
+    return state
+
+
+def sizes(state: EngineState) -> dict:
+    spec = state.spec
+    found = {
+        "tasks": len(state.tasks),
+        "attempts": len(state.attempts),
+        "objects": len(state.objects),
+        "waiters": len(state.waiters),
+        "released_early": len(state.released_early),
+        "spec": sum(map(len, (spec.running, spec.busy, spec.reserved, spec.losers, spec.live))),
+        "durations": sum(len(w.values) for w in state.stats.durations.values()),
+    }
+    for obj in state.objects.values():
+        found[obj.obj_id] = len(obj.calls) + len(obj.snapshots) + len(obj.held) + len(obj.queued)
+    return found
+
+
+def create(state, obj_id, task_id, now):
+    state.handle(ev.CreateObject(obj_id, task_id, "Worker", "Worker"), now=now)
+    done = ev.AttemptDone(task_id, "finished", value={"has_state": False, "thread_safe": False})
+    state.handle(done, now=now)
+
+
+def test_rounds_of_speculative_direct_calls_leave_the_state_as_they_found_it():
+    state = make_state()
+    create(state, "o1", "c1", now=0.0)
+    create(state, "o2", "c2", now=0.0)
+    state.handle(ev.FormGroup(("o1", "o2")), ev.Released(("c1", "c2")), now=0.0)
+    history = []
+    for i in range(ROUNDS):
+        now = i * 0.1
+        calls = [f"s{i}-1", f"s{i}-2"]
+        state.handle(
+            ev.CallObject(calls[0], "o1", "sample", direct=True, speculation=SPECULATIVE),
+            ev.CallObject(calls[1], "o2", "sample", direct=True, speculation=SPECULATIVE),
+            now=now,
+        )
+        state.handle(ev.Tick(), now=now + 0.02)
+        for key, worker in zip(calls, ("a", "b"), strict=True):
+            state.handle(ev.Started(key, worker, 0.0), now=now + 0.01)
+            state.handle(ev.Ended(key, "Worker.sample", worker, 0.05, 0.0), now=now + 0.06)
+            state.handle(ev.AttemptDone(key, "finished"), now=now + 0.06)
+        state.handle(ev.Released(tuple(calls)), now=now + 0.07)
+        history.append(sizes(state))
+    assert history[-1] == history[ROUNDS // 2]
+    assert history[-1]["tasks"] == 0 and history[-1]["durations"] <= 1000
+
+
+def test_refs_of_internal_tasks_dropped_after_they_ended_are_forgotten():
+    # A creation or a destruction is forgotten as soon as it ends; its ref may be
+    # dropped later. Objects made and killed one after another, for hours.
+    state = make_state()
+    for i in range(ROUNDS):
+        now = i * 1.0
+        create(state, f"o{i}", f"c{i}", now)
+        state.handle(ev.KillObject(f"o{i}", f"d{i}"), now=now)
+        state.handle(ev.AttemptDone(f"d{i}", "finished"), now=now)
+        state.handle(ev.Released((f"c{i}", f"d{i}")), now=now + 0.5)
+    assert not state.tasks and not state.objects
+    assert len(state.released_early) <= 2 * (RELEASED_EARLY_S + 1)
+
+
+def test_the_embedded_cluster_bounds_dasks_histories():
+    settings = local_settings()
+    # a sample every 500 ms: two minutes of the dashboard's system history
+    assert settings["distributed.admin.system-monitor.log-length"] <= 240
+    assert settings["distributed.admin.low-level-log-length"] <= 100
