@@ -164,6 +164,10 @@ def test_nested_engines_hear_worker_events(engine):
     assert engine.submit(tasks.nested_engine_hears_worker_events).result(timeout=30)
 
 
+@pytest.mark.skipif(
+    tuple(int(x) for x in __import__("distributed").__version__.split(".")[:2]) < (2024, 12),
+    reason="distributed 2024.8's LocalCluster waits for ever for such workers instead of failing",
+)
 def test_a_script_without_a_main_guard_is_told_why_workers_did_not_start(tmp_path):
     import subprocess
     import sys
