@@ -29,6 +29,14 @@ def train(algorithm: str, env: str, stop=None, engine=None, callback=None, **con
     return train_algorithm(algorithm, env, stop=stop, engine=engine, callback=callback, **config)
 
 
+def load(path, *, train: bool = False, engine=None, env=None):
+    """Restore any algorithm from a checkpoint or run directory, ready to act (no cluster
+    unless ``train``); see :func:`hrl_tasks.algorithms.load`."""
+    from hrl_tasks.algorithms import load as load_algorithm
+
+    return load_algorithm(path, train=train, engine=engine, env=env)
+
+
 __all__ = [
     "Engine",
     "EngineError",
@@ -45,6 +53,7 @@ __all__ = [
     "WorkerLostError",
     "__version__",
     "current_engine",
+    "load",
     "task_context",
     "train",
     "worker_local",

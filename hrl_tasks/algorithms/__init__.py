@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from hrl_tasks.algorithms.a3c import A3C, A3CConfig
 from hrl_tasks.algorithms.algorithm import Algorithm, CheckpointError
 from hrl_tasks.algorithms.apex import ApeX, ApeXConfig
+from hrl_tasks.algorithms.checkpoint import read_checkpoint
 from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
 from hrl_tasks.algorithms.dqn import DQN, DQNConfig
 from hrl_tasks.algorithms.es import ES, ESConfig
@@ -75,6 +78,49 @@ def train(
             return algo, result
 
 
+def load(path: str | os.PathLike, *, train: bool = False, engine=None, env=None) -> Algorithm:
+    """Restores any algorithm from a checkpoint, ready to act.
+
+    Args:
+        path: A checkpoint file, a directory of them (the newest is taken),
+            or a run directory of ``hrl-tasks train`` (its ``checkpoints/``).
+        train: Also build the cluster side (an embedded cluster unless
+            ``engine`` is given), so that ``train()`` continues the run.
+            By default nothing is started: the algorithm only acts.
+        engine: Run on this engine (implies ``train``).
+        env: The env, when the run was made with a creator function (a
+            checkpoint keeps only its name).
+
+    Returns:
+        The algorithm; call ``compute_single_action(observation)`` on it.
+
+    Raises:
+        CheckpointError: If ``path`` holds no readable checkpoint.
+
+    Example::
+
+        algo = hrl_tasks.load("runs/ppo-CartPole-v1")
+        action = algo.compute_single_action(observation)
+    """
+    path = Path(path)
+    if path.is_dir() and (path / "checkpoints").is_dir():
+        path = path / "checkpoints"
+    state = read_checkpoint(path)
+    cls = get_algorithm(str(state.get("algorithm")))
+    config = dict(state["config"], **({} if env is None else {"env": env}))
+    if train or engine is not None:
+        algo = cls(config, engine=engine)
+        try:
+            algo.set_state(state)
+        except BaseException:
+            algo.stop()
+            raise
+        return algo
+    algo = cls.for_acting(config)
+    algo.set_acting_state(state)
+    return algo
+
+
 def stop_reached(result: Mapping, stop: Mapping[str, float]) -> bool:
     """Whether any stop condition holds for ``result``."""
     return any(result.get(key, float("-inf")) >= value for key, value in stop.items())
@@ -101,6 +147,7 @@ __all__ = [
     "PPO",
     "PPOConfig",
     "get_algorithm",
+    "load",
     "stop_reached",
     "train",
 ]

@@ -7,6 +7,9 @@ Usage::
         print(result["iteration"], result["episode_return_mean"])
     algo.save("runs/ppo/checkpoint.hrl")
     algo.stop()
+
+    algo = hrl_tasks.load("runs/ppo")  # acting needs no cluster
+    action = algo.compute_single_action(observation)
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from hrl_tasks.algorithms.checkpoint import (
 )
 from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.flow import FlowContext, LocalIterator
-from hrl_tasks.rollout import WorkerSet, make_env
-from hrl_tasks.scheduler import Engine
+from hrl_tasks.rollout import WorkerSet, env_name, make_env, require_single_agent
+from hrl_tasks.scheduler import Engine, EngineError
 
 
 class Algorithm(abc.ABC):
@@ -55,15 +58,8 @@ class Algorithm(abc.ABC):
     workers_learn = False  # rollout workers compute gradients (A3C): they need the full policy
 
     def __init__(self, config: AlgorithmConfig | Mapping | None = None, engine=None, **overrides):
-        if isinstance(config, AlgorithmConfig):
-            config = config.to_dict()
-        self.config = self.config_class.from_dict(config, **overrides)
-        if self.config.learner_threads is not None:
-            torch.set_num_threads(self.config.learner_threads)
-        probe = make_env(self.config.env, num_envs=1, env_config=self.config.env_config)
-        spaces = (probe.single_observation_space, probe.single_action_space)
-        probe.close()
-        policy = self.make_policy(*spaces)  # spaces it cannot act in fail before a cluster starts
+        self.config = self.parse_config(config, overrides)
+        policy = self.make_policy(*self.env_spaces())  # a bad env fails before a cluster starts
         self.owns_engine = engine is None
         self.engine = engine or Engine.local(
             n_workers=max(1, self.config.num_workers), threads_per_worker=self.threads_per_worker
@@ -95,6 +91,67 @@ class Algorithm(abc.ABC):
         self.iteration = 0
         self.time_total_s = 0.0
 
+    @classmethod
+    def parse_config(cls, config: AlgorithmConfig | Mapping | None, overrides: Mapping):
+        if isinstance(config, AlgorithmConfig):
+            config = config.to_dict()
+        parsed = cls.config_class.from_dict(config, **overrides)
+        if parsed.learner_threads is not None:
+            torch.set_num_threads(parsed.learner_threads)
+        return parsed
+
+    def env_spaces(self) -> tuple:
+        """The env's (observation space, action space), from one env built here.
+
+        Raises:
+            MultiAgentEnvError: for a PettingZoo env (single-agent algorithms).
+            UnknownEnvError: for an env spec that names no env.
+        """
+        require_single_agent(self.config.env, self.name)
+        probe = make_env(self.config.env, num_envs=1, env_config=self.config.env_config)
+        spaces = (probe.single_observation_space, probe.single_action_space)
+        probe.close()
+        return spaces
+
+    @classmethod
+    def for_acting(cls, config: AlgorithmConfig | Mapping | None = None, **overrides) -> Algorithm:
+        """An algorithm that only acts: its policy, and no cluster, workers or plan.
+
+        `hrl_tasks.load` makes these; `train` raises on them.
+        """
+        algo = cls.__new__(cls)
+        algo.config = cls.parse_config(config, overrides)
+        algo.acting_policy = algo.make_policy(*algo.env_spaces())
+        algo.engine, algo.workers, algo.plan, algo.owns_engine = None, None, None, False
+        algo.ctx = FlowContext(history=algo.config.metrics_smoothing_episodes)
+        algo.iteration, algo.time_total_s = 0, 0.0
+        return algo
+
+    @property
+    def acting_only(self) -> bool:
+        """Whether this algorithm was made by `for_acting` (no cluster, cannot train)."""
+        return self.workers is None
+
+    def set_acting_state(self, state: dict[str, Any]) -> None:
+        """Loads a checkpoint's policy and counters into an acting-only algorithm."""
+        self.check_algorithm(state)
+        self.load_policy_state(state["policy"])
+        self.iteration = int(state["iteration"])
+        self.time_total_s = float(state["time_total_s"])
+
+    def compute_single_action(self, observation, explore: bool = False):
+        """The action for one observation of the env (greedy unless ``explore``).
+
+        Works the same on a training algorithm and on one from `hrl_tasks.load`;
+        continuous actions are clipped to the action space.
+        """
+        actions, _ = self.policy.compute_actions(np.asarray(observation)[None], explore=explore)
+        action = actions[0]
+        space = self.policy.action_space
+        if hasattr(space, "low"):
+            return np.clip(action, space.low, space.high)
+        return action.item() if np.ndim(action) == 0 else action
+
     def num_rollout_workers(self) -> int:
         """Remote rollout workers to build; ES overrides it with 0 (its episodes are tasks)."""
         return self.config.num_workers
@@ -110,10 +167,18 @@ class Algorithm(abc.ABC):
 
     @property
     def policy(self):
+        """The learner's policy (the one that acts in `compute_single_action`)."""
+        if self.workers is None:
+            return self.acting_policy
         return self.workers.local_worker.policy
 
     def train(self) -> dict:
         """Run one iteration of the plan; returns its metrics dict."""
+        if self.acting_only:
+            raise EngineError(
+                f"this {self.name} was loaded to act, with no cluster; to train it, load it "
+                "with hrl_tasks.load(path, train=True)"
+            )
         start = time.perf_counter()
         metrics = next(self.plan)
         self.iteration += 1
@@ -151,11 +216,14 @@ class Algorithm(abc.ABC):
     # --- checkpoints -----------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
+        config = self.config.to_dict()
+        if not isinstance(config["env"], str):  # a creator function: load(path, env=creator)
+            config["env"] = env_name(config["env"])
         return {
             "format": FORMAT,
             "version": hrl_tasks.__version__,
             "algorithm": self.name,
-            "config": self.config.to_dict(),
+            "config": config,
             "iteration": self.iteration,
             "time_total_s": self.time_total_s,
             "policy": self.policy.get_state(),
@@ -163,14 +231,17 @@ class Algorithm(abc.ABC):
             "workers": self.workers.get_rng_states(),
         }
 
-    def set_state(self, state: dict[str, Any]) -> None:
+    def check_algorithm(self, state: dict[str, Any]) -> None:
         if state.get("algorithm") != self.name:
             raise CheckpointError(
                 f"this checkpoint is of {state.get('algorithm')!r}, not {self.name!r}"
             )
+
+    def load_policy_state(self, policy_state: Any) -> None:
+        """Loads the policy's state, all or nothing."""
         current = self.policy.get_state()
         try:
-            self.policy.set_state(state["policy"])
+            self.policy.set_state(policy_state)
         except (KeyError, RuntimeError, ValueError, TypeError) as exc:
             self.policy.set_state(current)  # nothing half-loaded
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
@@ -178,6 +249,10 @@ class Algorithm(abc.ABC):
                 f"the checkpoint's policy does not fit this {self.name} (was it saved with "
                 f"another config or env?): {first_line}"
             ) from exc
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.check_algorithm(state)
+        self.load_policy_state(state["policy"])
         self.ctx.restore(state["flow"])
         self.iteration = int(state["iteration"])
         self.time_total_s = float(state["time_total_s"])
@@ -186,6 +261,10 @@ class Algorithm(abc.ABC):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write a checkpoint atomically (a crash mid-write leaves the old one intact)."""
+        if self.acting_only:
+            raise EngineError(
+                f"this {self.name} was loaded to act; it has no training state to save"
+            )
         return write_checkpoint(path, self.get_state())
 
     def restore(self, path: str | os.PathLike) -> None:
@@ -208,6 +287,8 @@ class Algorithm(abc.ABC):
     def stop(self) -> None:
         """Stop the plan's threads, the rollout workers, and the embedded cluster if this
         algorithm started it."""
+        if self.acting_only:
+            return
         plan = getattr(self, "plan", None)
         if plan is not None:
             with contextlib.suppress(ValueError):  # train() runs in another thread right now

@@ -19,7 +19,7 @@ import numbers
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -32,8 +32,10 @@ class ConfigError(ValueError):
 class AlgorithmConfig:
     """What every algorithm shares. Algorithm configs add their own fields."""
 
-    env: str = "CartPole-v1"
-    """Gymnasium id (or a name registered with hrl_tasks.rollout.register_env)."""
+    env: str | Callable = "CartPole-v1"
+    """A gymnasium id, a name registered with hrl_tasks.rollout.register_env, a
+    PettingZoo name or module path (for the algorithms that play games), or a
+    function that creates the env (see hrl_tasks.rollout.env)."""
     env_config: dict = field(default_factory=dict)
     """Keyword arguments for the env's constructor."""
     num_workers: int = 2

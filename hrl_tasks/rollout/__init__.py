@@ -3,11 +3,14 @@
 from hrl_tasks.rollout.env import (
     CatchEnvErrors,
     EnvError,
+    MultiAgentEnvError,
+    PettingZooSpec,
     UnknownEnvError,
     env_creator,
     env_name,
     make_env,
     register_env,
+    require_single_agent,
     resolve_env,
 )
 from hrl_tasks.rollout.worker import RolloutWorker, derive_seed
@@ -16,6 +19,8 @@ from hrl_tasks.rollout.worker_set import WorkerSet
 __all__ = [
     "CatchEnvErrors",
     "EnvError",
+    "MultiAgentEnvError",
+    "PettingZooSpec",
     "RolloutWorker",
     "UnknownEnvError",
     "WorkerSet",
@@ -24,5 +29,6 @@ __all__ = [
     "env_name",
     "make_env",
     "register_env",
+    "require_single_agent",
     "resolve_env",
 ]

@@ -1,14 +1,21 @@
 """Creating environments: gymnasium ids, callables and registered names.
 
-An env argument is one of
+An env argument is one of (the one env-spec rule, for every algorithm and the CLI)
 
 * a gymnasium id (``"CartPole-v1"``, or ``"module:Id-v0"`` to import the
   module that registers it first);
 * a name registered with `register_env` (kept in gymnasium's own registry,
   so ``gymnasium.make(name)`` works too);
-* a callable returning a ``gymnasium.Env`` (an env class works);
+* a PettingZoo env by name (``"tictactoe_v3"``, ``"connect_four_v3"``: looked
+  up among PettingZoo's families) or by module path (``"pettingzoo.classic.tictactoe_v3"``,
+  or any module with ``env()`` or ``parallel_env()``); `resolve_env` makes it a
+  `PettingZooSpec`;
+* a callable returning an env (an env class works);
 * a ``gymnasium.envs.registration.EnvSpec`` (what `resolve_env` makes of a
   registered name, so that it can travel to other processes).
+
+Gymnasium ids win over PettingZoo names. Single-agent algorithms refuse
+PettingZoo envs with `MultiAgentEnvError`.
 
 ``env_config`` is passed as keyword arguments: to ``gymnasium.make`` for ids,
 names and specs, and to the callable otherwise. `make_env` builds a
@@ -27,8 +34,11 @@ import contextlib
 import difflib
 import functools
 import importlib
+import importlib.util
+import pkgutil
 from collections.abc import Callable, Mapping
 from copy import deepcopy
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -36,11 +46,41 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector.utils import concatenate, iterate
 
-EnvLike = str | EnvSpec | Callable[..., gym.Env]
+PETTINGZOO_FAMILIES = ("classic", "butterfly", "sisl", "atari")
+
+
+@dataclass(frozen=True)
+class PettingZooSpec:
+    """A PettingZoo env by its module: ``make()`` is its ``env()`` (AEC),
+    ``make_parallel()`` its ``parallel_env()``; both take ``env_config`` keys."""
+
+    module: str
+
+    @property
+    def name(self) -> str:
+        """The module's last part, e.g. ``tictactoe_v3``."""
+        return self.module.rpartition(".")[2]
+
+    def make(self, **config: Any):
+        return importlib.import_module(self.module).env(**config)
+
+    def make_parallel(self, **config: Any):
+        """Raises ValueError for turn-based envs, which have no ``parallel_env()``."""
+        module = importlib.import_module(self.module)
+        if not callable(getattr(module, "parallel_env", None)):
+            raise ValueError(f"{self.name!r} is turn-based: its module has no parallel_env()")
+        return module.parallel_env(**config)
+
+
+EnvLike = str | EnvSpec | PettingZooSpec | Callable[..., gym.Env]
 
 
 class UnknownEnvError(ValueError):
-    """An env id that is neither in gymnasium's registry nor registered with `register_env`."""
+    """An env spec that names no gymnasium env, registered name or PettingZoo env."""
+
+
+class MultiAgentEnvError(ValueError):
+    """A PettingZoo (multi-agent) env given to a single-agent algorithm."""
 
 
 def register_env(name: str, creator: Callable[..., gym.Env], **spec_kwargs: Any) -> None:
@@ -67,35 +107,92 @@ def resolve_env(env: EnvLike) -> EnvLike:
     """Checks an env argument and makes it portable to other processes.
 
     Args:
-        env: A gymnasium id, a registered name, an ``EnvSpec`` or a callable.
+        env: A gymnasium id, a registered name, a PettingZoo name or module
+            path, an ``EnvSpec``, a `PettingZooSpec` or a callable.
 
     Returns:
         ``env`` itself, except that a name whose entry point is a callable
         (registered with `register_env` in this process) becomes its
-        ``EnvSpec``, which pickles with the callable inside.
+        ``EnvSpec``, which pickles with the callable inside, and a PettingZoo
+        name becomes its `PettingZooSpec`.
 
     Raises:
         UnknownEnvError: If ``env`` is a string that names no env; the
             message suggests the nearest known ids.
         TypeError: If ``env`` is neither a string, a spec nor a callable.
     """
-    if isinstance(env, EnvSpec) or (callable(env) and not isinstance(env, str)):
+    if isinstance(env, EnvSpec | PettingZooSpec) or (callable(env) and not isinstance(env, str)):
         return env
     if not isinstance(env, str):
-        raise TypeError(f"env must be an id, an EnvSpec or a callable, got {env!r}")
+        raise TypeError(
+            f"env must be an id, a PettingZoo name, an EnvSpec or a callable, got {env!r}"
+        )
     env_id = env
     if ":" in env:
         module, _, env_id = env.partition(":")
         importlib.import_module(module)
+    elif env_id not in gym.registry:
+        found = find_pettingzoo(env_id)
+        if found is not None:
+            return found
     if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+        known = [*gym.registry, *pettingzoo_names()]
+        close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         raise UnknownEnvError(
-            f"unknown env id {env_id!r}{hint} (register your own with "
-            "hrl_tasks.rollout.register_env(name, creator))"
+            f"unknown env {env_id!r}{hint} (a gymnasium id, a PettingZoo env such as "
+            "'tictactoe_v3', or register your own with hrl_tasks.rollout.register_env(name, "
+            "creator))"
         )
     spec = gym.registry[env_id]
     return spec if callable(spec.entry_point) else env
+
+
+def find_pettingzoo(name: str) -> PettingZooSpec | None:
+    """The PettingZoo env ``name`` means (a module path, or a name in one of
+    PettingZoo's families), or None."""
+    candidates = [name] if "." in name else [f"pettingzoo.{f}.{name}" for f in PETTINGZOO_FAMILIES]
+    for module_name in candidates:
+        try:
+            if importlib.util.find_spec(module_name) is None:
+                continue
+        except (ImportError, ValueError):  # a parent package is missing
+            continue
+        module = importlib.import_module(module_name)
+        if callable(getattr(module, "env", None)) or callable(
+            getattr(module, "parallel_env", None)
+        ):
+            return PettingZooSpec(module_name)
+    if "." not in name and importlib.util.find_spec("pettingzoo") is None and name[-3:-1] == "_v":
+        raise UnknownEnvError(
+            f"{name!r} looks like a PettingZoo env, and PettingZoo is not installed: "
+            "pip install 'hrl_tasks[games]'"
+        )
+    return None
+
+
+def pettingzoo_names() -> list[str]:
+    """The env names in PettingZoo's families (for suggestions), without importing them."""
+    names = []
+    for family in PETTINGZOO_FAMILIES:
+        try:
+            spec = importlib.util.find_spec(f"pettingzoo.{family}")
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.submodule_search_locations:
+            found = pkgutil.iter_modules(spec.submodule_search_locations)
+            names += [m.name for m in found if m.name[-3:-1] == "_v"]
+    return names
+
+
+def require_single_agent(env: EnvLike, algorithm: str) -> None:
+    """Raises `MultiAgentEnvError` if ``env`` resolves to a PettingZoo env."""
+    resolved = resolve_env(env)
+    if isinstance(resolved, PettingZooSpec):
+        raise MultiAgentEnvError(
+            f"{algorithm} trains single-agent gymnasium envs, and {resolved.name!r} is a "
+            "PettingZoo (multi-agent) env; for turn-based games use alphazero"
+        )
 
 
 def env_creator(env: EnvLike, env_config: Mapping[str, Any] | None = None) -> Callable[[], gym.Env]:
@@ -110,6 +207,10 @@ def env_creator(env: EnvLike, env_config: Mapping[str, Any] | None = None) -> Ca
     """
     env = resolve_env(env)
     config = dict(env_config or {})
+    if isinstance(env, PettingZooSpec):
+        raise MultiAgentEnvError(
+            f"{env.name!r} is a PettingZoo (multi-agent) env; a gymnasium env is needed here"
+        )
     if isinstance(env, str | EnvSpec):
         return functools.partial(gym.make, env, **config)
     return functools.partial(_call_creator, env, config)
@@ -179,6 +280,8 @@ def env_name(env: EnvLike) -> str:
         return env
     if isinstance(env, EnvSpec):
         return env.id
+    if isinstance(env, PettingZooSpec):
+        return env.name
     return getattr(env, "__qualname__", None) or repr(env)
 
 

@@ -76,7 +76,7 @@ def test_unknown_id_fails_at_once_and_suggests_the_close_name():
     with pytest.raises(UnknownEnvError, match="CartPole-v1") as info:
         make_env("CartPol-v1")
     assert isinstance(info.value, ValueError)
-    with pytest.raises(UnknownEnvError, match="unknown env id 'NoSuchThingAtAll-v9'"):
+    with pytest.raises(UnknownEnvError, match="unknown env 'NoSuchThingAtAll-v9'"):
         make_env("NoSuchThingAtAll-v9")
 
 

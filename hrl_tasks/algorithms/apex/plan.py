@@ -145,6 +145,8 @@ class ApeX(Algorithm):
         return trained
 
     def stop(self) -> None:
+        if self.acting_only:
+            return
         self.stopping.set()
         for shard in getattr(self, "shards", []):
             shard.kill(timeout=10)

@@ -1,5 +1,7 @@
 """IMPALA's plan: asynchronous sampling feeds a learner thread; weights go back to each source."""
 
+import contextlib
+
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.impala.config import IMPALAConfig
 from hrl_tasks.algorithms.impala.learner import LearnerThread, RecordLearnerSteps, RecordSampled
@@ -38,19 +40,27 @@ class IMPALA(Algorithm):
 
     # The learner thread owns the policy while it trains: the rest waits for its lock.
 
+    def policy_lock(self):
+        return contextlib.nullcontext() if self.acting_only else self.learner.lock
+
     def evaluate(self, episodes=None):
-        with self.learner.lock:
+        with self.policy_lock():
             return super().evaluate(episodes)
 
+    def compute_single_action(self, observation, explore=False):
+        with self.policy_lock():
+            return super().compute_single_action(observation, explore)
+
     def get_state(self):
-        with self.learner.lock:
+        with self.policy_lock():
             return super().get_state()
 
     def set_state(self, state):
-        with self.learner.lock:
+        with self.policy_lock():
             super().set_state(state)
 
     def stop(self):
         """End the learner thread, then the workers (and the cluster if this algorithm started it)."""
-        self.learner.stop()
+        if not self.acting_only:
+            self.learner.stop()
         super().stop()

@@ -1,0 +1,72 @@
+"""hrl_tasks.load: any algorithm's checkpoint acts again with no cluster, or trains on."""
+
+import numpy as np
+import pytest
+
+import hrl_tasks
+from hrl_tasks.algorithms import ALGORITHMS, load
+from hrl_tasks.algorithms.checkpoint import CheckpointError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def trained_once(name: str, env: str, path):
+    """One iteration of ``name`` on the in-process engine, saved at ``path``; the
+    algorithm's greedy actions for some observations."""
+    rng = np.random.default_rng(0)
+    with hrl_tasks.SyncEngine() as engine:
+        algo = ALGORITHMS[name]({"env": env, "num_workers": 1, "seed": 0}, engine=engine)
+        try:
+            algo.train()
+            algo.save(path)
+            space = algo.policy.observation_space
+            observations = rng.uniform(-1, 1, size=(5, *space.shape)).astype(space.dtype)
+            actions = [algo.compute_single_action(obs) for obs in observations]
+        finally:
+            algo.stop()
+    return observations, actions
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_loaded_algorithm_acts_as_the_saved_one_with_no_cluster(name, tmp_path):
+    observations, actions = trained_once(name, "CartPole-v1", tmp_path / "run.hrl")
+    loaded = load(tmp_path)
+    assert loaded.acting_only and loaded.engine is None
+    assert loaded.iteration == 1
+    again = [loaded.compute_single_action(obs) for obs in observations]
+    assert again == actions
+    assert all(isinstance(a, int) and a in (0, 1) for a in again)
+    with pytest.raises(hrl_tasks.EngineError, match="loaded to act"):
+        loaded.train()
+    loaded.stop()
+
+
+def test_continuous_actions_come_back_clipped_to_the_action_space(tmp_path):
+    observations, actions = trained_once("ppo", "Pendulum-v1", tmp_path / "c.hrl")
+    loaded = hrl_tasks.load(tmp_path / "c.hrl")
+    for obs, action in zip(observations, actions, strict=True):
+        again = loaded.compute_single_action(obs)
+        np.testing.assert_array_equal(again, action)
+        assert again.shape == (1,) and -2.0 <= again[0] <= 2.0
+
+
+def test_a_run_directory_is_found_through_its_checkpoints_folder(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    observations, actions = trained_once("a2c", "CartPole-v1", tmp_path / "checkpoints" / "c.hrl")
+    assert load(tmp_path).compute_single_action(observations[0]) == actions[0]
+
+
+def test_loading_to_train_continues_the_run(tmp_path):
+    trained_once("ppo", "CartPole-v1", tmp_path / "c.hrl")
+    with hrl_tasks.SyncEngine() as engine:
+        algo = load(tmp_path, engine=engine)
+        try:
+            assert not algo.acting_only
+            assert algo.train()["iteration"] == 2
+        finally:
+            algo.stop()
+
+
+def test_a_missing_checkpoint_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="no \\*.hrl checkpoint in"):
+        load(tmp_path)
