@@ -42,13 +42,22 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument("algorithm", choices=sorted(ALGORITHMS), help="the algorithm to train")
-    train.add_argument("--env", help="gymnasium env id, e.g. CartPole-v1 (default: the config's)")
+    train.add_argument(
+        "--env",
+        help="gymnasium id (CartPole-v1), PettingZoo game (connect_four_v3) or module:Id "
+        "(default: the algorithm's)",
+    )
     train.add_argument(
         "--stop-reward", type=float, help="stop when the mean episode return reaches this"
     )
     train.add_argument("--stop-steps", type=int, help="stop after this many env steps in all")
     train.add_argument("--stop-time", type=float, help="stop after this many seconds of training")
     train.add_argument("--stop-iters", type=int, help="stop after this many iterations")
+    train.add_argument(
+        "--stop", action="append", default=[], metavar="METRIC=VALUE",
+        help="stop when any reported metric reaches VALUE, e.g. --stop win_rate/random=0.95 "
+        "(repeatable; any condition ends the run)",
+    )  # fmt: skip
     train.add_argument(
         "--out",
         type=Path,
@@ -109,13 +118,31 @@ def stop_conditions(args) -> dict:
         "iteration": args.stop_iters,
     }
     stop = {k: v for k, v in stop.items() if v is not None}
+    for item in args.stop:
+        key, sep, value = item.partition("=")
+        try:
+            stop[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key.strip():
+            raise ValueError(f"--stop needs METRIC=NUMBER, e.g. win_rate/random=0.95; got {item!r}")
     return stop or {"iteration": 100}
+
+
+def check_stop_keys(stop: dict, result: dict) -> None:
+    """Stop conditions must name metrics the algorithm reports (known after one iteration);
+    evaluation metrics may appear later, so keys with a '/' are only checked by name."""
+    unknown = [k for k in stop if k not in result and "/" not in k]
+    if unknown:
+        reported = ", ".join(sorted(k for k in result if not k.startswith("info/")))
+        raise ValueError(f"--stop {', '.join(unknown)}: not reported; the metrics are: {reported}")
 
 
 def run_train(args) -> int:
     from hrl_tasks.algorithms import get_algorithm, stop_reached
     from hrl_tasks.algorithms.algorithm import read_checkpoint
-    from hrl_tasks.plotting import plot_learning_curve, read_metrics
+    from hrl_tasks.plotting import plot_learning_curve, plot_win_rates, read_metrics
+    from hrl_tasks.rollout import env_name
     from hrl_tasks.scheduler import Engine
 
     config = config_from_args(args)
@@ -147,6 +174,7 @@ def run_train(args) -> int:
         with metrics_path.open("a") as log, progress as bar:
             while True:
                 result = algo.train()
+                check_stop_keys(stop, result)
                 log.write(json.dumps(jsonable(result)) + "\n")
                 log.flush()
                 bar.update(result)
@@ -155,15 +183,18 @@ def run_train(args) -> int:
                 if stop_reached(result, stop):
                     break
         algo.save(out / "checkpoints" / f"checkpoint-{result['iteration']:06d}.hrl")
-        plot_learning_curve(
-            {args.algorithm: read_metrics(metrics_path)},
-            out / "learning_curve.png",
-            title=f"{args.algorithm} on {algo.config.env}",
-            threshold=args.stop_reward,
-        )
+        env = env_name(algo.config.env)
+        metrics = read_metrics(metrics_path)
+        if any(key.startswith("win_rate/") for key in result):
+            plot_win_rates(metrics, out / "learning_curve.png", title=f"{args.algorithm} on {env}")
+        else:
+            plot_learning_curve(
+                {args.algorithm: metrics}, out / "learning_curve.png",
+                title=f"{args.algorithm} on {env}", threshold=args.stop_reward,
+            )  # fmt: skip
         print(
             f"done: iteration {result['iteration']}, {result['env_steps_sampled']} env steps, "
-            f"mean return {result['episode_return_mean']:.1f}, {result['time_total_s']:.1f} s; "
+            f"{headline(result)}, {result['time_total_s']:.1f} s; "
             f"curve in {out / 'learning_curve.png'}"
         )
     finally:
@@ -171,6 +202,16 @@ def run_train(args) -> int:
         if engine is not None:
             engine.close()
     return 0
+
+
+def headline(result: dict) -> str:
+    """What a line about an iteration says of its quality: the mean return, or win rates."""
+    rates = {k: v for k, v in result.items() if k.startswith("win_rate/")}
+    if rates:
+        return ", ".join(f"{k} {v:.2f}" for k, v in sorted(rates.items()))
+    if "episode_return_mean" in result:
+        return f"mean return {result['episode_return_mean']:.1f}"
+    return "no evaluation yet"
 
 
 def jsonable(value):
@@ -190,7 +231,12 @@ class Progress:
         from tqdm import tqdm
 
         self.key, total = next(
-            ((k, v) for k, v in stop.items() if k != "episode_return_mean"), (None, None)
+            (
+                (k, v)
+                for k, v in stop.items()
+                if k in ("env_steps_sampled", "time_total_s", "iteration")
+            ),
+            (None, None),
         )
         self.disabled = disabled
         self.bar = None if disabled else tqdm(total=total, unit=self._unit(), dynamic_ncols=True)
@@ -205,12 +251,8 @@ class Progress:
     def update(self, result: dict) -> None:
         steps = result["env_steps_sampled"]
         rate = (steps - self.base_steps) / max(1e-9, time.perf_counter() - self.start)
-        line = {
-            "iter": result["iteration"],
-            "steps": steps,
-            "return": f"{result['episode_return_mean']:.1f}",
-            "steps/s": f"{rate:.0f}",
-        }
+        line = {"iter": result["iteration"], "steps": steps, "score": headline(result),
+                "steps/s": f"{rate:.0f}"}  # fmt: skip
         if self.disabled:
             print("  ".join(f"{k}={v}" for k, v in line.items()), flush=True)
             return

@@ -58,3 +58,46 @@ def plot_learning_curve(
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_win_rates(metrics: Sequence[dict], path: str | Path, title: str = "") -> Path:
+    """Win rate against each evaluation opponent over training time; written to ``path``.
+
+    Args:
+        metrics: metrics dicts with ``time_total_s`` and ``win_rate/<opponent>`` keys
+            (iterations without an evaluation repeat the last one; each is drawn once).
+        path: the PNG to write.
+        title: the plot's title.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    opponents = sorted(
+        {k.partition("/")[2] for m in metrics for k in m if k.startswith("win_rate/")}
+    )
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for opponent in opponents:
+        points, last = [], None
+        for m in metrics:
+            value = (m.get(f"win_rate/{opponent}"), m.get(f"score/{opponent}"))
+            if value[0] is not None and value != last:
+                points.append((m["time_total_s"] / 60, value[0]))
+                last = value
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker=".", label=opponent)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("training time (minutes)")
+    ax.set_ylabel("win rate")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

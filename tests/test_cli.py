@@ -83,3 +83,36 @@ def test_every_algorithm_trains_from_the_command_line(tmp_path, capsys, algorith
             "--out", str(tmp_path), "--no-progress", "--set", "rollout_fragment_length=16", *sets]  # fmt: skip
     assert main(argv) == 0, capsys.readouterr().err
     assert "done: iteration 1" in capsys.readouterr().out
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_alphazero_trains_on_a_game_and_stops_on_any_metric(tmp_path, capsys):
+    out = tmp_path / "az"
+    tiny = ["--num-workers", "1", "--no-progress", "--out", str(out),
+            *[x for kv in ("games_per_iteration=2", "simulations=16", "evaluation_interval=1",
+                           "evaluation_games=2", "updates_per_iteration=2", "min_buffer_size=8")
+              for x in ("--set", kv)]]  # fmt: skip
+    argv = ["train", "alphazero", "--env", "tictactoe_v3", "--stop", "win_rate/random=0", *tiny]
+    assert main(argv) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "done: iteration 1" in printed and "win_rate/random" in printed
+    (line,) = (out / "metrics.jsonl").read_text().splitlines()
+    assert {"win_rate/random", "win_rate/minimax", "simulations_per_s"} <= set(json.loads(line))
+    assert (out / "learning_curve.png").stat().st_size > 1000
+    assert main(["train", "alphazero", "--resume", str(out), "--stop-iters", "2", *tiny]) == 0
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["train", "alphazero", "--stop", "win_rate/random"], "METRIC=NUMBER"),
+        (["train", "alphazero", "--set", "opponents=['best']"], "unknown opponent 'best'"),
+        (["train", "alphazero", "--env", "tictactoe_v2"], "did you mean 'tictactoe_v3'"),
+    ],
+)
+def test_alphazero_bad_input_exits_with_one_line(capsys, argv, says):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hrl_tasks.algorithms.a3c import A3C, A3CConfig
 from hrl_tasks.algorithms.algorithm import Algorithm, CheckpointError
+from hrl_tasks.algorithms.alphazero import AlphaZero, AlphaZeroConfig
 from hrl_tasks.algorithms.apex import ApeX, ApeXConfig
 from hrl_tasks.algorithms.checkpoint import read_checkpoint
 from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
@@ -25,6 +26,7 @@ ALGORITHMS: Mapping[str, type[Algorithm]] = {
     "impala": IMPALA,
     "es": ES,
     "apex": ApeX,
+    "alphazero": AlphaZero,
 }
 
 
@@ -49,11 +51,11 @@ def train(
     """Train until a stop condition holds; returns the algorithm (still running) and the last metrics.
 
     Args:
-        algorithm: ``"ppo"``, ``"a2c"`` or ``"a3c"``.
-        env: the gymnasium id.
-        stop: any of ``episode_return_mean`` (stop when at least this),
-            ``env_steps_sampled``, ``time_total_s``, ``iteration`` (stop when reached).
-            Default: 10 iterations.
+        algorithm: a name of ``ALGORITHMS``, e.g. ``"ppo"`` or ``"alphazero"``.
+        env: an env spec (see :mod:`hrl_tasks.rollout.env`).
+        stop: metric -> value: stop when any reported metric reaches its value,
+            e.g. ``episode_return_mean``, ``env_steps_sampled``, ``time_total_s``,
+            ``iteration``, or AlphaZero's ``win_rate/random``. Default: 10 iterations.
         engine: run on this engine instead of an embedded cluster.
         callback: called with each iteration's metrics.
         **config: the algorithm's config keys.
@@ -64,14 +66,13 @@ def train(
         algo.stop()
     """
     stop = dict(stop or {"iteration": 10})
-    known = {"episode_return_mean", "env_steps_sampled", "time_total_s", "iteration"}
-    if set(stop) - known:
-        raise ConfigError(
-            f"unknown stop keys {sorted(set(stop) - known)}; allowed: {sorted(known)}"
-        )
     algo = get_algorithm(algorithm)(dict(config, env=env), engine=engine)
     while True:
         result = algo.train()
+        unknown = [k for k in stop if k not in result and "/" not in k]
+        if unknown:
+            algo.stop()
+            raise ConfigError(f"unknown stop keys {unknown}; {algorithm} reports: {sorted(result)}")
         if callback is not None:
             callback(result)
         if stop_reached(result, stop):
@@ -129,6 +130,8 @@ def stop_reached(result: Mapping, stop: Mapping[str, float]) -> bool:
 __all__ = [
     "ALGORITHMS",
     "A2C",
+    "AlphaZero",
+    "AlphaZeroConfig",
     "A2CConfig",
     "A3C",
     "A3CConfig",

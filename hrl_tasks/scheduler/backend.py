@@ -38,7 +38,7 @@ from hrl_tasks.scheduler.errors import (
 )
 from hrl_tasks.scheduler.records import BackendRecords
 from hrl_tasks.scheduler.runtime import change_supply, run_task, schedule_unrunnable
-from hrl_tasks.scheduler.shared import Shared, direct_arguments, inline
+from hrl_tasks.scheduler.shared import Shared, direct_arguments, inline, rebuilt
 from hrl_tasks.scheduler.state import EngineState
 from hrl_tasks.scheduler.taskref import Local, TaskRef
 from hrl_tasks.scheduler.worker_objects import (
@@ -84,7 +84,7 @@ def resolve_inputs(obj, inputs: dict, futures: dict):
                 raise EngineError(f"the result of input {item.name!r} is not available")
             return found.value if isinstance(found, Local) else found
         if isinstance(item, (list, tuple, set, frozenset)):
-            return type(item)(walk(x) for x in item)
+            return rebuilt(item, [walk(x) for x in item])
         if isinstance(item, dict):
             return {k: walk(v) for k, v in item.items()}
         return item

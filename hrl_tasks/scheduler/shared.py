@@ -97,7 +97,7 @@ def direct_arguments(obj: Any, address: str) -> tuple[Any, dict[str, Any]]:
             values[item.key] = item.value
             return item.marker(address)
         if isinstance(item, (list, tuple)):
-            return type(item)(walk(x) for x in item)
+            return rebuilt(item, [walk(x) for x in item])
         if isinstance(item, dict):
             return {k: walk(v) for k, v in item.items()}
         return item
@@ -110,7 +110,7 @@ def inline(obj: Any, values: dict[str, Any]) -> Any:
     if isinstance(obj, SharedRef):
         return SharedValue(obj.key, values[obj.key])
     if isinstance(obj, (list, tuple)):
-        return type(obj)(inline(x, values) for x in obj)
+        return rebuilt(obj, [inline(x, values) for x in obj])
     if isinstance(obj, dict):
         return {k: inline(v, values) for k, v in obj.items()}
     return obj
@@ -131,7 +131,7 @@ async def resolve_shared(runtime, obj):
     if isinstance(obj, SharedRef):
         return await _fetch(runtime, obj)
     if isinstance(obj, (list, tuple)):
-        return type(obj)([await resolve_shared(runtime, x) for x in obj])
+        return rebuilt(obj, [await resolve_shared(runtime, x) for x in obj])
     if isinstance(obj, dict):
         return {k: await resolve_shared(runtime, v) for k, v in obj.items()}
     return obj
@@ -169,3 +169,10 @@ async def serve_shared(runtime, key: str) -> dict:
         runtime.shared_arrived.pop(key, None)
         return {"status": "missing"}
     return {"status": "OK", "value": to_serialize(runtime.shared[key])}
+
+
+def rebuilt(container, items: list):
+    """A list, tuple, set or named tuple like ``container`` holding ``items``."""
+    if isinstance(container, tuple) and hasattr(container, "_fields"):  # a named tuple
+        return type(container)(*items)
+    return type(container)(items)

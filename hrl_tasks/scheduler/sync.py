@@ -23,7 +23,7 @@ from hrl_tasks.scheduler.errors import ObjectStartError
 from hrl_tasks.scheduler.handles import WorkerHandle
 from hrl_tasks.scheduler.records import BackendRecords
 from hrl_tasks.scheduler.retry import RetryPolicy
-from hrl_tasks.scheduler.shared import Shared
+from hrl_tasks.scheduler.shared import Shared, rebuilt
 from hrl_tasks.scheduler.state import EngineState
 from hrl_tasks.scheduler.taskref import Local, TaskRef
 
@@ -143,7 +143,7 @@ def resolve_local(obj):
     if isinstance(obj, Shared):
         return obj.value
     if isinstance(obj, (list, tuple, set, frozenset)):
-        return type(obj)(resolve_local(x) for x in obj)
+        return rebuilt(obj, [resolve_local(x) for x in obj])
     if isinstance(obj, dict):
         return {k: resolve_local(v) for k, v in obj.items()}
     return obj

@@ -21,3 +21,16 @@ def test_nested_tasks_use_the_same_engine():
 def test_broken_factory_raises_at_creation():
     with hrl.SyncEngine() as engine, pytest.raises(hrl.ObjectStartError, match="exploded"):
         engine.create_worker(tasks.Broken)
+
+
+def test_named_tuples_reach_tasks_as_they_were_sent():
+    from typing import NamedTuple
+
+    class Point(NamedTuple):
+        x: int
+        y: tuple
+
+    with hrl.SyncEngine() as engine:
+        point = Point(1, (2, 3))
+        assert engine.submit(lambda p: p, point).result() == point
+        assert type(engine.submit(lambda p: p, [point]).result()[0]) is Point

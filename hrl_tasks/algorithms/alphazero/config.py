@@ -1,0 +1,84 @@
+"""AlphaZero's flat config: self-play, search, network, learner and evaluation keys."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
+
+
+@dataclass
+class AlphaZeroConfig(AlgorithmConfig):
+    """Every key of AlphaZero. ``num_workers`` counts the cluster's worker processes
+    (self-play games and sub-tree searches run there as tasks); the rollout keys of
+    the other algorithms are not used."""
+
+    env: str = "tictactoe_v3"
+    games_per_iteration: int = 8
+    """Self-play games per iteration, run at once as tasks."""
+    simulations: int = 100
+    """Search simulations per self-play move."""
+    evaluation_simulations: int | None = None
+    """Simulations per move in evaluation games and compute_single_action (default: simulations)."""
+    c_puct: float = 1.5
+    dirichlet_alpha: float = 1.0
+    """Root noise concentration; about 10 / (typical legal moves): 1.0 for tic-tac-toe, 1.0-1.5 for Connect Four."""
+    dirichlet_fraction: float = 0.25
+    temperature_moves: int = 4
+    """Self-play moves drawn in proportion to visit counts; later ones take the most visited."""
+    search_batch_size: int = 8
+    """Leaves per network call within one search (virtual loss in between)."""
+    split_min: int = 0
+    """Split a move's search into sub-tree tasks when its budget is at least this
+    (0: never; each game's moves are searched in its own task)."""
+    channels: int = 32
+    blocks: int = 2
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    train_batch_size: int = 256
+    updates_per_iteration: int = 40
+    """Gradient steps per iteration."""
+    buffer_size: int = 50_000
+    """Positions kept for training (each position with its symmetries)."""
+    min_buffer_size: int = 500
+    """Positions collected before the first gradient step."""
+    evaluation_interval: int = 2
+    """Iterations between evaluations against the opponents (0: never)."""
+    evaluation_games: int = 20
+    """Games per opponent and evaluation, half of them moving first."""
+    opponents: tuple[str, ...] = ("random", "minimax")
+    """Evaluation opponents: random, minimax (tic-tac-toe), alphabeta-N (Connect Four,
+    depth N), uct-N (UCT-MCTS with N random-rollout simulations)."""
+    threads_per_worker: int = 1
+    """Threads of each worker process of the embedded cluster."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "games_per_iteration": ">= 1",
+        "simulations": ">= 2",
+        "evaluation_simulations": ">= 1",
+        "c_puct": "> 0",
+        "dirichlet_alpha": "> 0",
+        "dirichlet_fraction": "[0, 1]",
+        "temperature_moves": ">= 0",
+        "search_batch_size": ">= 1",
+        "split_min": ">= 0",
+        "channels": ">= 1",
+        "blocks": ">= 0",
+        "lr": "> 0",
+        "weight_decay": ">= 0",
+        "train_batch_size": ">= 1",
+        "updates_per_iteration": ">= 0",
+        "buffer_size": ">= 1",
+        "min_buffer_size": ">= 1",
+        "evaluation_interval": ">= 0",
+        "evaluation_games": ">= 2",
+        "threads_per_worker": ">= 1",
+    }
+
+    def check(self) -> None:
+        from hrl_tasks.planning.opponents import parse_opponent
+
+        for name in self.opponents:
+            try:
+                parse_opponent(name)
+            except ValueError as exc:
+                raise ConfigError(f"AlphaZeroConfig.opponents: {exc}") from None

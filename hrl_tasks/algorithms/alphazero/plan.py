@@ -1,0 +1,308 @@
+"""AlphaZero (Silver et al. 2018) on a Dask cluster: self-play games as tasks, each move a
+(possibly nested) tree search, a replay buffer and a learner in the driver.
+
+One iteration, as the plan reads::
+
+    weights   = engine.put(network weights)                 # once per iteration
+    games     = [task(self_play_game, weights, seed) ...]   # games_per_iteration, at once
+    matches   = [task(evaluation_game, opponent, side) ...] # every evaluation_interval
+    (the next iteration's games are submitted before learning, with these weights)
+    buffer   += positions of the finished games (and their symmetries)
+    learner  : updates_per_iteration minibatch steps on the buffer
+    report   : losses, games, simulations/s, win_rate/<opponent>
+
+Self-play is one iteration behind the learner, as in asynchronous AlphaZero
+implementations, so the workers play while the driver learns. The replay
+buffer is not in checkpoints: a resumed run refills it from new games.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import torch
+
+import hrl_tasks
+from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.alphazero.config import AlphaZeroConfig
+from hrl_tasks.algorithms.alphazero.selfplay import evaluation_game, self_play_game
+from hrl_tasks.algorithms.checkpoint import FORMAT, CheckpointError
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.data.replay import ReplayBuffer
+from hrl_tasks.data.rng import generator_from_state, generator_state
+from hrl_tasks.planning.evaluator import NetworkLeaves
+from hrl_tasks.planning.games import make_game
+from hrl_tasks.planning.mcts import NetworkEvaluator, SearchConfig, search, select_action
+from hrl_tasks.planning.parallel import ParallelConfig
+from hrl_tasks.planning.symmetry import symmetries
+from hrl_tasks.policies.policy_value import PolicyValueSpec, policy_value_loss
+from hrl_tasks.policies.torch_utils import tree_to_numpy, tree_to_torch
+from hrl_tasks.scheduler import Engine, EngineError
+
+
+class AlphaZero(Algorithm):
+    """AlphaZero for PettingZoo's turn-based classic games (``tictactoe_v3``,
+    ``connect_four_v3``). Reports ``win_rate/<opponent>`` (and ``score/`` and
+    ``loss_rate/``) from its evaluations; ``episode_return_mean`` means nothing in
+    self-play and is not reported.
+    """
+
+    name = "alphazero"
+    config_class = AlphaZeroConfig
+
+    def __init__(self, config=None, engine=None, **overrides):
+        self.config = self.parse_config(config, overrides)
+        self._build_learner()
+        self.owns_engine = engine is None
+        self.engine = engine or Engine.local(
+            n_workers=max(1, self.config.num_workers),
+            threads_per_worker=self.config.threads_per_worker,
+        )
+        self.workers, self.plan = "games", None  # no rollout workers: games are tasks
+        self.buffer = ReplayBuffer(self.config.buffer_size, seed=self.config.seed)
+        self.pending: list = []
+        self.last_evaluation: dict[str, float] = {}
+
+    def _build_learner(self) -> None:
+        cfg = self.config
+        self.game = make_game(cfg.env if isinstance(cfg.env, str) else cfg.env())
+        self.spec = PolicyValueSpec(
+            tuple(self.game.observation_shape), self.game.num_actions, cfg.channels, cfg.blocks
+        )
+        if cfg.seed is not None:
+            torch.manual_seed(cfg.seed)
+        self.net = self.spec.build()
+        self.optimizer = torch.optim.AdamW(
+            self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
+        seed = secrets.randbits(62) if cfg.seed is None else cfg.seed
+        self.rng = np.random.default_rng(seed)
+        self.counters: Counter[str] = Counter()
+        self.iteration, self.time_total_s = 0, 0.0
+        self.search_config = SearchConfig(
+            simulations=cfg.simulations, c_puct=cfg.c_puct, dirichlet_alpha=cfg.dirichlet_alpha,
+            dirichlet_fraction=cfg.dirichlet_fraction, batch_size=cfg.search_batch_size,
+        )  # fmt: skip
+        self.evaluation_config = SearchConfig(
+            simulations=cfg.evaluation_simulations or cfg.simulations, c_puct=cfg.c_puct,
+            dirichlet_fraction=0.0, batch_size=cfg.search_batch_size,
+        )  # fmt: skip
+        self.parallel = ParallelConfig(split_min=cfg.split_min) if cfg.split_min > 0 else None
+
+    @classmethod
+    def for_acting(cls, config=None, **overrides) -> AlphaZero:
+        algo = cls.__new__(cls)
+        algo.config = cls.parse_config(config, overrides)
+        algo._build_learner()
+        algo.engine, algo.workers, algo.plan, algo.owns_engine = None, None, None, False
+        return algo
+
+    @property
+    def policy(self):
+        return self.net
+
+    def build_plan(self, workers, ctx):  # the iteration is `train` itself
+        raise NotImplementedError
+
+    # --- one iteration ----------------------------------------------------------------
+
+    def train(self) -> dict:
+        if self.acting_only:
+            raise EngineError(
+                "this alphazero was loaded to act, with no cluster; to train it, load it with "
+                "hrl_tasks.load(path, train=True)"
+            )
+        start = time.perf_counter()
+        cfg = self.config
+        version = self.counters["updates"]
+        leaves = NetworkLeaves(self.spec, version)
+        weights = self.engine.put(self.net.get_weights())
+        games = self.pending or self.submit_games(leaves, weights)
+        evaluate = cfg.evaluation_interval and (self.iteration + 1) % cfg.evaluation_interval == 0
+        matches = self.submit_matches(leaves, weights) if evaluate else {}
+        finished = self.engine.gather(games)
+        self.pending = self.submit_games(leaves, weights)  # played while the learner learns
+        for record in finished:
+            self.store(record)
+        losses = self.learn()
+        if matches:
+            self.last_evaluation = self.summarize_matches(matches)
+        self.iteration += 1
+        self.time_total_s += time.perf_counter() - start
+        return self.metrics(finished, losses, time.perf_counter() - start)
+
+    def submit_games(self, leaves, weights) -> list:
+        cfg = self.config
+        return [
+            self.engine.submit(self_play_game, self.game, leaves, weights, self.search_config,
+                               self.parallel, cfg.temperature_moves, int(self.rng.integers(2**62)),
+                               name="self-play", retries=3)
+            for _ in range(cfg.games_per_iteration)
+        ]  # fmt: skip
+
+    def submit_matches(self, leaves, weights) -> dict[str, list]:
+        """Evaluation games per opponent, the agent moving first in half of them."""
+        cfg = self.config
+        return {
+            opponent: [
+                self.engine.submit(evaluation_game, self.game, leaves, weights,
+                                   self.evaluation_config, opponent, k % 2,
+                                   int(self.rng.integers(2**62)), name="evaluation", retries=3)
+                for k in range(cfg.evaluation_games)
+            ]
+            for opponent in cfg.opponents
+        }  # fmt: skip
+
+    def summarize_matches(self, matches: dict[str, list]) -> dict[str, float]:
+        summary = {}
+        for opponent, refs in matches.items():
+            outcomes = np.asarray(self.engine.gather(refs))
+            summary[f"win_rate/{opponent}"] = float(np.mean(outcomes > 0))
+            summary[f"loss_rate/{opponent}"] = float(np.mean(outcomes < 0))
+            summary[f"score/{opponent}"] = float(np.mean((outcomes + 1) / 2))
+        return summary
+
+    def store(self, record: dict[str, Any]) -> None:
+        """Adds a game's positions, and their symmetric copies, to the buffer."""
+        obs, mask, policy = symmetries(self.game, record["obs"], record["mask"], record["policy"])
+        copies = len(obs) // len(record["value"])
+        value = np.tile(record["value"], copies)
+        self.buffer.add(SampleBatch({"obs": obs, "mask": mask, "policy": policy, "value": value}))
+        self.counters["games"] += 1
+        self.counters["positions"] += record["moves"]
+        self.counters["simulations"] += record["simulations"]
+        self.counters["search_s"] += record["search_s"]
+        self.counters["first_player_wins"] += int(record["returns"][0] > 0)
+        self.counters["draws"] += int(record["returns"][0] == 0)
+
+    def learn(self) -> dict[str, float]:
+        cfg = self.config
+        if len(self.buffer) < cfg.min_buffer_size:
+            return {}
+        self.net.train()
+        totals: Counter[str] = Counter()
+        for _ in range(cfg.updates_per_iteration):
+            batch = self.buffer.sample(cfg.train_batch_size)
+            loss, info = policy_value_loss(
+                self.net,
+                torch.as_tensor(batch["obs"], dtype=torch.float32),
+                torch.as_tensor(batch["mask"], dtype=torch.bool),
+                torch.as_tensor(batch["policy"]),
+                torch.as_tensor(batch["value"], dtype=torch.float32),
+            )
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            totals.update(info)
+            self.counters["updates"] += 1
+        n = max(1, cfg.updates_per_iteration)
+        return {key: value / n for key, value in totals.items()}
+
+    def metrics(self, finished: list[dict], losses: dict, seconds: float) -> dict:
+        c = self.counters
+        games = len(finished)
+        return {
+            "iteration": self.iteration,
+            "time_total_s": self.time_total_s,
+            "env_steps_sampled": c["positions"],
+            "games": c["games"],
+            "buffer_size": len(self.buffer),
+            "updates": c["updates"],
+            "self_play_games_per_s": games / max(seconds, 1e-9),
+            "simulations_per_s": c["simulations"] / max(c["search_s"], 1e-9),
+            "game_length_mean": float(np.mean([r["moves"] for r in finished])),
+            "first_player_win_rate": c["first_player_wins"] / max(1, c["games"]),
+            "draw_rate": c["draws"] / max(1, c["games"]),
+            **{f"info/{k}": v for k, v in losses.items()},
+            **self.last_evaluation,
+        }
+
+    # --- acting -----------------------------------------------------------------------
+
+    def compute_single_action(self, observation, explore: bool = False) -> int:
+        """A legal action for the player to move, from PettingZoo's observation dict
+        (``observation`` planes and ``action_mask``), by a search with the network
+        (``evaluation_simulations``; with ``explore``, drawn in proportion to visits)."""
+        state = self.game.state_from_observation(observation)
+        if self.game.is_terminal(state):
+            raise ValueError("the game in this observation is over: there is no move to make")
+        evaluate = NetworkEvaluator(self.game, self.net.predict)
+        result = search(self.game, state, evaluate, self.evaluation_config, self.rng,
+                        root_noise=False)  # fmt: skip
+        return select_action(result.visits, 1.0 if explore else 0.0, self.rng)
+
+    def evaluate(self, episodes: int | None = None) -> dict:
+        """Evaluation games now, against every opponent of the config."""
+        leaves = NetworkLeaves(self.spec, ("evaluate", self.counters["updates"]))
+        weights = self.engine.put(self.net.get_weights())
+        return self.summarize_matches(self.submit_matches(leaves, weights))
+
+    # --- checkpoints -------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": hrl_tasks.__version__,
+            "algorithm": self.name,
+            "config": self.config.to_dict(),
+            "iteration": self.iteration,
+            "time_total_s": self.time_total_s,
+            "policy": {
+                "weights": self.net.get_weights(),
+                "optimizer": tree_to_numpy(self.optimizer.state_dict()),
+            },
+            "flow": {"counters": dict(self.counters), "evaluation": self.last_evaluation},
+            "rng": generator_state(self.rng),
+        }
+
+    def load_policy_state(self, policy_state: Any) -> None:
+        current = self.net.get_weights()
+        try:
+            self.net.set_weights(policy_state["weights"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            self.net.set_weights(current)
+            raise CheckpointError(
+                f"the checkpoint's network does not fit this alphazero (saved with other "
+                f"channels, blocks or game?): {str(exc).splitlines()[0] if str(exc) else exc!r}"
+            ) from exc
+
+    def set_acting_state(self, state: dict[str, Any]) -> None:
+        self.check_algorithm(state)
+        self.load_policy_state(state["policy"])
+        self.iteration = int(state["iteration"])
+        self.time_total_s = float(state["time_total_s"])
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.set_acting_state(state)
+        optimizer = state["policy"].get("optimizer")
+        if optimizer is not None:
+            self.optimizer.load_state_dict(tree_to_torch(optimizer))
+        self.counters = Counter(state["flow"]["counters"])
+        self.last_evaluation = dict(state["flow"].get("evaluation", {}))
+        if "rng" in state:
+            self.rng = generator_from_state(state["rng"])
+        self.pending = []  # games in flight were played with the old weights
+
+    @property
+    def ctx(self):
+        return _Counters(self.counters)
+
+    def stop(self) -> None:
+        if self.acting_only:
+            return
+        for ref in self.pending:
+            ref.cancel()
+        self.pending = []
+        if self.owns_engine:
+            self.engine.close()
+
+
+class _Counters:
+    """What the command line reads of a run's progress (``ctx.counters``)."""
+
+    def __init__(self, counters: Counter):
+        self.counters = {"env_steps_sampled": counters["positions"]}

@@ -1,0 +1,106 @@
+"""What AlphaZero's tasks run: a self-play game, and an evaluation game against an opponent.
+
+Both are plain functions of picklable arguments, so the engine can retry them
+on another worker. A move's search runs in the task itself, or is split into
+sub-tree tasks (`parallel_search`) when its budget is large enough.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from hrl_tasks.planning.game import Game
+from hrl_tasks.planning.mcts import SearchConfig, search, select_action, visit_policy
+from hrl_tasks.planning.opponents import parse_opponent
+from hrl_tasks.planning.parallel import ParallelConfig, parallel_search
+
+
+def searched_move(
+    game: Game,
+    state,
+    leaves: Any,
+    weights: Any,
+    config: SearchConfig,
+    parallel: ParallelConfig | None,
+    rng: np.random.Generator,
+    root_noise: bool,
+):
+    """One move's search: in this task, or split into sub-tree tasks."""
+    if parallel is not None and config.simulations >= parallel.split_min:
+        if not root_noise:
+            config = SearchConfig(**{**config.__dict__, "dirichlet_fraction": 0.0})
+        return parallel_search(game, state, leaves, config, parallel, int(rng.integers(2**62)),
+                               weights)  # fmt: skip
+    evaluate = leaves.resolve(game, rng, weights)
+    return search(game, state, evaluate, config, rng, root_noise=root_noise)
+
+
+def self_play_game(
+    game: Game,
+    leaves: Any,
+    weights: Any,
+    config: SearchConfig,
+    parallel: ParallelConfig | None,
+    temperature_moves: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Plays one game against itself; every position with its search policy and
+    the game's outcome from the view of the player who moved there."""
+    rng = np.random.default_rng(seed)
+    if parallel is not None and isinstance(weights, dict):
+        from hrl_tasks.scheduler import current_engine
+
+        weights = current_engine().put(weights)  # once per game for its sub-tree tasks
+    state = game.initial_state()
+    observations, masks, policies, players = [], [], [], []
+    simulations, batch_sizes, start = 0, Counter(), time.perf_counter()
+    while not game.is_terminal(state):
+        result = searched_move(game, state, leaves, weights, config, parallel, rng, True)
+        observations.append(game.observation(state))
+        masks.append(game.legal_mask(state))
+        policies.append(visit_policy(result.visits))
+        players.append(game.to_play(state))
+        simulations += result.simulations
+        batch_sizes.update(result.batch_sizes)
+        temperature = 1.0 if len(players) <= temperature_moves else 0.0
+        state = game.step(state, select_action(result.visits, temperature, rng))
+    returns = np.asarray(game.returns(state), dtype=np.float32)
+    return {
+        "obs": np.stack(observations).astype(np.int8),
+        "mask": np.stack(masks),
+        "policy": np.stack(policies).astype(np.float32),
+        "value": returns[np.asarray(players)],
+        "moves": len(players),
+        "returns": returns,
+        "simulations": simulations,
+        "search_s": time.perf_counter() - start,
+        "batch_sizes": dict(batch_sizes),
+    }
+
+
+def evaluation_game(
+    game: Game,
+    leaves: Any,
+    weights: Any,
+    config: SearchConfig,
+    opponent: str,
+    agent_player: int,
+    seed: int,
+) -> float:
+    """One game of the searching agent (greedy, no root noise) against ``opponent``
+    (a name `parse_opponent` knows); returns the agent's outcome."""
+    rng = np.random.default_rng(seed)
+    rival = parse_opponent(opponent)
+    state = game.initial_state()
+    while not game.is_terminal(state):
+        if game.to_play(state) == agent_player:
+            result = searched_move(game, state, leaves, weights, config, None, rng, False)
+            action = select_action(result.visits, 0.0, rng)
+        else:
+            action = rival.act(game, state, rng)
+        state = game.step(state, action)
+    return float(game.returns(state)[agent_player])

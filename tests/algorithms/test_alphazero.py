@@ -1,0 +1,103 @@
+"""AlphaZero on tic-tac-toe: it learns to never lose to perfect play, and a loaded
+checkpoint plays PettingZoo's own env with no cluster."""
+
+import numpy as np
+import pytest
+
+import hrl_tasks
+from hrl_tasks.algorithms import AlphaZero, load
+from hrl_tasks.planning.games import TicTacToe
+from hrl_tasks.planning.opponents import MinimaxPlayer, play_match
+
+pytestmark = pytest.mark.cluster
+
+pettingzoo = pytest.importorskip("pettingzoo.classic")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """AlphaZero trained on tic-tac-toe until an evaluation shows no loss to minimax
+    and nine wins in ten against random (a short version of bench/learning.py's run)."""
+    path = tmp_path_factory.mktemp("az") / "az.hrl"
+    with hrl_tasks.Engine.local(n_workers=2, threads_per_worker=1) as engine:
+        algo = AlphaZero(
+            {"env": "tictactoe_v3", "seed": 1, "evaluation_interval": 2}, engine=engine
+        )
+        try:
+            history = []
+            for _ in range(40):
+                result = algo.train()
+                history.append(result)
+                if result.get("loss_rate/minimax") == 0 and result.get("win_rate/random", 0) >= 0.9:
+                    break
+            algo.save(path)
+        finally:
+            algo.stop()
+    return path, history
+
+
+@pytest.mark.timeout(300)
+def test_it_learns_to_draw_perfect_play(trained):
+    path, history = trained
+    last = history[-1]
+    assert last["loss_rate/minimax"] == 0 and last["win_rate/random"] >= 0.9, history[-1]
+    assert last["games"] == 8 * len(history) and last["updates"] > 0
+    # and again, outside the training loop: 50 games against minimax, both sides
+    algo = load(path)
+    game = TicTacToe()
+    agent = AgentPlayer(algo, game)
+    outcome = play_match(game, agent, MinimaxPlayer(), 50, np.random.default_rng(0))
+    assert outcome["losses"] <= 2, outcome  # the CI run is short; bench/learning.py asks 0
+
+
+class AgentPlayer:
+    """A loaded algorithm as a player: PettingZoo-style observations in, actions out."""
+
+    name = "alphazero"
+
+    def __init__(self, algo, game):
+        self.algo, self.game = algo, game
+
+    def act(self, game, state, rng):
+        observation = {"observation": game.observation(state),
+                       "action_mask": game.legal_mask(state).astype(np.int8)}  # fmt: skip
+        return self.algo.compute_single_action(observation)
+
+
+@pytest.mark.timeout(300)
+def test_a_loaded_agent_plays_pettingzoos_env_with_legal_moves_and_no_cluster(trained):
+    path, _ = trained
+    algo = hrl_tasks.load(path)
+    assert algo.acting_only and algo.engine is None
+    rng = np.random.default_rng(0)
+    for agent_index in (0, 1):
+        env = pettingzoo.tictactoe_v3.env()
+        env.reset(seed=agent_index)
+        outcome = None
+        for agent in env.agent_iter():
+            observation, reward, terminated, truncated, _ = env.last()
+            if terminated or truncated:
+                if env.possible_agents.index(agent) == agent_index:
+                    outcome = reward
+                env.step(None)
+                continue
+            if env.possible_agents.index(agent) == agent_index:
+                action = algo.compute_single_action(observation)
+                assert observation["action_mask"][action] == 1
+            else:
+                action = int(rng.choice(np.flatnonzero(observation["action_mask"])))
+            env.step(action)
+        assert outcome is not None and outcome >= 0  # random never beats it
+
+
+def test_the_checkpoint_restores_network_optimizer_and_counters(trained):
+    path, history = trained
+    with hrl_tasks.SyncEngine() as engine:
+        algo = load(path, engine=engine)
+        try:
+            state = algo.get_state()
+            assert algo.iteration == len(history)
+            assert state["flow"]["counters"]["games"] == history[-1]["games"]
+            assert state["policy"]["optimizer"]["state"]
+        finally:
+            algo.stop()
