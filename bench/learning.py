@@ -5,6 +5,12 @@ mean return of the last 20 episodes reaches the threshold or the step budget
 runs out. Writes a learning curve per run into docs/learning/ and prints one
 JSON line with env steps and wall time per run. Not part of CI.
 
+Game runs (AlphaZero) train for at most their minutes, stopping early once an
+evaluation meets the targets; then the trained agent, loaded from its
+checkpoint as a user would, plays fresh matches against each opponent (half of
+the games moving first), and the curve is the win rate against each opponent
+over training time.
+
     python bench/learning.py [--only ppo-cartpole a2c-cartpole] [--seed 0]
 """
 
@@ -60,6 +66,86 @@ RUNS = {
     ),
 }  # fmt: skip
 
+GAMES = {
+    # Never loses to perfect play in 50 games, playing first and second, within 10 minutes
+    # (the criterion of OpenSpiel's AlphaZero example).
+    "alphazero-tictactoe": dict(
+        env="tictactoe_v3", minutes=10,
+        config={"num_workers": 2, "evaluation_interval": 4, "evaluation_games": 50,
+                "opponents": ("minimax", "random")},
+        targets={"loss_rate/minimax": ("<=", 0.0)},
+        final={"minimax": 50, "random": 100},
+    ),
+    # >= 95% against random, >= 60% against UCT-MCTS with 1,000 simulations and at least
+    # half the points against depth-4 alpha-beta, within 60 minutes.
+    "alphazero-connect4": dict(
+        env="connect_four_v3", minutes=60,
+        config={"num_workers": 2, "simulations": 200, "games_per_iteration": 8,
+                "temperature_moves": 10, "channels": 64, "blocks": 3, "updates_per_iteration": 60,
+                "evaluation_interval": 10, "evaluation_games": 20,
+                "opponents": ("random", "uct-1000", "alphabeta-4")},
+        targets={"win_rate/random": (">=", 0.95), "win_rate/uct-1000": (">=", 0.6),
+                 "score/alphabeta-4": (">=", 0.5)},
+        final={"random": 100, "uct-1000": 50, "alphabeta-4": 50},
+    ),
+}  # fmt: skip
+
+
+def met(result: dict, targets: dict) -> bool:
+    """Whether every target holds in ``result`` (an iteration with an evaluation)."""
+    checks = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b}
+    return all(k in result and checks[op](result[k], v) for k, (op, v) in targets.items())
+
+
+def game_run(name: str, spec: dict, seed: int, out: Path) -> dict:
+    import numpy as np
+
+    from hrl_tasks.algorithms import AlphaZero
+    from hrl_tasks.planning.opponents import parse_opponent, play_match
+    from hrl_tasks.plotting import plot_win_rates
+
+    algo = AlphaZero({**spec["config"], "env": spec["env"], "seed": seed})
+    metrics, start = [], time.perf_counter()
+    try:
+        while time.perf_counter() - start < spec["minutes"] * 60:
+            result = algo.train()
+            metrics.append(result)
+            if met(result, spec["targets"]):
+                break
+        wall = time.perf_counter() - start
+        checkpoint = algo.save(out / f"{name}.hrl")
+    finally:
+        algo.stop()
+    agent = hrl_tasks.load(checkpoint)  # as a user would: no cluster, search with the network
+    game = agent.game
+
+    class Agent:
+        name = "alphazero"
+
+        def act(self, game, state, rng):
+            obs = {"observation": game.observation(state), "action_mask": game.legal_mask(state)}
+            return agent.compute_single_action(obs)
+
+    rng = np.random.default_rng(seed + 1)
+    final = {
+        opponent: play_match(game, Agent(), parse_opponent(opponent), games, rng)
+        for opponent, games in spec["final"].items()
+    }
+    curve = plot_win_rates(metrics, out / f"{name}.png", title=f"{name} (seed {seed})")
+    last = metrics[-1]
+    return {
+        "run": name,
+        "targets_met_in_training": met(last, spec["targets"]),
+        "training_minutes": round(wall / 60, 2),
+        "iterations": last["iteration"],
+        "self_play_games": last["games"],
+        "positions": last["env_steps_sampled"],
+        "simulations_per_s": round(last["simulations_per_s"]),
+        "last_evaluation": {k: v for k, v in last.items() if "/" in k and "info" not in k},
+        "final_matches": final,
+        "curve": str(curve),
+    }
+
 
 def run(name: str, spec: dict, seed: int, out: Path) -> dict:
     metrics = []
@@ -98,11 +184,19 @@ def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--only", nargs="+", choices=sorted(RUNS), help="runs to do (default all)")
+    parser.add_argument(
+        "--only", nargs="+", choices=sorted({**RUNS, **GAMES}),
+        help="runs to do (default all but the games)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("docs/learning"))
     args = parser.parse_args()
-    results = [run(name, RUNS[name], args.seed, args.out) for name in args.only or RUNS]
+    results = [
+        game_run(name, GAMES[name], args.seed, args.out)
+        if name in GAMES
+        else run(name, RUNS[name], args.seed, args.out)
+        for name in args.only or RUNS
+    ]
     print(
         json.dumps(
             {

@@ -55,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--stop-iters", type=int, help="stop after this many iterations")
     train.add_argument(
         "--stop", action="append", default=[], metavar="METRIC=VALUE",
-        help="stop when any reported metric reaches VALUE, e.g. --stop win_rate/random=0.95 "
-        "(repeatable; any condition ends the run)",
+        help="stop when a reported metric reaches VALUE, e.g. --stop win_rate/random=0.95, or "
+        "falls to it with <=, e.g. --stop 'loss_rate/minimax<=0' (repeatable; any condition "
+        "ends the run)",
     )  # fmt: skip
     train.add_argument(
         "--out",
@@ -119,14 +120,26 @@ def stop_conditions(args) -> dict:
     }
     stop = {k: v for k, v in stop.items() if v is not None}
     for item in args.stop:
-        key, sep, value = item.partition("=")
-        try:
-            stop[key.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep or not key.strip():
-            raise ValueError(f"--stop needs METRIC=NUMBER, e.g. win_rate/random=0.95; got {item!r}")
+        stop.update(parse_stop(item))
     return stop or {"iteration": 100}
+
+
+def parse_stop(item: str) -> dict:
+    """``win_rate/random=0.95`` or ``>=``: at least; ``loss_rate/minimax<=0``: at most."""
+    for op in ("<=", ">=", "="):
+        key, sep, value = item.partition(op)
+        if sep:
+            try:
+                number = float(value)
+            except ValueError:
+                break
+            if key.strip():
+                return {key.strip(): number if op != "<=" else ("<=", number)}
+            break
+    raise ValueError(
+        f"--stop needs METRIC=NUMBER (at least) or METRIC<=NUMBER (at most), e.g. "
+        f"win_rate/random=0.95; got {item!r}"
+    )
 
 
 def check_stop_keys(stop: dict, result: dict) -> None:

@@ -116,3 +116,18 @@ def test_alphazero_bad_input_exits_with_one_line(capsys, argv, says):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_stop_conditions_read_at_least_and_at_most():
+    from hrl_tasks.algorithms import stop_reached
+    from hrl_tasks.cli import parse_stop
+
+    assert parse_stop("win_rate/random=0.95") == {"win_rate/random": 0.95}
+    assert parse_stop("win_rate/random>=0.95") == {"win_rate/random": 0.95}
+    assert parse_stop("loss_rate/minimax<=0") == {"loss_rate/minimax": ("<=", 0.0)}
+    stop = {**parse_stop("loss_rate/minimax<=0"), "iteration": 50}
+    assert not stop_reached({"iteration": 3}, stop)  # no evaluation yet
+    assert not stop_reached({"iteration": 3, "loss_rate/minimax": 0.1}, stop)
+    assert stop_reached({"iteration": 3, "loss_rate/minimax": 0.0}, stop)
+    with pytest.raises(ValueError, match="METRIC<=NUMBER"):
+        parse_stop("loss_rate/minimax<=none")

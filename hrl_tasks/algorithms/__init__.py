@@ -55,7 +55,9 @@ def train(
         env: an env spec (see :mod:`hrl_tasks.rollout.env`).
         stop: metric -> value: stop when any reported metric reaches its value,
             e.g. ``episode_return_mean``, ``env_steps_sampled``, ``time_total_s``,
-            ``iteration``, or AlphaZero's ``win_rate/random``. Default: 10 iterations.
+            ``iteration``, or AlphaZero's ``win_rate/random``; ``("<=", x)`` instead
+            of a value stops when the metric falls to ``x`` (``loss_rate/minimax``).
+            Default: 10 iterations.
         engine: run on this engine instead of an embedded cluster.
         callback: called with each iteration's metrics.
         **config: the algorithm's config keys.
@@ -122,9 +124,16 @@ def load(path: str | os.PathLike, *, train: bool = False, engine=None, env=None)
     return algo
 
 
-def stop_reached(result: Mapping, stop: Mapping[str, float]) -> bool:
-    """Whether any stop condition holds for ``result``."""
-    return any(result.get(key, float("-inf")) >= value for key, value in stop.items())
+def stop_reached(result: Mapping, stop: Mapping[str, float | tuple[str, float]]) -> bool:
+    """Whether any stop condition holds for ``result``: a number means "at least this",
+    ``("<=", x)`` "at most x" (for losses and loss rates), ``(">=", x)`` "at least x"."""
+    for key, condition in stop.items():
+        if key not in result:
+            continue
+        op, value = condition if isinstance(condition, tuple) else (">=", condition)
+        if result[key] >= value if op == ">=" else result[key] <= value:
+            return True
+    return False
 
 
 __all__ = [

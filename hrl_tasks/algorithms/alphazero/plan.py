@@ -43,6 +43,8 @@ from hrl_tasks.policies.policy_value import PolicyValueSpec, policy_value_loss
 from hrl_tasks.policies.torch_utils import tree_to_numpy, tree_to_torch
 from hrl_tasks.scheduler import Engine, EngineError
 
+STOP_WAIT_S = 30.0  # for self-play games in flight at stop()
+
 
 class AlphaZero(Algorithm):
     """AlphaZero for PettingZoo's turn-based classic games (``tictactoe_v3``,
@@ -292,10 +294,12 @@ class AlphaZero(Algorithm):
         return _Counters(self.counters)
 
     def stop(self) -> None:
+        """Waits (a little) for the games in flight, then closes an embedded cluster:
+        a worker shut down mid-forward-pass aborts noisily."""
         if self.acting_only:
             return
-        for ref in self.pending:
-            ref.cancel()
+        if self.pending:
+            self.engine.wait(self.pending, timeout=STOP_WAIT_S)
         self.pending = []
         if self.owns_engine:
             self.engine.close()
