@@ -174,3 +174,16 @@ def test_a_split_search_finishes_with_a_legal_move_when_a_worker_is_killed(tmp_p
     action = select_action(result.visits, 0.0, np.random.default_rng(0))
     assert game.legal_mask(state)[action]
     assert result.simulations == 20000
+
+
+@pytest.mark.parametrize("mode", ["subtree", "root"])
+def test_split_and_serial_searches_agree_where_the_move_is_clear(mode):
+    game = ConnectFour()
+    block = play(game, [3, 0, 3, 0, 3])  # player 1 must block column 3
+    config = SearchConfig(simulations=1200, rule="uct", batch_size=1)
+    parallel = ParallelConfig(mode=mode, split_min=200, max_depth=2, trees=3)
+    serial = rollout_search(game, block, 1200, rule="uct", batch_size=1)
+    with hrl_tasks.SyncEngine() as engine:
+        split = parallel_search(game, block, RolloutLeaves(), config, parallel, 0, engine=engine)
+    assert int(np.argmax(serial.visits)) == int(np.argmax(split.visits)) == 3
+    assert split.q[3] > -0.5  # the block holds; the other moves lose at once
