@@ -71,7 +71,7 @@ GAMES = {
     # (the criterion of OpenSpiel's AlphaZero example).
     "alphazero-tictactoe": dict(
         env="tictactoe_v3", minutes=10,
-        config={"num_workers": 2, "evaluation_interval": 4, "evaluation_games": 50,
+        config={"num_workers": 2, "evaluation_interval": 2, "evaluation_games": 50,
                 "opponents": ("minimax", "random")},
         targets={"loss_rate/minimax": ("<=", 0.0)},
         final={"minimax": 50, "random": 100},
@@ -131,6 +131,8 @@ def game_run(name: str, spec: dict, seed: int, out: Path) -> dict:
         opponent: play_match(game, Agent(), parse_opponent(opponent), games, rng)
         for opponent, games in spec["final"].items()
     }
+    with (out / f"{name}.jsonl").open("w") as log:  # to draw the curve again
+        log.writelines(json.dumps(m) + "\n" for m in metrics)
     curve = plot_win_rates(metrics, out / f"{name}.png", title=f"{name} (seed {seed})")
     last = metrics[-1]
     return {

@@ -61,7 +61,8 @@ def plot_learning_curve(
 
 
 def plot_win_rates(metrics: Sequence[dict], path: str | Path, title: str = "") -> Path:
-    """Win rate against each evaluation opponent over training time; written to ``path``.
+    """Win rate (solid) and loss rate (dashed) against each evaluation opponent over
+    training time; written to ``path``.
 
     Args:
         metrics: metrics dicts with ``time_total_s`` and ``win_rate/<opponent>`` keys
@@ -81,16 +82,19 @@ def plot_win_rates(metrics: Sequence[dict], path: str | Path, title: str = "") -
     for opponent in opponents:
         points, last = [], None
         for m in metrics:
-            value = (m.get(f"win_rate/{opponent}"), m.get(f"score/{opponent}"))
+            value = (m.get(f"win_rate/{opponent}"), m.get(f"loss_rate/{opponent}"))
             if value[0] is not None and value != last:
-                points.append((m["time_total_s"] / 60, value[0]))
+                points.append((m["time_total_s"] / 60, *value))
                 last = value
         if points:
-            xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker=".", label=opponent)
+            xs, wins, losses = zip(*points, strict=True)
+            (line,) = ax.plot(xs, wins, marker=".", label=f"{opponent}: won")
+            if all(x is not None for x in losses):
+                ax.plot(xs, losses, marker=".", linestyle="--", color=line.get_color(),
+                        label=f"{opponent}: lost")  # fmt: skip
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("training time (minutes)")
-    ax.set_ylabel("win rate")
+    ax.set_ylabel("share of evaluation games")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
