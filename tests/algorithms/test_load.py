@@ -9,6 +9,8 @@ from hrl_tasks.algorithms.checkpoint import CheckpointError
 
 pytestmark = pytest.mark.timeout(120)
 
+GYM_ALGORITHMS = sorted(set(ALGORITHMS) - {"alphazero", "mpc"})  # those play games, plan
+
 
 def trained_once(name: str, env: str, path):
     """One iteration of ``name`` on the in-process engine, saved at ``path``; the
@@ -27,7 +29,7 @@ def trained_once(name: str, env: str, path):
     return observations, actions
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+@pytest.mark.parametrize("name", GYM_ALGORITHMS)
 def test_a_loaded_algorithm_acts_as_the_saved_one_with_no_cluster(name, tmp_path):
     observations, actions = trained_once(name, "CartPole-v1", tmp_path / "run.hrl")
     loaded = load(tmp_path)
