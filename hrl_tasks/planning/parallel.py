@@ -46,14 +46,18 @@ class ParallelConfig:
         split_min: A node splits only if its budget is at least this.
         max_depth: Levels of splitting at most (1: only the root splits).
         warmup: Share of a splitting node's budget searched before it splits.
+        rounds: The rest of the budget is handed out in this many rounds, each
+            divided by PUCT on the values the rounds before found (more rounds:
+            closer to a serial search's adaptivity, more waits).
         trees: Independent trees, in root mode.
         retries: Times a sub-tree task is run again after its worker died.
     """
 
     mode: str = "subtree"
-    split_min: int = 200
-    max_depth: int = 1
-    warmup: float = 0.125
+    split_min: int = 400
+    max_depth: int = 2
+    warmup: float = 0.0625
+    rounds: int = 2
     trees: int = 2
     retries: int = 3
 
@@ -102,7 +106,7 @@ def parallel_search(
         ]  # fmt: skip
         return merge_roots(engine.gather(refs), game)
     return subtree_search(game, state, leaves, weights, config, parallel, config.simulations,
-                          seed, 0)  # fmt: skip
+                          seed, 0, engine=engine)  # fmt: skip
 
 
 def subtree_search(
@@ -115,8 +119,10 @@ def subtree_search(
     budget: int,
     seed: int,
     depth: int,
+    engine=None,
 ) -> SearchResult:
-    """Searches ``state`` with ``budget`` simulations, splitting into nested tasks."""
+    """Searches ``state`` with ``budget`` simulations, splitting into nested tasks on
+    ``engine`` (default: the current engine, which in a task is the nested one)."""
     rng = np.random.default_rng(seed)
     evaluate = leaves.resolve(game, rng, weights)
     if budget < parallel.split_min or depth >= parallel.max_depth or game.is_terminal(state):
@@ -125,22 +131,25 @@ def subtree_search(
     warm_budget = max(int(budget * parallel.warmup), int(game.legal_mask(state).sum()) + 1)
     warm = search(game, state, evaluate, config, rng, simulations=warm_budget,
                   root_noise=depth == 0)  # fmt: skip
-    shares = allocate(warm, budget - warm.simulations, config)
     from hrl_tasks.scheduler import current_engine
 
-    engine = current_engine()
+    engine = engine or current_engine()
     if isinstance(weights, dict):
         weights = engine.put(weights)  # once for all the children, not once per task
-    refs = {
-        int(a): engine.submit(
-            subtree_search, game, game.step(state, int(a)), leaves, weights, config, parallel,
-            int(n), child_seed(seed, int(a)), depth + 1,
-            name=f"search-subtree-d{depth + 1}", retries=parallel.retries,
-        )
-        for a, n in enumerate(shares) if n > 0
-    }  # fmt: skip
-    results = dict(zip(refs, engine.gather(list(refs.values())), strict=True))
-    return merge_children(warm, results, warm.to_play)
+    current = warm
+    for budget_of_round in split_evenly(budget - warm.simulations, parallel.rounds):
+        shares = allocate(current, budget_of_round, config)
+        refs = {
+            int(a): engine.submit(
+                subtree_search, game, game.step(state, int(a)), leaves, weights, config, parallel,
+                int(n), child_seed(seed, int(a) + game.num_actions * current.simulations),
+                depth + 1, name=f"search-subtree-d{depth + 1}", retries=parallel.retries,
+            )
+            for a, n in enumerate(shares) if n > 0
+        }  # fmt: skip
+        results = dict(zip(refs, engine.gather(list(refs.values())), strict=True))
+        current = merge_children(current, results, warm.to_play)
+    return current
 
 
 def root_tree(game, state, leaves, weights, config, budget, seed) -> SearchResult:
