@@ -15,6 +15,7 @@ from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
 from hrl_tasks.algorithms.dqn import DQN, DQNConfig
 from hrl_tasks.algorithms.es import ES, ESConfig
 from hrl_tasks.algorithms.impala import IMPALA, IMPALAConfig
+from hrl_tasks.algorithms.mpc import MPC, MPCConfig
 from hrl_tasks.algorithms.pg import A2C, A2CConfig
 from hrl_tasks.algorithms.ppo import PPO, PPOConfig
 
@@ -27,6 +28,7 @@ ALGORITHMS: Mapping[str, type[Algorithm]] = {
     "es": ES,
     "apex": ApeX,
     "alphazero": AlphaZero,
+    "mpc": MPC,
 }
 
 
@@ -156,6 +158,8 @@ __all__ = [
     "ESConfig",
     "IMPALA",
     "IMPALAConfig",
+    "MPC",
+    "MPCConfig",
     "PPO",
     "PPOConfig",
     "get_algorithm",
