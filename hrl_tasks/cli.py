@@ -68,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--address", help="scheduler address of an existing Dask cluster (default: start one here)"
     )
-    train.add_argument("--num-workers", type=int, help="remote rollout workers")
+    train.add_argument(
+        "--num-workers", type=int,
+        help="remote rollout workers (alphazero, mpc: worker processes for their tasks)",
+    )  # fmt: skip
     train.add_argument("--seed", type=int, help="seed of envs, weights and sampling")
     train.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
