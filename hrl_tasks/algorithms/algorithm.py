@@ -123,6 +123,7 @@ class Algorithm(abc.ABC):
         algo.config = cls.parse_config(config, overrides)
         algo.acting_policy = algo.make_policy(*algo.env_spaces())
         algo.engine, algo.workers, algo.plan, algo.owns_engine = None, None, None, False
+        algo.acting = True
         algo.ctx = FlowContext(history=algo.config.metrics_smoothing_episodes)
         algo.iteration, algo.time_total_s = 0, 0.0
         return algo
@@ -130,7 +131,7 @@ class Algorithm(abc.ABC):
     @property
     def acting_only(self) -> bool:
         """Whether this algorithm was made by `for_acting` (no cluster, cannot train)."""
-        return self.workers is None
+        return getattr(self, "acting", False)
 
     def set_acting_state(self, state: dict[str, Any]) -> None:
         """Loads a checkpoint's policy and counters into an acting-only algorithm."""
@@ -168,7 +169,7 @@ class Algorithm(abc.ABC):
     @property
     def policy(self):
         """The learner's policy (the one that acts in `compute_single_action`)."""
-        if self.workers is None:
+        if self.acting_only:
             return self.acting_policy
         return self.workers.local_worker.policy
 

@@ -64,7 +64,7 @@ class AlphaZero(Algorithm):
             n_workers=max(1, self.config.num_workers),
             threads_per_worker=self.config.threads_per_worker,
         )
-        self.workers, self.plan = "games", None  # no rollout workers: games are tasks
+        self.workers, self.plan = None, None  # no rollout workers: games are tasks
         self.buffer = ReplayBuffer(self.config.buffer_size, seed=self.config.seed)
         self.pending: list = []
         self.last_evaluation: dict[str, float] = {}
@@ -101,6 +101,7 @@ class AlphaZero(Algorithm):
         algo.config = cls.parse_config(config, overrides)
         algo._build_learner()
         algo.engine, algo.workers, algo.plan, algo.owns_engine = None, None, None, False
+        algo.acting = True
         return algo
 
     @property

@@ -67,7 +67,7 @@ class MPC(Algorithm):
             engine = Engine.local(n_workers=max(1, self.config.num_workers),
                                   threads_per_worker=self.config.threads_per_worker)  # fmt: skip
         self.engine = engine or SyncEngine()
-        self.workers, self.plan = "driver", None  # no rollout workers: the driver steps the env
+        self.workers, self.plan = None, None  # no rollout workers: the driver steps the env
         self.obs, self.episode_return, self.episode_len = None, 0.0, 0
 
     def _build(self) -> None:
@@ -97,6 +97,7 @@ class MPC(Algorithm):
         algo.config = cls.parse_config(config, overrides)
         algo._build()
         algo.engine, algo.workers, algo.plan, algo.owns_engine = None, None, None, False
+        algo.acting = True
         return algo
 
     @property
