@@ -173,13 +173,17 @@ class Algorithm(abc.ABC):
             return self.acting_policy
         return self.workers.local_worker.policy
 
-    def train(self) -> dict:
-        """Run one iteration of the plan; returns its metrics dict."""
+    def check_can_train(self) -> None:
+        """Raises EngineError on an algorithm made only to act (`hrl_tasks.load`)."""
         if self.acting_only:
             raise EngineError(
                 f"this {self.name} was loaded to act, with no cluster; to train it, load it "
                 "with hrl_tasks.load(path, train=True)"
             )
+
+    def train(self) -> dict:
+        """Run one iteration of the plan; returns its metrics dict."""
+        self.check_can_train()
         start = time.perf_counter()
         metrics = next(self.plan)
         self.iteration += 1
@@ -216,7 +220,8 @@ class Algorithm(abc.ABC):
 
     # --- checkpoints -----------------------------------------------------------
 
-    def get_state(self) -> dict[str, Any]:
+    def checkpoint_header(self) -> dict[str, Any]:
+        """What every checkpoint starts with: format, versions, config and counters."""
         config = self.config.to_dict()
         if not isinstance(config["env"], str):  # a creator function: load(path, env=creator)
             config["env"] = env_name(config["env"])
@@ -227,6 +232,11 @@ class Algorithm(abc.ABC):
             "config": config,
             "iteration": self.iteration,
             "time_total_s": self.time_total_s,
+        }
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            **self.checkpoint_header(),
             "policy": self.policy.get_state(),
             "flow": self.ctx.state(),
             "workers": self.workers.get_rng_states(),

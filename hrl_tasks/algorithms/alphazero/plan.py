@@ -26,11 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-import hrl_tasks
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.alphazero.config import AlphaZeroConfig
 from hrl_tasks.algorithms.alphazero.selfplay import evaluation_game, self_play_game
-from hrl_tasks.algorithms.checkpoint import FORMAT, CheckpointError
+from hrl_tasks.algorithms.checkpoint import CheckpointError
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.replay import ReplayBuffer
 from hrl_tasks.data.rng import generator_from_state, generator_state
@@ -41,7 +40,7 @@ from hrl_tasks.planning.parallel import ParallelConfig
 from hrl_tasks.planning.symmetry import symmetries
 from hrl_tasks.policies.policy_value import PolicyValueSpec, policy_value_loss
 from hrl_tasks.policies.torch_utils import tree_to_numpy, tree_to_torch
-from hrl_tasks.scheduler import Engine, EngineError
+from hrl_tasks.scheduler import Engine
 
 STOP_WAIT_S = 30.0  # for self-play games in flight at stop()
 
@@ -114,11 +113,7 @@ class AlphaZero(Algorithm):
     # --- one iteration ----------------------------------------------------------------
 
     def train(self) -> dict:
-        if self.acting_only:
-            raise EngineError(
-                "this alphazero was loaded to act, with no cluster; to train it, load it with "
-                "hrl_tasks.load(path, train=True)"
-            )
+        self.check_can_train()
         start = time.perf_counter()
         cfg = self.config
         version = self.counters["updates"]
@@ -248,12 +243,7 @@ class AlphaZero(Algorithm):
 
     def get_state(self) -> dict[str, Any]:
         return {
-            "format": FORMAT,
-            "version": hrl_tasks.__version__,
-            "algorithm": self.name,
-            "config": self.config.to_dict(),
-            "iteration": self.iteration,
-            "time_total_s": self.time_total_s,
+            **self.checkpoint_header(),
             "policy": {
                 "weights": self.net.get_weights(),
                 "optimizer": tree_to_numpy(self.optimizer.state_dict()),

@@ -26,17 +26,15 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-import hrl_tasks
 from hrl_tasks.algorithms.algorithm import Algorithm
-from hrl_tasks.algorithms.checkpoint import FORMAT, CheckpointError
+from hrl_tasks.algorithms.checkpoint import CheckpointError
 from hrl_tasks.algorithms.mpc.config import MPCConfig
 from hrl_tasks.algorithms.mpc.model import DynamicsEnsemble, EnsembleSpec, as_tensors
 from hrl_tasks.algorithms.mpc.planner import CEMConfig, CEMPlanner, EnsembleRollouts
 from hrl_tasks.data.rng import generator_from_state, generator_state
 from hrl_tasks.flow import FlowContext
-from hrl_tasks.rollout import env_name
 from hrl_tasks.rollout.env import env_creator
-from hrl_tasks.scheduler import Engine, EngineError, SyncEngine
+from hrl_tasks.scheduler import Engine, SyncEngine
 
 STEPS = "env_steps_sampled"
 
@@ -111,11 +109,7 @@ class MPC(Algorithm):
     # --- one iteration ----------------------------------------------------------------
 
     def train(self) -> dict:
-        if self.acting_only:
-            raise EngineError(
-                "this mpc was loaded to act, with no cluster; to train it, load it with "
-                "hrl_tasks.load(path, train=True)"
-            )
+        self.check_can_train()
         start = time.perf_counter()
         cfg, counters = self.config, self.ctx.counters
         random_left = cfg.random_steps - counters["random_steps"]
@@ -246,16 +240,8 @@ class MPC(Algorithm):
     # --- checkpoints ------------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
-        config = self.config.to_dict()
-        if not isinstance(config["env"], str):  # a creator function: load(path, env=creator)
-            config["env"] = env_name(config["env"])
         return {
-            "format": FORMAT,
-            "version": hrl_tasks.__version__,
-            "algorithm": self.name,
-            "config": config,
-            "iteration": self.iteration,
-            "time_total_s": self.time_total_s,
+            **self.checkpoint_header(),
             "policy": self.model.get_state(),
             "flow": self.ctx.state(),
             "data": self.data.state(),
