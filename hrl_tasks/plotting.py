@@ -48,16 +48,7 @@ def plot_learning_curve(
         ax.axhline(threshold, linestyle="--", color="grey", label=f"target {threshold:g}")
     ax.set_xlabel("env steps")
     ax.set_ylabel("mean episode return (recent episodes)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="lower right")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, ax, path, title)
 
 
 def plot_win_rates(metrics: Sequence[dict], path: str | Path, title: str = "") -> Path:
@@ -95,6 +86,13 @@ def plot_win_rates(metrics: Sequence[dict], path: str | Path, title: str = "") -
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("training time (minutes)")
     ax.set_ylabel("share of evaluation games")
+    return save_figure(fig, ax, path, title)
+
+
+def save_figure(fig, ax, path: str | Path, title: str) -> Path:
+    """Title, grid and legend on ``ax``; ``fig`` written to ``path`` and closed."""
+    import matplotlib.pyplot as plt
+
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
