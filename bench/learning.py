@@ -84,9 +84,9 @@ GAMES = {
     # half the points against depth-4 alpha-beta, within 60 minutes.
     "alphazero-connect4": dict(
         env="connect_four_v3", minutes=60,
-        config={"num_workers": 2, "simulations": 200, "games_per_iteration": 8,
-                "temperature_moves": 10, "channels": 64, "blocks": 3, "updates_per_iteration": 60,
-                "evaluation_interval": 10, "evaluation_games": 20,
+        config={"num_workers": 2, "simulations": 200, "evaluation_simulations": 400,
+                "games_per_iteration": 8, "temperature_moves": 10, "channels": 64, "blocks": 3,
+                "updates_per_iteration": 60, "evaluation_interval": 10, "evaluation_games": 20,
                 "opponents": ("random", "uct-1000", "alphabeta-4")},
         targets={"win_rate/random": (">=", 0.95), "win_rate/uct-1000": (">=", 0.6),
                  "score/alphabeta-4": (">=", 0.5)},

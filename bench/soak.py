@@ -16,11 +16,12 @@ minutes. Prints one JSON line per algorithm: the slopes (and the slope over the
 second half of the fitted samples, which tells a one-off step, such as a table
 that doubled once, from steady growth), RSS at the end of the warm-up and at the
 end, the iterations and env steps trained, and what the run wrote to disk
-(checkpoints every 10 iterations). With ``--plot``, RSS over time per process,
-one column per algorithm; with ``--samples``, every sample as JSON.
+(checkpoints every ``--checkpoint-every`` iterations, 10 by default as in the
+CLI, which keeps the 5 newest). With ``--plot``, RSS over time per process, one
+column per algorithm; with ``--samples``, every sample as JSON.
 
     python bench/soak.py [--algorithm ppo|impala|both] [--minutes 30] [--warmup-minutes 5] \
-        [--interval 10] [--plot docs/images/soak.png] [--samples soak.json]
+        [--interval 10] [--checkpoint-every 10] [--plot docs/images/soak.png] [--samples soak.json]
 """
 
 import argparse
@@ -43,11 +44,12 @@ TARGET_MB_PER_10_MIN = 1.0
 STOP_GRACE_S = 60  # for the interrupted driver to stop its cluster
 
 
-def launch(algorithm: str, seconds: float, out: Path) -> subprocess.Popen:
+def launch(algorithm: str, seconds: float, out: Path, checkpoint_every: int) -> subprocess.Popen:
     """The driver process: ``hrl-tasks train`` with its output in ``out/driver.log``."""
     cmd = [
         sys.executable, "-m", "hrl_tasks.cli", "train", algorithm, "--env", "CartPole-v1",
         "--stop-time", str(seconds), "--no-progress", "--out", str(out),
+        "--checkpoint-every", str(checkpoint_every),
     ]  # fmt: skip
     env = {
         **os.environ,
@@ -130,12 +132,14 @@ def slope_per_10_min(t_s: list, rss_mb: list) -> float | None:
     return float(np.polyfit(np.asarray(t_s) / 600.0, np.asarray(rss_mb), 1)[0])
 
 
-def soak(algorithm: str, minutes: float, warmup_minutes: float, interval: float) -> dict:
+def soak(
+    algorithm: str, minutes: float, warmup_minutes: float, interval: float, checkpoint_every: int
+) -> dict:
     """One run; returns its figures and the sampled series."""
     seconds = minutes * 60
     with tempfile.TemporaryDirectory(prefix=f"soak-{algorithm}-") as tmp:
         out = Path(tmp)
-        proc = launch(algorithm, seconds, out)
+        proc = launch(algorithm, seconds, out, checkpoint_every)
         driver = psutil.Process(proc.pid)
         series: dict = {}
         start = time.monotonic()
@@ -179,6 +183,7 @@ def soak(algorithm: str, minutes: float, warmup_minutes: float, interval: float)
         "minutes": minutes,
         "warmup_minutes": warmup_minutes,
         "interval_s": interval,
+        "checkpoint_every": checkpoint_every,
         **done,
         "target_mb_per_10_min": TARGET_MB_PER_10_MIN,
         "max_slope_mb_per_10_min": max(slopes) if slopes else None,
@@ -234,6 +239,9 @@ def main():
         "--warmup-minutes", type=float, default=5, help="samples before this are not fitted"
     )
     parser.add_argument("--interval", type=float, default=10, help="seconds between samples")
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=10, help="iterations between checkpoints"
+    )
     parser.add_argument("--plot", type=Path, help="write RSS over time here (PNG)")
     parser.add_argument("--samples", type=Path, help="write every sample here (JSON)")
     args = parser.parse_args()
@@ -242,7 +250,9 @@ def main():
     algorithms = ["ppo", "impala"] if args.algorithm == "both" else [args.algorithm]
     runs = {}
     for algorithm in algorithms:  # one after the other: one training process at a time
-        runs[algorithm] = soak(algorithm, args.minutes, args.warmup_minutes, args.interval)
+        runs[algorithm] = soak(
+            algorithm, args.minutes, args.warmup_minutes, args.interval, args.checkpoint_every
+        )
         print(json.dumps(runs[algorithm]["figures"]), flush=True)
     if args.plot is not None:
         plot(runs, args.warmup_minutes, args.plot)

@@ -78,14 +78,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="any config key, e.g. --set lr=3e-4 (repeatable; see `hrl-tasks keys ALGO`)",
     )  # fmt: skip
     train.add_argument(
-        "--checkpoint-every", type=int, default=10, help="iterations between checkpoints"
+        "--checkpoint-every", type=count(1), default=10, help="iterations between checkpoints"
     )
+    train.add_argument(
+        "--keep-checkpoints", type=count(0), default=5, metavar="N",
+        help="keep the N newest checkpoints of the run, delete older ones (0: keep all)",
+    )  # fmt: skip
     train.add_argument(
         "--no-progress", action="store_true", help="print one line per iteration instead of a bar"
     )
     keys = commands.add_parser("keys", help="list an algorithm's config keys and defaults")
     keys.add_argument("algorithm", choices=sorted(ALGORITHMS))
     return parser
+
+
+def count(minimum: int):
+    """An argparse type: an int of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "count"
+    return parse
 
 
 def parse_value(text: str):
@@ -154,6 +174,15 @@ def check_stop_keys(stop: dict, result: dict) -> None:
         raise ValueError(f"--stop {', '.join(unknown)}: not reported; the metrics are: {reported}")
 
 
+def save_checkpoint(algo, out: Path, iteration: int, keep: int) -> Path:
+    """``out/checkpoints/checkpoint-<iteration>.hrl``, keeping the ``keep`` newest."""
+    from hrl_tasks.algorithms.checkpoint import prune_checkpoints
+
+    path = algo.save(out / "checkpoints" / f"checkpoint-{iteration:06d}.hrl")
+    prune_checkpoints(out / "checkpoints", keep)
+    return path
+
+
 def run_train(args) -> int:
     from hrl_tasks.algorithms import get_algorithm, stop_reached
     from hrl_tasks.algorithms.algorithm import read_checkpoint
@@ -195,10 +224,10 @@ def run_train(args) -> int:
                 log.flush()
                 bar.update(result)
                 if result["iteration"] % args.checkpoint_every == 0:
-                    algo.save(out / "checkpoints" / f"checkpoint-{result['iteration']:06d}.hrl")
+                    save_checkpoint(algo, out, result["iteration"], args.keep_checkpoints)
                 if stop_reached(result, stop):
                     break
-        algo.save(out / "checkpoints" / f"checkpoint-{result['iteration']:06d}.hrl")
+        save_checkpoint(algo, out, result["iteration"], args.keep_checkpoints)
         env = env_name(algo.config.env)
         metrics = read_metrics(metrics_path)
         if any(key.startswith("win_rate/") for key in result):

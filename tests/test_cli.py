@@ -32,6 +32,21 @@ def test_bad_input_exits_with_one_line(capsys, argv, says):
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["train", "ppo", "--checkpoint-every", "0"], "--checkpoint-every: must be at least 1"),
+        (["train", "ppo", "--keep-checkpoints", "-1"], "--keep-checkpoints: must be at least 0"),
+        (["train", "ppo", "--keep-checkpoints", "all"], "expected a whole number, got 'all'"),
+    ],
+)
+def test_bad_counts_are_usage_errors(capsys, argv, says):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err
+
+
 def test_keys_lists_defaults(capsys):
     assert main(["keys", "a3c"]) == 0
     out = capsys.readouterr().out
@@ -50,14 +65,15 @@ def test_train_writes_metrics_curve_checkpoints_and_resumes(tmp_path, capsys):
     out = tmp_path / "run"
     tiny = ["--num-workers", "1", "--set", "train_batch_size=64", "--set", "num_envs_per_worker=2",
             "--set", "rollout_fragment_length=16", "--no-progress"]  # fmt: skip
-    argv = ["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--out", str(out), *tiny]
+    argv = ["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--out", str(out),
+            "--checkpoint-every", "1", "--keep-checkpoints", "1", *tiny]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "dashboard: http" in printed and "done: iteration 2" in printed
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
     assert (out / "learning_curve.png").stat().st_size > 1000
-    assert list((out / "checkpoints").glob("*.hrl"))
+    assert [p.name for p in (out / "checkpoints").glob("*.hrl")] == ["checkpoint-000002.hrl"]
     assert main(["train", "ppo", "--resume", str(out), "--stop-iters", "3", "--no-progress"]) == 0
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]

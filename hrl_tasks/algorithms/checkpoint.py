@@ -52,6 +52,26 @@ def latest_checkpoint(path: str | os.PathLike) -> Path:
     return path
 
 
+def prune_checkpoints(
+    directory: str | os.PathLike, keep: int, pattern: str = "checkpoint-*"
+) -> list[Path]:
+    """Delete all but the ``keep`` newest checkpoints matching ``pattern`` in ``directory``
+    (newest by modification time, the order `latest_checkpoint` uses); ``keep=0`` keeps all.
+
+    Returns:
+        The deleted files, oldest first.
+    """
+    if keep <= 0:
+        return []
+    found = sorted(
+        Path(directory).glob(f"{pattern}{CHECKPOINT_SUFFIX}"), key=lambda p: p.stat().st_mtime
+    )
+    stale = found[:-keep]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Decode a checkpoint file (or the newest in a directory), saying clearly when it
     is not one.

@@ -1,5 +1,6 @@
 """Checkpoint files: any truncation or corruption is named, never loaded (no cluster)."""
 
+import os
 from datetime import timedelta
 
 import gymnasium as gym
@@ -10,6 +11,8 @@ from hypothesis import strategies as st
 from hrl_tasks.algorithms.checkpoint import (
     FORMAT,
     CheckpointError,
+    latest_checkpoint,
+    prune_checkpoints,
     read_checkpoint,
     write_checkpoint,
 )
@@ -63,3 +66,20 @@ def test_a_file_without_the_digest_header_still_reads(tmp_path):
     path = tmp_path / "old.hrl"
     path.write_bytes(encode({"format": FORMAT, "algorithm": "ppo", "iteration": 1}))
     assert read_checkpoint(path)["iteration"] == 1
+
+
+def test_pruning_keeps_the_newest_and_only_the_runs_own_files(tmp_path):
+    for iteration in range(1, 6):
+        path = write_checkpoint(tmp_path / f"checkpoint-{iteration:06d}.hrl", {"i": iteration})
+        os.utime(path, (iteration, iteration))  # modification times in write order
+    mine = write_checkpoint(tmp_path / "best.hrl", {"i": 0})
+    os.utime(mine, (0, 0))
+    deleted = prune_checkpoints(tmp_path, keep=2)
+    assert [p.name for p in deleted] == [f"checkpoint-00000{i}.hrl" for i in (1, 2, 3)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "best.hrl",
+        "checkpoint-000004.hrl",
+        "checkpoint-000005.hrl",
+    ]
+    assert latest_checkpoint(tmp_path).name == "checkpoint-000005.hrl"
+    assert prune_checkpoints(tmp_path, keep=0) == [] and len(list(tmp_path.iterdir())) == 3
