@@ -2,24 +2,38 @@
 
 __version__ = "0.1.0"
 
-from hrl_tasks.scheduler import (  # noqa: E402
-    Engine,
-    EngineError,
-    ObjectStartError,
-    ResourceError,
-    RetryPolicy,
-    SchedulerLostError,
-    Shared,
-    SpeculationPolicy,
-    SyncEngine,
-    TaskRef,
-    WorkerGroup,
-    WorkerHandle,
-    WorkerLostError,
-    current_engine,
-    task_context,
-    worker_local,
+# The engine's names load on first use (PEP 562), so that ``import hrl_tasks`` and the
+# command line's help and usage errors import neither distributed nor torch.
+ENGINE_NAMES = (
+    "Engine",
+    "EngineError",
+    "ObjectStartError",
+    "ResourceError",
+    "RetryPolicy",
+    "SchedulerLostError",
+    "Shared",
+    "SpeculationPolicy",
+    "SyncEngine",
+    "TaskRef",
+    "WorkerGroup",
+    "WorkerHandle",
+    "WorkerLostError",
+    "current_engine",
+    "task_context",
+    "worker_local",
 )
+
+
+def __getattr__(name: str):
+    if name in ENGINE_NAMES:
+        from hrl_tasks import scheduler
+
+        return getattr(scheduler, name)
+    raise AttributeError(f"module 'hrl_tasks' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *ENGINE_NAMES])
 
 
 def train(algorithm: str, env: str, stop=None, engine=None, callback=None, **config):

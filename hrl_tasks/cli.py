@@ -22,7 +22,7 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from hrl_tasks.algorithms import ALGORITHMS
+    from hrl_tasks.registry import ALGORITHM_PATHS as ALGORITHMS
 
     parser = argparse.ArgumentParser(
         prog="hrl-tasks",
@@ -330,10 +330,9 @@ def run_keys(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hrl-tasks`` console script."""
+    args = build_parser().parse_args(argv)  # help and usage errors end here, quickly
     from hrl_tasks.scheduler import EngineError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
         if args.command == "keys":
             return run_keys(args)

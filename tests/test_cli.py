@@ -1,6 +1,8 @@
 """The hrl-tasks command: help, bad input, a short run and its resumption."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -45,6 +47,39 @@ def test_bad_counts_are_usage_errors(capsys, argv, says):
         main(argv)
     assert exit_info.value.code == 2
     assert says in capsys.readouterr().err
+
+
+LIGHT_CHECK = """
+import sys
+from hrl_tasks.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(sorted({"torch", "distributed", "gymnasium", "matplotlib"} & set(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["train", "ppx"], ["keys"]])
+def test_help_and_usage_errors_import_nothing_heavy(argv):
+    found = subprocess.run(
+        [sys.executable, "-c", LIGHT_CHECK, *argv], capture_output=True, text=True, timeout=60
+    )
+    assert found.stdout.strip().splitlines()[-1] == "[]", found.stderr
+
+
+def test_the_engine_names_load_on_first_use():
+    code = (
+        "import sys, hrl_tasks; light = 'distributed' not in sys.modules; "
+        "from hrl_tasks import Engine, current_engine; "
+        "print(light, Engine.__name__, 'Engine' in dir(hrl_tasks), callable(current_engine))"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert found.stdout.split() == ["True", "Engine", "True", "True"], found.stderr
+    with pytest.raises(AttributeError, match="no attribute 'Engin'"):
+        import hrl_tasks
+
+        hrl_tasks.Engin  # noqa: B018
 
 
 def test_keys_lists_defaults(capsys):

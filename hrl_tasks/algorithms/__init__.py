@@ -18,18 +18,12 @@ from hrl_tasks.algorithms.impala import IMPALA, IMPALAConfig
 from hrl_tasks.algorithms.mpc import MPC, MPCConfig
 from hrl_tasks.algorithms.pg import A2C, A2CConfig
 from hrl_tasks.algorithms.ppo import PPO, PPOConfig
+from hrl_tasks.registry import ALGORITHM_PATHS, load_object
 
 ALGORITHMS: Mapping[str, type[Algorithm]] = {
-    "ppo": PPO,
-    "a2c": A2C,
-    "a3c": A3C,
-    "dqn": DQN,
-    "impala": IMPALA,
-    "es": ES,
-    "apex": ApeX,
-    "alphazero": AlphaZero,
-    "mpc": MPC,
+    name: load_object(path) for name, path in ALGORITHM_PATHS.items()
 }
+"""Every algorithm by the name users type (``hrl_tasks.registry`` says where each lives)."""
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
