@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from hrl_tasks.scheduler.context import task_wait
 from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 
@@ -99,7 +100,8 @@ class WorkerHandle:
             creation = self.engine.backend.creations.get(self.obj_id)
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                creation.result(left)
+                with task_wait():  # in a task: the object may need this worker's thread
+                    creation.result(left)
                 return self
             except WorkerLostError:
                 gone = self.engine.object_info(self.obj_id, "gone")

@@ -75,6 +75,29 @@ def test_ppo_continuous_actions_on_pendulum(engine):
         algo.stop()
 
 
+def train_inside_a_task(iterations: int) -> dict:
+    """PPO trained in a task on the cluster that runs the task; times of train and stop."""
+    import time
+
+    start = time.perf_counter()
+    algo, result = hrl_tasks.train(
+        "ppo", "CartPole-v1", stop={"iteration": iterations},
+        engine=hrl_tasks.current_engine(), **TINY,
+    )  # fmt: skip
+    trained = time.perf_counter()
+    algo.stop()
+    return {"iteration": result["iteration"], "train_s": trained - start,
+            "stop_s": time.perf_counter() - trained}  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_an_algorithm_trains_inside_a_task_and_stops_promptly(engine):
+    found = engine.submit(train_inside_a_task, 2).result(timeout=100)
+    assert found["iteration"] == 2
+    # A kill that waited for its timeout (30 s) would mean a rollout worker never ended.
+    assert found["stop_s"] < 30.0
+
+
 def test_unknown_env_fails_before_any_cluster_starts():
     with pytest.raises(ValueError, match="CartPole-v1"):
         PPO({"env": "CartPol-v1"})

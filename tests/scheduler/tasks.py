@@ -162,3 +162,16 @@ def nested_engine_hears_worker_events():
     engine = hrl.current_engine()
     handler = dask_compat.topic_handler(get_client(), "all")
     return handler == engine.backend.on_cluster_event
+
+
+def objects_made_and_awaited_in_a_task(n):
+    """Create ``n`` stateful workers from inside a task and wait until each is built;
+    returns on how many worker processes they were (spread: some share this task's)."""
+    engine = hrl.current_engine()
+    handles = [engine.create_worker(Counter) for _ in range(n)]
+    for handle in handles:
+        handle.ready(timeout=20)
+    addresses = {handle.address for handle in handles}
+    for handle in handles:
+        handle.kill(timeout=20)
+    return len(addresses)

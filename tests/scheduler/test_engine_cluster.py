@@ -160,6 +160,12 @@ def test_current_engine_in_the_driver(engine):
     assert hrl.current_engine() is engine
 
 
+def test_a_task_waits_for_objects_built_on_its_own_worker(engine):
+    # One thread per worker: the task's thread must leave the pool while it waits for
+    # an object placed on its own worker, or the object is never built.
+    assert engine.submit(tasks.objects_made_and_awaited_in_a_task, 2).result(timeout=60) == 2
+
+
 def test_nested_engines_hear_worker_events(engine):
     assert engine.submit(tasks.nested_engine_hears_worker_events).result(timeout=30)
 
