@@ -17,11 +17,13 @@ second half of the fitted samples, which tells a one-off step, such as a table
 that doubled once, from steady growth), RSS at the end of the warm-up and at the
 end, the iterations and env steps trained, and what the run wrote to disk
 (checkpoints every ``--checkpoint-every`` iterations, 10 by default as in the
-CLI, which keeps the 5 newest). With ``--plot``, RSS over time per process, one
-column per algorithm; with ``--samples``, every sample as JSON.
+CLI, which keeps the 5 newest), and per process its threads at the end and how
+many distinct thread ids the samples saw (more than at the end: threads come and
+go). With ``--plot``, RSS over time per process, one column per algorithm; with
+``--samples``, every sample as JSON.
 
     python bench/soak.py [--algorithm ppo|impala|both] [--minutes 30] [--warmup-minutes 5] \
-        [--interval 10] [--checkpoint-every 10] [--plot docs/images/soak.png] [--samples soak.json]
+        [--interval 10] [--checkpoint-every 10] [--set KEY=VALUE] [--plot docs/images/soak.png] [--samples soak.json]
 """
 
 import argparse
@@ -44,12 +46,16 @@ TARGET_MB_PER_10_MIN = 1.0
 STOP_GRACE_S = 60  # for the interrupted driver to stop its cluster
 
 
-def launch(algorithm: str, seconds: float, out: Path, checkpoint_every: int) -> subprocess.Popen:
-    """The driver process: ``hrl-tasks train`` with its output in ``out/driver.log``."""
+def launch(
+    algorithm: str, seconds: float, out: Path, checkpoint_every: int, settings: list[str]
+) -> subprocess.Popen:
+    """The driver process: ``hrl-tasks train`` with its output in ``out/driver.log``;
+    ``settings`` are ``KEY=VALUE`` config keys (``--set``)."""
     cmd = [
         sys.executable, "-m", "hrl_tasks.cli", "train", algorithm, "--env", "CartPole-v1",
         "--stop-time", str(seconds), "--no-progress", "--out", str(out),
         "--checkpoint-every", str(checkpoint_every),
+        *(arg for item in settings for arg in ("--set", item)),
     ]  # fmt: skip
     env = {
         **os.environ,
@@ -73,7 +79,8 @@ def role(proc: psutil.Process) -> str:
 
 
 def sample(driver: psutil.Process, series: dict, t: float) -> None:
-    """Append ``(t, RSS in MB)`` to the series of the driver and of each descendant."""
+    """Append ``(t, RSS in MB)`` to the series of the driver and of each descendant, and
+    note the ids of its threads (how many distinct ones were seen tells thread churn)."""
     try:
         procs = [driver, *driver.children(recursive=True)]
     except psutil.Error:
@@ -81,15 +88,18 @@ def sample(driver: psutil.Process, series: dict, t: float) -> None:
     for proc in procs:
         try:
             rss = proc.memory_info().rss / 2**20
+            threads = {thread.id for thread in proc.threads()}
         except psutil.Error:
             continue
         if proc.pid not in series:
             kind = "driver" if proc is driver else role(proc)
             n = sum(1 for s in series.values() if s["role"] == kind)
             name = kind if kind == "driver" else f"{kind}-{n + 1}"
-            series[proc.pid] = {"role": kind, "name": name, "t": [], "rss": []}
+            series[proc.pid] = {"role": kind, "name": name, "t": [], "rss": [], "tids": set()}
         series[proc.pid]["t"].append(t)
         series[proc.pid]["rss"].append(rss)
+        series[proc.pid]["threads"] = len(threads)
+        series[proc.pid]["tids"] |= threads
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -133,13 +143,18 @@ def slope_per_10_min(t_s: list, rss_mb: list) -> float | None:
 
 
 def soak(
-    algorithm: str, minutes: float, warmup_minutes: float, interval: float, checkpoint_every: int
+    algorithm: str,
+    minutes: float,
+    warmup_minutes: float,
+    interval: float,
+    checkpoint_every: int,
+    settings: list[str],
 ) -> dict:
     """One run; returns its figures and the sampled series."""
     seconds = minutes * 60
     with tempfile.TemporaryDirectory(prefix=f"soak-{algorithm}-") as tmp:
         out = Path(tmp)
-        proc = launch(algorithm, seconds, out, checkpoint_every)
+        proc = launch(algorithm, seconds, out, checkpoint_every, settings)
         driver = psutil.Process(proc.pid)
         series: dict = {}
         start = time.monotonic()
@@ -171,6 +186,8 @@ def soak(
             "rss_mb_after_warmup": round(rss_kept[0], 1) if kept else None,
             "rss_mb_end": round(s["rss"][-1], 1),
             "rss_mb_first": round(s["rss"][0], 1),
+            "threads_at_end": s["threads"],
+            "thread_ids_seen": len(s["tids"]),
             "samples_fitted": len(kept),
         }
     slopes = [p["slope_mb_per_10_min"] for p in processes.values()]
@@ -184,6 +201,7 @@ def soak(
         "warmup_minutes": warmup_minutes,
         "interval_s": interval,
         "checkpoint_every": checkpoint_every,
+        "settings": settings,
         **done,
         "target_mb_per_10_min": TARGET_MB_PER_10_MIN,
         "max_slope_mb_per_10_min": max(slopes) if slopes else None,
@@ -242,6 +260,10 @@ def main():
     parser.add_argument(
         "--checkpoint-every", type=int, default=10, help="iterations between checkpoints"
     )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+        help="a config key of the algorithm, as hrl-tasks train --set (repeatable)",
+    )  # fmt: skip
     parser.add_argument("--plot", type=Path, help="write RSS over time here (PNG)")
     parser.add_argument("--samples", type=Path, help="write every sample here (JSON)")
     args = parser.parse_args()
@@ -251,8 +273,9 @@ def main():
     runs = {}
     for algorithm in algorithms:  # one after the other: one training process at a time
         runs[algorithm] = soak(
-            algorithm, args.minutes, args.warmup_minutes, args.interval, args.checkpoint_every
-        )
+            algorithm, args.minutes, args.warmup_minutes, args.interval,
+            args.checkpoint_every, args.settings,
+        )  # fmt: skip
         print(json.dumps(runs[algorithm]["figures"]), flush=True)
     if args.plot is not None:
         plot(runs, args.warmup_minutes, args.plot)

@@ -1,5 +1,6 @@
 """The engine: resource-aware tasks, nested tasks and stateful workers on Dask."""
 
+from hrl_tasks.data.codec import register_dask_serialization
 from hrl_tasks.scheduler.context import TaskContext, current_task
 from hrl_tasks.scheduler.engine import Engine, current_engine, worker_local
 from hrl_tasks.scheduler.errors import (
@@ -17,6 +18,10 @@ from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.sync import SyncEngine
 from hrl_tasks.scheduler.taskref import TaskRef
+
+# Batches travel through Dask with the project's codec in every process that has an
+# engine, whichever of hrl_tasks.data and distributed it imported first.
+register_dask_serialization()
 
 __all__ = [
     "Engine",

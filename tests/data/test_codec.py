@@ -180,3 +180,14 @@ def test_import_registers_when_distributed_is_loaded():
         "assert dask_serialize.dispatch(MultiAgentBatch) is codec._dask_dumps\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+
+
+def test_batches_use_the_codec_in_dask_whichever_import_came_first():
+    code = (
+        "import sys, hrl_tasks.data; first = 'distributed' in sys.modules; "
+        "import hrl_tasks.scheduler; "
+        "from distributed.protocol.serialize import dask_deserialize; "
+        "print(first, dask_deserialize.dispatch(hrl_tasks.data.SampleBatch).__name__)"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert found.stdout.split() == ["False", "_dask_loads"], found.stderr
