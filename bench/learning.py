@@ -120,6 +120,9 @@ def game_run(name: str, spec: dict, seed: int, out: Path) -> dict:
         checkpoint = algo.save(out / f"{name}.hrl")
     finally:
         algo.stop()
+    with (out / f"{name}.jsonl").open("w") as log:  # before the matches, which take long
+        log.writelines(json.dumps(m) + "\n" for m in metrics)
+    curve = plot_win_rates(metrics, out / f"{name}.png", title=f"{name} (seed {seed})")
     agent = hrl_tasks.load(checkpoint)  # as a user would: no cluster, search with the network
     game = agent.game
 
@@ -135,9 +138,6 @@ def game_run(name: str, spec: dict, seed: int, out: Path) -> dict:
         opponent: play_match(game, Agent(), parse_opponent(opponent), games, rng)
         for opponent, games in spec["final"].items()
     }
-    with (out / f"{name}.jsonl").open("w") as log:  # to draw the curve again
-        log.writelines(json.dumps(m) + "\n" for m in metrics)
-    curve = plot_win_rates(metrics, out / f"{name}.png", title=f"{name} (seed {seed})")
     last = metrics[-1]
     return {
         "run": name,
