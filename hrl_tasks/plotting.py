@@ -56,8 +56,10 @@ def plot_win_rates(metrics: Sequence[dict], path: str | Path, title: str = "") -
     training time; written to ``path``.
 
     Args:
-        metrics: metrics dicts with ``time_total_s`` and ``win_rate/<opponent>`` keys
-            (iterations without an evaluation repeat the last one; each is drawn once).
+        metrics: metrics dicts with ``time_total_s`` and ``win_rate/<opponent>`` keys.
+            Iterations without an evaluation repeat the last one; each evaluation is
+            drawn once, where the ``evaluations`` count grows (without that key,
+            where the rates change).
         path: the PNG to write.
         title: the plot's title.
     """
@@ -69,14 +71,9 @@ def plot_win_rates(metrics: Sequence[dict], path: str | Path, title: str = "") -
     opponents = sorted(
         {k.partition("/")[2] for m in metrics for k in m if k.startswith("win_rate/")}
     )
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    fig, ax = plt.subplots(figsize=(8.5, 4), dpi=110)
     for opponent in opponents:
-        points, last = [], None
-        for m in metrics:
-            value = (m.get(f"win_rate/{opponent}"), m.get(f"loss_rate/{opponent}"))
-            if value[0] is not None and value != last:
-                points.append((m["time_total_s"] / 60, *value))
-                last = value
+        points = evaluation_points(metrics, opponent)
         if points:
             xs, wins, losses = zip(*points, strict=True)
             (line,) = ax.plot(xs, wins, marker=".", label=f"{opponent}: won")
@@ -86,17 +83,34 @@ def plot_win_rates(metrics: Sequence[dict], path: str | Path, title: str = "") -
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("training time (minutes)")
     ax.set_ylabel("share of evaluation games")
-    return save_figure(fig, ax, path, title)
+    return save_figure(fig, ax, path, title, legend_outside=True)
 
 
-def save_figure(fig, ax, path: str | Path, title: str) -> Path:
-    """Title, grid and legend on ``ax``; ``fig`` written to ``path`` and closed."""
+def evaluation_points(metrics: Sequence[dict], opponent: str) -> list[tuple]:
+    """``(minutes, win rate, loss rate)`` of each evaluation against ``opponent``, once
+    each: where the ``evaluations`` count grows, or without it where the rates change."""
+    points, last = [], None
+    for m in metrics:
+        value = (m.get(f"win_rate/{opponent}"), m.get(f"loss_rate/{opponent}"))
+        seen = m.get("evaluations", value)
+        if value[0] is not None and seen != last:
+            points.append((m["time_total_s"] / 60, *value))
+            last = seen
+    return points
+
+
+def save_figure(fig, ax, path: str | Path, title: str, legend_outside: bool = False) -> Path:
+    """Title, grid and legend on ``ax`` (right of the axes with ``legend_outside``, for
+    curves that fill the whole height); ``fig`` written to ``path`` and closed."""
     import matplotlib.pyplot as plt
 
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="lower right")
+        if legend_outside:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+        else:
+            ax.legend(loc="lower right")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -129,6 +129,7 @@ class AlphaZero(Algorithm):
         losses = self.learn()
         if matches:
             self.last_evaluation = self.summarize_matches(matches)
+            self.counters["evaluations"] += 1
         self.iteration += 1
         self.time_total_s += time.perf_counter() - start
         return self.metrics(finished, losses, time.perf_counter() - start)
@@ -215,6 +216,7 @@ class AlphaZero(Algorithm):
             "game_length_mean": float(np.mean([r["moves"] for r in finished])),
             "first_player_win_rate": c["first_player_wins"] / max(1, c["games"]),
             "draw_rate": c["draws"] / max(1, c["games"]),
+            "evaluations": c["evaluations"],
             **{f"info/{k}": v for k, v in losses.items()},
             **self.last_evaluation,
         }
