@@ -81,4 +81,6 @@ class AlphaZeroConfig(AlgorithmConfig):
             try:
                 parse_opponent(name)
             except ValueError as exc:
-                raise ConfigError(f"AlphaZeroConfig.opponents: {exc}") from None
+                raise ConfigError(
+                    f"AlphaZeroConfig.opponents must name known opponents: {exc}"
+                ) from None
