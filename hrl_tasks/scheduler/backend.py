@@ -432,6 +432,9 @@ class DaskBackend(BackendRecords):
             if response["status"] == "input-lost":  # its holder is gone: send the values
                 response = await handler(spec=spec, call=to_serialize(inline(call, values)))
         except (OSError, WorkerLostError) as exc:
+            if self.client.status not in CONNECTED:  # the workers went with their scheduler
+                self.feed(ev.SchedulerLost(str(self.lost_scheduler())))
+                return
             lost = WorkerLostError(
                 f"{launch.name}: lost the connection to worker {address} during a direct call "
                 f"({exc!r})",
@@ -498,6 +501,10 @@ class DaskBackend(BackendRecords):
         try:
             seen = ev.WorkersSeen(self.read_workers())
         except Exception:  # the scheduler is busy or going away: the next sweep tries again
+            seen = None
+        if self.client.status not in CONNECTED:
+            # A client that lost its scheduler reads no workers: that says nothing of the
+            # workers, and the scheduler check reports the loss itself.
             seen = None
         self.loop.add_callback(self._refreshed, seen)
 
