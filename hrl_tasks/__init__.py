@@ -51,24 +51,4 @@ def load(path, *, train: bool = False, engine=None, env=None):
     return load_algorithm(path, train=train, engine=engine, env=env)
 
 
-__all__ = [
-    "Engine",
-    "EngineError",
-    "ObjectStartError",
-    "ResourceError",
-    "RetryPolicy",
-    "Shared",
-    "SpeculationPolicy",
-    "SyncEngine",
-    "TaskRef",
-    "WorkerGroup",
-    "WorkerHandle",
-    "SchedulerLostError",
-    "WorkerLostError",
-    "__version__",
-    "current_engine",
-    "load",
-    "task_context",
-    "train",
-    "worker_local",
-]
+__all__ = [*ENGINE_NAMES, "__version__", "load", "train"]
