@@ -170,7 +170,10 @@ def test_a_split_search_finishes_with_a_legal_move_when_a_worker_is_killed(tmp_p
         killer.join()
         stats = engine.stats()
     assert took > KILL_AFTER_S, "the search ended before the kill: make it longer"
-    assert stats["retried"] >= 1
+    # The killed process may have been running the root's sub-trees or those a
+    # nested engine submitted (whose retries that engine counts), so the root
+    # engine is asked only whether it saw the loss.
+    assert stats["workers_lost"] >= 1
     action = select_action(result.visits, 0.0, np.random.default_rng(0))
     assert game.legal_mask(state)[action]
     assert result.simulations == 20000
