@@ -471,11 +471,18 @@ class DaskBackend(BackendRecords):
 
     def _change_supply(self, ins: ev.Supply) -> None:
         client = self.client
+        record = ["hrl-tasks", "held", ins.address, ins.obj_id]
+        # Readers add what is held to what a worker advertises (see `see_workers`): the
+        # advertised supply falls before a holding is recorded, and a release is recorded
+        # before it rises, so a read between the two steps finds less room, never more.
         try:
-            client.set_metadata(["hrl-tasks", "held", ins.address, ins.obj_id], ins.held)
-            client.run(change_supply, ins.delta, workers=[ins.address])
             if next(iter(ins.delta.values())) > 0:
+                client.set_metadata(record, ins.held)
+                client.run(change_supply, ins.delta, workers=[ins.address])
                 client.run_on_scheduler(schedule_unrunnable, worker=ins.address)
+            else:
+                client.run(change_supply, ins.delta, workers=[ins.address])
+                client.set_metadata(record, ins.held)
         except (OSError, KeyError, ValueError):
             pass  # the worker is gone; so is what it advertised
         finally:
@@ -499,7 +506,7 @@ class DaskBackend(BackendRecords):
 
     def _refresh(self) -> None:
         try:
-            seen = ev.WorkersSeen(self.read_workers())
+            seen = self.see_workers()
         except Exception:  # the scheduler is busy or going away: the next sweep tries again
             seen = None
         if self.client.status not in CONNECTED:
@@ -519,16 +526,22 @@ class DaskBackend(BackendRecords):
     def read_workers(self) -> dict:
         """address -> (threads, resources declared), resources held by objects included
         (the engine lowers what a worker advertises while an object holds them)."""
+        return self.see_workers().workers
+
+    def see_workers(self) -> ev.WorkersSeen:
+        """The workers (see `read_workers`) and what every engine's objects hold on them."""
         workers = self.client.scheduler_info(n_workers=-1)["workers"]
         held = self.client.get_metadata(["hrl-tasks", "held"], default={}) or {}
         found = {}
+        holders = {}
         for address, info in workers.items():
             declared = dict(info.get("resources") or {})
-            for request in (held.get(address) or {}).values():
+            holders[address] = {h: dict(r) for h, r in (held.get(address) or {}).items() if r}
+            for request in holders[address].values():
                 for name, amount in request.items():
                     declared[name] = declared.get(name, 0.0) + amount
             found[address] = (int(info.get("nthreads", 1)), declared)
-        return found
+        return ev.WorkersSeen(found, holders)
 
     # --- results (user threads) -------------------------------------------------------
 

@@ -33,7 +33,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator
 
-from distributed import Client, get_client
+from distributed import Client, get_client, get_worker
 
 from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler import events as ev
@@ -53,6 +53,14 @@ from hrl_tasks.scheduler.taskref import TaskRef, collect_refs
 logger = logging.getLogger(__name__)
 RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
 EVENTS_BACKSTOP_SWEEP_S = 5.0  # seconds between looks at the workers beside the events
+
+
+def _own_worker() -> frozenset:
+    """The address of the worker process this code runs in, if it runs in one."""
+    try:
+        return frozenset({get_worker().address})
+    except ValueError:
+        return frozenset()
 
 
 class _Active:
@@ -153,7 +161,7 @@ class Engine:
         self._reaches_workers: bool | None = None  # see reaches_workers(); None: not asked
         client.subscribe_topic(self.topic, backend.on_reports)
         client.subscribe_topic("all", backend.on_cluster_event)  # nested engines too
-        seen = ev.WorkersSeen(backend.read_workers())
+        seen = backend.see_workers()
 
         async def first_look():
             backend.feed(seen)
@@ -486,9 +494,16 @@ class Engine:
         self.backend.objects[obj_id] = (cls_or_factory, args, kwargs, topic)
         creation = self._new_ref(f"{label}.__init__", None, pinned=True)
         self.backend.creations[obj_id] = creation.outcome
+        # Made inside a task: elsewhere than the task's own process when there is room,
+        # so that a nested algorithm's rollout workers do not share its learner's process.
+        avoid = _own_worker() if parent is not None else frozenset()
         create = ev.CreateObject(obj_id, creation.task_id, name, label, request, strategy,
-                                 max_restarts, reissue_calls)  # fmt: skip
-        self.backend.push_and_wait(create)  # placed on return if there is room now
+                                 max_restarts, reissue_calls, avoid)  # fmt: skip
+        try:  # what other engines hold now, so that it is placed where there is room
+            seen = [self.backend.see_workers()]
+        except Exception:  # the scheduler is busy or going away: the last look serves
+            seen = []
+        self.backend.push_and_wait(*seen, create)  # placed on return if there is room now
         return WorkerHandle(self, obj_id, name, label)
 
     def create_group(self, cls_or_factory, n: int, *args, **kwargs) -> WorkerGroup:

@@ -50,6 +50,7 @@ class CreateObject:
     strategy: str = "spread"
     max_restarts: int = 3
     reissue_calls: bool = False
+    avoid: frozenset = frozenset()  # workers to use only when no other has room
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,11 @@ class Ended:
 
 @dataclass(frozen=True)
 class WorkersSeen:
-    """The workers there are now: address -> (threads, resources declared)."""
+    """The workers there are now: address -> (threads, resources declared); and
+    what every engine holds on them: address -> holder -> request."""
 
     workers: dict
+    held: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

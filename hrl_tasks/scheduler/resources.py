@@ -5,15 +5,21 @@ The ledger is plain state with pure steps, tested without a cluster.
 State:
     capacity[worker]  what each worker declared (``CPU``, ``GPU``, ``memory``,
                       any custom name), recorded when the worker joins.
-    holdings[holder]  (worker, request) for everything that holds resources:
-                      stateful workers for their lifetime, and tasks with an
-                      explicit request while they run.
+    holdings[holder]  (worker, request) for everything this engine holds:
+                      its stateful workers, for their lifetime.
+    others[worker]    holder -> request for what other engines on the same
+                      cluster hold there (nested engines in tasks, other
+                      clients), as last read from the scheduler; counted as
+                      held, so every engine sees the ledger as the root does.
 
 Selection policy of :meth:`Ledger.choose`: among the workers where the request
-fits in what is free now, ``"spread"`` takes the one holding the fewest
-things (ties: most free of the requested resources, then address), ``"pack"``
-takes the one holding the most (ties: least free, then address), so a group of
-stateful workers either spreads over the cluster or fills one machine first.
+fits in what is free now (those in ``avoid`` only when no other has room),
+``"spread"`` takes the one holding the fewest things (ties: most free of the
+requested resources, then address), ``"pack"`` takes the one holding the most
+(ties: least free, then address), so a group of stateful workers either spreads
+over the cluster or fills one machine first. A task's own worker is what its
+nested engine avoids: its rollout workers then do not share the process that
+runs its learner.
 """
 
 from __future__ import annotations
@@ -102,6 +108,20 @@ class Ledger:
 
     capacity: dict[str, Request] = field(default_factory=dict)
     holdings: dict[str, tuple[str, Request]] = field(default_factory=dict)
+    others: dict[str, dict[str, Request]] = field(default_factory=dict)
+    released: set[str] = field(default_factory=set)  # own holders the scheduler may still show
+
+    def see_others(self, held: Mapping[str, Mapping[str, Mapping[str, float]]]) -> None:
+        """Record what is held per worker (holder -> request, as the scheduler keeps it
+        for every engine); this engine's own holders, and those it released (a read
+        may predate the release), are left out."""
+        mine = set(self.holdings) | self.released
+        self.others = {
+            worker: {h: dict(r) for h, r in holders.items() if h not in mine}
+            for worker, holders in held.items()
+        }
+        shown = {h for holders in held.values() for h in holders}
+        self.released &= shown  # once the scheduler forgot them, they stay forgotten
 
     def add_worker(self, worker: str, resources: Mapping[str, float]) -> None:
         self.capacity[worker] = {k: float(v) for k, v in resources.items()}
@@ -109,17 +129,20 @@ class Ledger:
     def remove_worker(self, worker: str) -> list[str]:
         """Forget a worker; returns the holders that were on it (now released)."""
         self.capacity.pop(worker, None)
+        self.others.pop(worker, None)
         lost = [h for h, (w, _) in self.holdings.items() if w == worker]
         for holder in lost:
             del self.holdings[holder]
         return lost
 
     def held_on(self, worker: str) -> Request:
+        """What this engine and the others hold on ``worker``."""
+        requests = [r for w, r in self.holdings.values() if w == worker]
+        requests += [r for h, r in self.others.get(worker, {}).items() if h not in self.holdings]
         total: Request = {}
-        for w, request in self.holdings.values():
-            if w == worker:
-                for name, amount in request.items():
-                    total[name] = total.get(name, 0.0) + amount
+        for request in requests:
+            for name, amount in request.items():
+                total[name] = total.get(name, 0.0) + amount
         return total
 
     def free(self, worker: str) -> Request:
@@ -127,20 +150,32 @@ class Ledger:
         return {k: v - held.get(k, 0.0) for k, v in self.capacity.get(worker, {}).items()}
 
     def count_on(self, worker: str) -> int:
-        return sum(1 for w, _ in self.holdings.values() if w == worker)
+        """Things held on ``worker``, by this engine and the others."""
+        mine = sum(1 for w, _ in self.holdings.values() if w == worker)
+        return mine + sum(1 for h in self.others.get(worker, {}) if h not in self.holdings)
 
     def check(self, request: Mapping[str, float]) -> None:
         """Raise :class:`ResourceError` if no worker could ever meet ``request``."""
         check_satisfiable(request, self.capacity)
 
     def choose(
-        self, request: Mapping[str, float], strategy: str = "spread", exclude: Iterable[str] = ()
+        self,
+        request: Mapping[str, float],
+        strategy: str = "spread",
+        exclude: Iterable[str] = (),
+        avoid: Iterable[str] = (),
     ) -> str | None:
-        """The worker to place ``request`` on now, or ``None`` if none has room."""
+        """The worker to place ``request`` on now, or ``None`` if none has room.
+
+        Workers in ``exclude`` are never taken; those in ``avoid`` only when no
+        other has room.
+        """
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         excluded = set(exclude)
         candidates = [w for w in self.capacity if w not in excluded and fits(request, self.free(w))]
+        preferred = [w for w in candidates if w not in set(avoid)]
+        candidates = preferred or candidates
         if not candidates:
             return None
 
@@ -158,4 +193,7 @@ class Ledger:
         self.holdings[holder] = (worker, dict(request))
 
     def release(self, holder: str) -> tuple[str, Request] | None:
-        return self.holdings.pop(holder, None)
+        held = self.holdings.pop(holder, None)
+        if held is not None:
+            self.released.add(holder)
+        return held

@@ -149,6 +149,7 @@ class ObjectState:
     snapshot_seq: int = -1
     group: tuple = ()
     exclude: frozenset = frozenset()  # where not to place it (the worker it just lost)
+    avoid: frozenset = frozenset()  # where to place it only if nowhere else has room
     unplaced_since: float | None = None
 
 
@@ -538,7 +539,7 @@ class EngineState:
 
     def _on_CreateObject(self, e: ev.CreateObject) -> None:
         obj = ObjectState(e.obj_id, e.name, e.label, e.request, e.strategy, e.max_restarts,
-                          e.reissue_calls)  # fmt: skip
+                          e.reissue_calls, avoid=e.avoid)  # fmt: skip
         self.objects[e.obj_id] = obj
         self._place(obj, creation_id=e.task_id)
 
@@ -552,7 +553,7 @@ class EngineState:
             self._end(obj, ObjectStartError(f"cannot place {obj.name!r}: {exc}"))
             return
         exclude = obj.exclude if set(self.ledger.capacity) - obj.exclude else frozenset()
-        address = self.ledger.choose(obj.request, obj.strategy, exclude)
+        address = self.ledger.choose(obj.request, obj.strategy, exclude, obj.avoid)
         if address is None:
             obj.unplaced_since = obj.unplaced_since or self.now
             return
@@ -802,6 +803,7 @@ class EngineState:
         for address, (nthreads, declared) in e.workers.items():
             self.nthreads[address] = int(nthreads)
             self.ledger.capacity[address] = {k: float(v) for k, v in declared.items()}
+        self.ledger.see_others({a: h for a, h in e.held.items() if a in e.workers})
         for obj in list(self.objects.values()):
             if obj.address is None or obj.address in e.workers:
                 continue

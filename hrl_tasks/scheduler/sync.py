@@ -54,6 +54,9 @@ class InProcessBackend(BackendRecords):
     def read_workers(self) -> dict:
         return {WORKER: (1, dict(self.resources))}
 
+    def see_workers(self) -> ev.WorkersSeen:
+        return ev.WorkersSeen(self.read_workers())
+
     def carry_out(self, ins) -> None:
         if isinstance(ins, ev.Launch):
             self.run(ins)
@@ -65,7 +68,7 @@ class InProcessBackend(BackendRecords):
             for key in ins.keys:
                 self.futures.pop(key, None)
         elif isinstance(ins, ev.Refresh):
-            self.push(ev.WorkersSeen(self.read_workers()))
+            self.push(self.see_workers())
         elif isinstance(ins, ev.Later) and isinstance(ins.event, ev.RetryDue):
             time.sleep(ins.delay)  # nothing else runs meanwhile in this engine
             self.push(ins.event)
@@ -166,7 +169,7 @@ class SyncEngine(Engine):
         state = EngineState("sync")
         backend = InProcessBackend(state, resources or {"CPU": 1})
         self._start(state, backend, retries, lost_worker_timeout=10.0, activate=True)
-        backend.push(ev.WorkersSeen(backend.read_workers()))
+        backend.push(backend.see_workers())
 
     @property
     def dashboard_link(self) -> None:

@@ -3,6 +3,8 @@
 import os
 import time
 
+from distributed import get_worker
+
 import hrl_tasks as hrl
 
 
@@ -164,14 +166,29 @@ def nested_engine_hears_worker_events():
     return handler == engine.backend.on_cluster_event
 
 
-def objects_made_and_awaited_in_a_task(n):
+def objects_made_and_awaited_in_a_task(n, resources=None):
     """Create ``n`` stateful workers from inside a task and wait until each is built;
-    returns on how many worker processes they were (spread: some share this task's)."""
+    returns their addresses and this task's own worker's."""
     engine = hrl.current_engine()
-    handles = [engine.create_worker(Counter) for _ in range(n)]
+    handles = [engine.create_worker(Counter, resources=resources) for _ in range(n)]
     for handle in handles:
         handle.ready(timeout=20)
-    addresses = {handle.address for handle in handles}
+    addresses = [handle.address for handle in handles]
     for handle in handles:
         handle.kill(timeout=20)
-    return len(addresses)
+    return addresses, get_worker().address
+
+
+def hold_an_object_until(event_name, resources):
+    """Create a stateful worker holding ``resources``, say where (Dask Event
+    ``event_name + '-made'``), and keep it until ``event_name`` is set."""
+    from distributed import Event
+
+    engine = hrl.current_engine()
+    handle = engine.create_worker(Counter, resources=resources)
+    handle.ready(timeout=20)
+    Event(event_name + "-made").set()
+    Event(event_name).wait(timeout=60)
+    address = handle.address
+    handle.kill(timeout=20)
+    return address

@@ -162,8 +162,32 @@ def test_current_engine_in_the_driver(engine):
 
 def test_a_task_waits_for_objects_built_on_its_own_worker(engine):
     # One thread per worker: the task's thread must leave the pool while it waits for
-    # an object placed on its own worker, or the object is never built.
-    assert engine.submit(tasks.objects_made_and_awaited_in_a_task, 2).result(timeout=60) == 2
+    # an object placed on its own worker, or the object is never built. Objects made in
+    # a task avoid its worker while another has room: the second one fills it.
+    made = engine.submit(tasks.objects_made_and_awaited_in_a_task, 2, {"CPU": 1})
+    (first, second), own = made.result(timeout=60)
+    assert first != own and second == own
+
+
+def test_the_root_engine_sees_what_a_nested_engine_holds(engine):
+    from distributed import Event
+
+    held = engine.submit(tasks.hold_an_object_until, "nested-holds", {"CPU": 1})
+    assert Event("nested-holds-made", client=engine.client).wait(timeout=60)
+    mine = engine.create_worker(tasks.Counter, resources={"CPU": 1})  # placed on return
+    try:
+        # The holding task keeps its worker's one thread (an Event's wait is not the
+        # engine's): it ends before ours can be built there.
+        Event("nested-holds", client=engine.client).set()
+        assert mine.address != held.result(timeout=60)
+        mine.ready(timeout=20)
+    finally:
+        mine.kill(timeout=20)
+
+
+def test_objects_made_in_a_task_go_elsewhere_than_its_worker_when_there_is_room(engine):
+    addresses, own = engine.submit(tasks.objects_made_and_awaited_in_a_task, 3).result(timeout=60)
+    assert own not in addresses and len(addresses) == 3
 
 
 def test_nested_engines_hear_worker_events(engine):

@@ -89,3 +89,31 @@ def test_double_acquire_is_an_error():
 def test_unknown_strategy():
     with pytest.raises(ValueError, match="spread"):
         make_ledger().choose({}, "random")
+
+
+def test_what_other_engines_hold_counts_as_held_and_for_spread():
+    ledger = make_ledger()
+    ledger.acquire("mine", "a", {"CPU": 1})
+    ledger.see_others({"a": {"mine": {"CPU": 1}}, "b": {"theirs": {"CPU": 2}}})
+    assert ledger.free("b")["CPU"] == 0 and ledger.free("a")["CPU"] == 1
+    assert ledger.choose({"CPU": 1}) == "a"  # b is full of another engine's objects
+    assert ledger.count_on("b") == 1 and ledger.count_on("a") == 1
+
+
+def test_a_released_holder_is_not_taken_for_another_engines_from_a_late_read():
+    ledger = make_ledger()
+    ledger.acquire("mine", "b", {"CPU": 2})
+    ledger.release("mine")
+    ledger.see_others({"b": {"mine": {"CPU": 2}}})  # read before the release was recorded
+    assert ledger.free("b")["CPU"] == 2
+    ledger.see_others({"b": {}})
+    assert ledger.released == set()  # forgotten once the scheduler no longer shows it
+
+
+def test_avoided_workers_are_taken_only_when_no_other_has_room():
+    ledger = make_ledger()
+    assert ledger.choose({"CPU": 1}, "spread", avoid={"a"}) == "b"
+    assert ledger.choose({"CPU": 1}, "pack", avoid={"a"}) == "b"
+    ledger.acquire("x", "b", {"CPU": 2})
+    assert ledger.choose({"CPU": 1}, "spread", avoid={"a"}) == "a"
+    assert ledger.choose({"GPU": 1}, "spread", avoid={"b"}) == "b"  # the only GPU
