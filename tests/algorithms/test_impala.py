@@ -64,7 +64,8 @@ def test_smoke(engine):
         assert {"loss_policy", "mean_rho", "learner_queue_size"} <= set(second["info"])
         assert algo.evaluate(episodes=2)["evaluation_episodes"] == 2
         algo.learner.stop()
-        # Every worker got new weights back from the learner after its batches.
+        # Every worker gets the learner's new weights with its next sample call.
+        algo.workers.engine.wait(algo.workers.sample(), timeout=30)
         for weights in algo.workers.foreach_worker(lambda w: w.get_weights(), local=False):
             assert any(not np.array_equal(weights[k], initial[k]) for k in initial)
     finally:

@@ -95,7 +95,8 @@ class LearnerThread(threading.Thread):
         with self.lock:
             start = time.perf_counter()
             info = self.workers.local_worker.policy.learn_on_batch(batch)
-            self.workers.sync_weights(to=sources)
+            # The weights ride on each source's next sample call (no extra call).
+            self.workers.sync_weights(to=sources, defer=True)
             elapsed = time.perf_counter() - start
         self.outqueue.put((batch.env_steps(), info, elapsed))
 
