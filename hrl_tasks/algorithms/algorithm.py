@@ -79,6 +79,7 @@ class Algorithm(abc.ABC):
                 direct_calls=self.config.direct_calls,
                 max_restarts=self.config.max_restarts,
                 max_env_errors=self.config.max_env_errors,
+                resources_per_worker=self.config.rollout_worker_resources,
             )
             self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
             self.plan = self.build_plan(self.workers, self.ctx)

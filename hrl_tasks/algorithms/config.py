@@ -28,6 +28,26 @@ class ConfigError(ValueError):
     """A config key that does not exist, or a value of the wrong type or out of range."""
 
 
+def check_resources(owner: str, key: str, resources: Mapping | None) -> None:
+    """A resource request: names (strings) to amounts (numbers >= 0), or None.
+
+    Raises:
+        ConfigError: naming the entry that is not, with an example of one that is.
+    """
+    if resources is None:
+        return
+    example = "such as {'CPU': 1} or {'GPU': 0.5}"
+    if not isinstance(resources, Mapping):
+        raise ConfigError(f"{owner}.{key} must be a dict {example}, got {resources!r}")
+    for name, amount in resources.items():
+        number = isinstance(amount, numbers.Real) and not isinstance(amount, bool)
+        if not isinstance(name, str) or not number or not math.isfinite(amount) or amount < 0:
+            raise ConfigError(
+                f"{owner}.{key} must map resource names to amounts >= 0, {example}; "
+                f"got {name!r}: {amount!r}"
+            )
+
+
 @dataclass
 class AlgorithmConfig:
     """What every algorithm shares. Algorithm configs add their own fields."""
@@ -62,6 +82,12 @@ class AlgorithmConfig:
     """Failures in a row of one env (a reset or step that raised) before sampling
     stops with EnvError; each failure ends its episode as a truncation, is counted in
     ``env_errors``, and the env is built again."""
+    rollout_worker_resources: dict | None = None
+    """Dask resources each remote rollout worker holds for its life, e.g. ``{"CPU": 1}``
+    or ``{"GPU": 0.5}``: they place it on a worker that declares them, and keep that
+    much from other work there (the engine's ledger). None reserves nothing: rollout
+    workers share their worker's slots with everything else, as tasks without a
+    request do. Dask resources are logical slots, not cores."""
     direct_calls: bool = True
     """Call the rollout workers directly instead of through the Dask scheduler:
     about 1.3 ms of the driver's CPU per call instead of 5.5 ms here. False makes
@@ -90,6 +116,8 @@ class AlgorithmConfig:
         Raises:
             ConfigError: naming the keys that do not fit together.
         """
+        check_resources(type(self).__name__, "rollout_worker_resources",
+                        self.rollout_worker_resources)  # fmt: skip
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None = None, **overrides: Any):

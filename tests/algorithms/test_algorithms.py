@@ -98,6 +98,27 @@ def test_an_algorithm_trains_inside_a_task_and_stops_promptly(engine):
     assert found["stop_s"] < 30.0
 
 
+@pytest.mark.timeout(120)
+def test_rollout_workers_hold_their_resources_where_they_are_declared():
+    # One of two worker processes declares a custom resource (no GPU here): every
+    # rollout worker asking for it lands there, and the ledger counts what they hold.
+    declared = [{"CPU": 1, "sampler": 2}, {"CPU": 1}]
+    with hrl_tasks.Engine.local(resources=declared, threads_per_worker=1) as engine:
+        algo = PPO(dict(TINY, rollout_worker_resources={"sampler": 1}), engine=engine)
+        try:
+            algo.train()
+            addresses = {h.address for h in algo.workers.remote_workers}
+            workers = engine.resources()
+            (special,) = [a for a, res in workers.items() if "sampler" in res["declared"]]
+            assert addresses == {special}
+            assert workers[special]["held_by_objects"] == {"sampler": 2.0}
+            assert workers[special]["available"]["sampler"] == 0
+        finally:
+            algo.stop()
+        with pytest.raises(hrl_tasks.ResourceError, match="GPU"):
+            PPO(dict(TINY, rollout_worker_resources={"GPU": 1}), engine=engine)
+
+
 def test_unknown_env_fails_before_any_cluster_starts():
     with pytest.raises(ValueError, match="CartPole-v1"):
         PPO({"env": "CartPol-v1"})

@@ -75,6 +75,7 @@ class AlphaZeroConfig(AlgorithmConfig):
     }
 
     def check(self) -> None:
+        super().check()
         from hrl_tasks.planning.opponents import parse_opponent
 
         for name in self.opponents:

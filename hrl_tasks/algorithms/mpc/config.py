@@ -76,6 +76,7 @@ class MPCConfig(AlgorithmConfig):
     }
 
     def check(self) -> None:
+        super().check()
         if self.elites > self.population:
             raise ConfigError(
                 f"MPCConfig.elites must be <= population ({self.population}), got {self.elites}"
