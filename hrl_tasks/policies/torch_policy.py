@@ -92,9 +92,17 @@ class TorchPolicy(Policy):
         if self._optimizer is None:
             self._optimizer = self.make_optimizer(self.model)
             if self._optimizer_state is not None:
-                self._optimizer.load_state_dict(tree_to_torch(self._optimizer_state))
+                self.load_optimizer_state(self._optimizer_state)
                 self._optimizer_state = None
         return self._optimizer
+
+    def load_optimizer_state(self, state: Any) -> None:
+        """Loads the optimizer's moments and step counts; the learning rate stays this
+        policy's ``config.lr`` (torch would take the saved one), so that a checkpoint
+        restored with a new config, as population based training does, trains with it."""
+        self._optimizer.load_state_dict(tree_to_torch(state))
+        for group in self._optimizer.param_groups:
+            group["lr"] = self.config.lr
 
     # Learning -------------------------------------------------------------------
 
@@ -180,7 +188,7 @@ class TorchPolicy(Policy):
         if self._optimizer is None:
             self._optimizer_state = state["optimizer"]
         else:
-            self._optimizer.load_state_dict(tree_to_torch(state["optimizer"]))
+            self.load_optimizer_state(state["optimizer"])
         self.set_rng_state(state["rng"])
         self.num_grad_updates = int(state["num_grad_updates"])
 

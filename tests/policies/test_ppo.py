@@ -9,7 +9,7 @@ SPACES = {"discrete": cartpole_spaces, "continuous": pendulum_spaces}
 
 
 def make(kind, **overrides):
-    config = PPOConfig(seed=0, minibatch_size=32, lr=1e-3, **overrides)
+    config = PPOConfig(**{"seed": 0, "minibatch_size": 32, "lr": 1e-3, **overrides})
     return PPOPolicy(*SPACES[kind](), config)
 
 
@@ -79,3 +79,21 @@ def test_value_clipping_reads_old_values():
     del far["values"]
     with pytest.raises(KeyError, match="values"):
         policy.loss(far)
+
+
+@pytest.mark.parametrize("optimizer_built", [True, False])
+def test_a_restored_state_keeps_its_moments_and_trains_with_the_new_learning_rate(
+    optimizer_built,
+):
+    # Population based training restores a checkpoint into a config with another lr.
+    trained = make("discrete")
+    trained.learn_on_batch(trained.postprocess_trajectory(fragment(trained, 64)))
+    state = trained.get_state()
+    restored = make("discrete", lr=2.5e-4)
+    if optimizer_built:
+        restored.optimizer  # noqa: B018 (built before the state is loaded)
+    restored.set_state(state)
+    assert [g["lr"] for g in restored.optimizer.param_groups] == [2.5e-4]
+    moments = restored.optimizer.state_dict()["state"]
+    steps = trained.num_grad_updates
+    assert moments and all(int(s["step"]) == steps for s in moments.values())
