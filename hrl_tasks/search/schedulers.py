@@ -91,6 +91,12 @@ class TrialScheduler(ABC):
         """The trial ended (stopped, finished or failed); it is no longer considered."""
         return None
 
+    def next_decision(self, trial_id: Hashable, iteration: int) -> int | None:
+        """The next iteration after ``iteration`` whose result may change what becomes
+        of the trial (`on_result` returns ``"continue"`` for every one before it), or
+        None if none will. A runner can train a trial that far without asking."""
+        return None
+
 
 class FIFOScheduler(TrialScheduler):
     """Never stops a trial: each runs until the search's own stop condition."""
@@ -172,6 +178,11 @@ class ASHAScheduler(TrialScheduler):
         mine = _score(value, self.mode)
         better = sum(_score(other, self.mode) > mine for other in recorded.values())
         return STOP if math.isnan(value) or better >= survivors else CONTINUE
+
+    def next_decision(self, trial_id: Hashable, iteration: int) -> int | None:
+        """The first rung after ``iteration`` where the trial is not judged yet, else ``max_t``."""
+        later = [r for r in self.rungs if r > iteration and trial_id not in self._recorded[r]]
+        return min([*later, max(self.max_t, iteration + 1)])
 
     def results_at(self, rung: int) -> dict[Hashable, float]:
         """The values recorded at ``rung`` (one of `rungs`), by trial, in arrival order."""
@@ -284,6 +295,11 @@ class PBTScheduler(TrialScheduler):
         )
         member.config, member.checkpoint_config = config, None
         return Exploit(source=source, config=config)
+
+    def next_decision(self, trial_id: Hashable, iteration: int) -> int | None:
+        """``perturbation_interval`` iterations after the trial's last step."""
+        member = self._member(trial_id)
+        return max(member.last_perturbation + self.perturbation_interval, iteration + 1)
 
     def config_of(self, trial_id: Hashable) -> dict:
         """The trial's current config, as PBT last set it."""

@@ -269,3 +269,39 @@ def test_without_resampling_numbers_scale_and_choices_move_to_a_neighbour(seed):
 def test_a_value_outside_its_choices_is_drawn_afresh():
     new = perturb({"act": "gelu"}, {"act": SPACE["act"]}, np.random.default_rng(0), 0.0)
     assert new["act"] in SPACE["act"].values
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    grace=st.integers(1, 4),
+    factor=st.integers(2, 4),
+    extra=st.integers(0, 40),
+    values=st.lists(st.floats(-10, 10), min_size=1, max_size=60),
+)
+def test_asha_continues_every_trial_before_its_next_decision(grace, factor, extra, values):
+    # A runner may train up to next_decision without asking: every result before it
+    # continues, whatever the values.
+    asha = ASHAScheduler(max_t=grace + extra, grace_period=grace, reduction_factor=factor)
+    for other, value in enumerate(values[1:]):  # other trials fill the rungs
+        for rung in asha.rungs:
+            asha.on_result(f"other{other}", rung, value)
+    iteration = 0
+    while iteration < asha.max_t:
+        upto = asha.next_decision("t", iteration)
+        assert iteration < upto <= asha.max_t
+        for i in range(iteration + 1, upto):
+            assert asha.on_result("t", i, values[0]) == CONTINUE
+        decision = asha.on_result("t", upto, values[0])
+        iteration = upto
+        if decision == STOP:
+            break
+    assert iteration in asha.rungs or iteration == asha.max_t
+
+
+def test_pbt_decides_every_perturbation_interval_and_fifo_never():
+    pbt = population({"low": 0.0, "high": 1.0}, checkpointed=["high"], interval=5)
+    assert pbt.next_decision("low", 0) == 5
+    assert pbt.next_decision("low", 3) == 5
+    assert isinstance(pbt.on_result("low", 5, 0.0), Exploit)
+    assert pbt.next_decision("low", 5) == 10
+    assert FIFOScheduler().next_decision("t", 7) is None
