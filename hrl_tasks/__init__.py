@@ -51,4 +51,12 @@ def load(path, *, train: bool = False, engine=None, env=None):
     return load_algorithm(path, train=train, engine=engine, env=env)
 
 
-__all__ = [*ENGINE_NAMES, "__version__", "load", "train"]
+def tune(algorithm: str, env=None, space=None, config=None, **options):
+    """Search ``space`` for the best config of ``algorithm`` on ``env``, every trial a
+    task on the same cluster; see :func:`hrl_tasks.search.runner.tune`."""
+    from hrl_tasks.search.runner import tune as run_search
+
+    return run_search(algorithm, env, space, config, **options)
+
+
+__all__ = [*ENGINE_NAMES, "__version__", "load", "train", "tune"]

@@ -567,6 +567,11 @@ class Engine:
         """What each worker declared and what stateful workers hold (read only)."""
         return self.state.ledger
 
+    def capacity(self) -> dict[str, dict[str, float]]:
+        """Per worker, the resources it declares (a copy)."""
+        with self.backend.lock:
+            return {w: dict(declared) for w, declared in self.state.ledger.capacity.items()}
+
     @property
     def nthreads(self) -> dict[str, int]:
         """Threads per worker (read only)."""

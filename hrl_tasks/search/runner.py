@@ -1,0 +1,637 @@
+"""Hyper-parameter search on a Dask cluster: every trial is a task that builds its own algorithm.
+
+The driver's loop, on one screen (`Search.run`)::
+
+    while some trial is unfinished:
+        start chunks of the trials that may run, while the cluster has room for them
+        wait for a chunk to end (or for the next report)
+        feed its results to the trial scheduler and carry out its decision
+        (continue, stop, or exploit another trial's checkpoint); save the trial
+
+A chunk (`run_chunk`) is a task. It builds the algorithm on the engine it runs on,
+so its rollout workers are stateful workers nested on the same cluster; restores
+the trial's state; trains to the scheduler's next decision point, a stop
+condition, or ``checkpoint_interval_s`` seconds; and returns the results and the
+state. The driver decides between chunks with the pure schedulers of
+`hrl_tasks.search.schedulers`; a chunk lost with its worker is run again from the
+state it started from, and a stopped search resumes from its output directory.
+
+What a trial holds while its chunk runs: ``trial_resources`` for the chunk's task
+(which runs the learner) and the algorithm's ``rollout_worker_resources`` for each
+remote rollout worker. A trial starts only when all of it fits in what the
+workers declare, beside the trials already running (`fits`), so trials beyond the
+cluster's room wait instead of oversubscribing it; one that could never fit
+raises `ResourceError` before anything runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import pickle
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hrl_tasks.search.samplers import Sampler, make_sampler
+from hrl_tasks.search.schedulers import (
+    CONTINUE,
+    STOP,
+    ASHAScheduler,
+    Exploit,
+    FIFOScheduler,
+    PBTScheduler,
+    TrialScheduler,
+)
+from hrl_tasks.search.space import Mode, SearchError, check_mode, is_domain
+
+SCHEDULERS = ("fifo", "asha", "pbt")
+DEFAULT_TRIAL_RESOURCES = {"CPU": 1}
+"""What a trial's own task holds by default: one CPU slot, for its learner."""
+
+PENDING, RUNNING, PAUSED = "PENDING", "RUNNING", "PAUSED"
+TERMINATED, STOPPED, ERROR = "TERMINATED", "STOPPED", "ERROR"
+ENDED = (TERMINATED, STOPPED, ERROR)
+"""A trial's status: waiting for its first chunk, running one, between two; ended by a
+stop condition (TERMINATED), by the trial scheduler (STOPPED), or by failures (ERROR)."""
+
+
+# --- the chunk: runs in a task -------------------------------------------------------
+
+
+def run_chunk(
+    algorithm: str,
+    config: dict,
+    state: dict | None,
+    until: int | None,
+    stop: dict,
+    seconds: float,
+) -> dict:
+    """Train one stretch of a trial; runs in a task (or in the driver, engine permitting).
+
+    Builds ``algorithm`` with ``config`` on the current engine, loads ``state`` if
+    given, and trains until iteration ``until``, a ``stop`` condition, or
+    ``seconds`` have passed (checked after each iteration).
+
+    Returns:
+        ``{"results": [metrics of each iteration], "state": the algorithm's state,
+        "span": (start, end) in Unix seconds, "worker": where it ran}``.
+    """
+    from hrl_tasks.algorithms import get_algorithm, stop_reached
+    from hrl_tasks.cli import jsonable
+    from hrl_tasks.scheduler import current_engine
+
+    started = time.time()
+    algo = get_algorithm(algorithm)(config, engine=current_engine())
+    try:
+        if state is not None:
+            algo.set_state(state)
+        results = []
+        start = time.monotonic()
+        while True:
+            result = algo.train()
+            results.append(jsonable({k: v for k, v in result.items() if k != "engine"}))
+            if until is not None and result["iteration"] >= until:
+                break
+            if stop_reached(result, stop) or time.monotonic() - start >= seconds:
+                break
+        state = algo.get_state()
+    finally:
+        algo.stop()
+    return {"results": results, "state": state, "span": (started, time.time()),
+            "worker": where_this_runs()}  # fmt: skip
+
+
+def where_this_runs() -> str:
+    """The address of the worker process running this, or ``"driver"``."""
+    from distributed import get_worker
+
+    try:
+        return get_worker().address
+    except ValueError:
+        return "driver"
+
+
+# --- admission: pure -----------------------------------------------------------------
+
+
+def fits(bundles: Sequence[Sequence[Mapping[str, float]]], capacity: Mapping[str, Mapping]) -> bool:
+    """Whether every request of every bundle can be held at once on the workers.
+
+    Each request goes whole onto one worker (largest requests first, each onto the
+    first worker with room); the requests of a bundle may go onto different workers.
+
+    Args:
+        bundles: per trial, its requests (its task's, then its rollout workers').
+        capacity: per worker, what it declares.
+    """
+    free = {worker: dict(declared) for worker, declared in capacity.items()}
+    requests = [r for bundle in bundles for r in bundle if r]
+    for request in sorted(requests, key=lambda r: -sum(r.values())):
+        worker = next(
+            (w for w, room in free.items()
+             if all(room.get(k, 0.0) >= v - 1e-9 for k, v in request.items())),
+            None,
+        )  # fmt: skip
+        if worker is None:
+            return False
+        for name, amount in request.items():
+            free[worker][name] -= amount
+    return True
+
+
+# --- the driver's records ------------------------------------------------------------
+
+
+@dataclass
+class Trial:
+    """One trial as the driver keeps it."""
+
+    trial_id: str
+    config: dict  # the searched keys (PBT changes them)
+    status: str = PENDING
+    last: dict = field(default_factory=dict)
+    best: float | None = None
+    iterations: int = 0
+    env_steps: int = 0
+    start_time: float | None = None
+    end_time: float | None = None
+    checkpoint: str | None = None
+    failures: int = 0
+    error: str | None = None
+    chunks: list = field(default_factory=list)  # (start, end, worker) of each chunk that ended
+    state: Any = field(default=None, repr=False)  # the algorithm's state after its last chunk
+    curve: list = field(default_factory=list, repr=False)  # (env steps, metric) per iteration
+
+    def record(self) -> dict:
+        """What the result reports of the trial (and trials.json keeps)."""
+        return {
+            "trial_id": self.trial_id, "config": dict(self.config), "last": dict(self.last),
+            "best": self.best, "iterations": self.iterations, "env_steps": self.env_steps,
+            "status": self.status, "start_time": self.start_time, "end_time": self.end_time,
+            "checkpoint": self.checkpoint, "failures": self.failures, "error": self.error,
+            "chunks": [list(c) for c in self.chunks],
+        }  # fmt: skip
+
+
+@dataclass
+class TuneResult:
+    """What `tune` returns: every trial, and the best one by ``metric`` and ``mode``."""
+
+    trials: list[dict]
+    metric: str
+    mode: Mode
+    out: Path | None = None
+
+    @property
+    def best_trial(self) -> dict | None:
+        """The trial whose best value of the metric is the best (None if no trial has one)."""
+        scored = [t for t in self.trials if t["best"] is not None and not math.isnan(t["best"])]
+        if not scored:
+            return None
+        sign = 1.0 if self.mode == "max" else -1.0
+        return max(scored, key=lambda t: sign * t["best"])
+
+    @property
+    def best_config(self) -> dict | None:
+        """The best trial's config (searched and fixed keys)."""
+        best = self.best_trial
+        return None if best is None else dict(best["config"])
+
+    @property
+    def best_checkpoint(self) -> str | None:
+        """The best trial's latest checkpoint file (None without ``out``)."""
+        best = self.best_trial
+        return None if best is None else best["checkpoint"]
+
+
+def make_scheduler(
+    scheduler: str | TrialScheduler,
+    space: Mapping[str, Any],
+    stop: Mapping[str, Any],
+    mode: Mode,
+    seed: int | None,
+) -> TrialScheduler:
+    """The trial scheduler called ``scheduler``, with defaults taken from ``stop``.
+
+    ASHA judges in iterations up to ``stop["iteration"]`` (100 without it), first
+    after a sixteenth of that; PBT takes a step every tenth of it. Pass a
+    `TrialScheduler` for other settings.
+    """
+    if isinstance(scheduler, TrialScheduler):
+        return scheduler
+    max_t = int(stop.get("iteration", 100))
+    if scheduler == "fifo":
+        return FIFOScheduler()
+    if scheduler == "asha":
+        return ASHAScheduler(max_t=max_t, grace_period=max(1, max_t // 16), mode=mode)
+    if scheduler == "pbt":
+        return PBTScheduler(space, perturbation_interval=max(1, max_t // 10), mode=mode, seed=seed)
+    raise SearchError(f"unknown scheduler {scheduler!r}; available: {', '.join(SCHEDULERS)}")
+
+
+# --- the search ----------------------------------------------------------------------
+
+
+class Search:
+    """The driver of one search: trials, their chunks, and what is written to ``out``."""
+
+    def __init__(
+        self,
+        algorithm: str,
+        config: dict,
+        sampler: Sampler,
+        scheduler: TrialScheduler,
+        *,
+        metric: str,
+        mode: Mode,
+        stop: dict,
+        trial_resources: dict,
+        max_concurrent: int | None,
+        engine,
+        out: Path | None,
+        checkpoint_interval_s: float,
+        max_failures: int,
+        reporter: Callable[[Search], None] | None,
+    ):
+        self.algorithm, self.config, self.sampler, self.scheduler = (
+            algorithm,
+            config,
+            sampler,
+            scheduler,
+        )
+        self.metric, self.mode, self.stop = metric, mode, stop
+        self.engine, self.out = engine, out
+        self.trial_resources, self.max_concurrent = trial_resources, max_concurrent
+        self.checkpoint_interval_s, self.max_failures = checkpoint_interval_s, max_failures
+        self.reporter = reporter
+        from hrl_tasks.algorithms import get_algorithm
+
+        self.config_class = get_algorithm(algorithm).config_class
+        self.trials: dict[str, Trial] = {}
+        self.running: dict[Any, str] = {}  # chunk ref -> trial id
+        self.exhausted = False  # the sampler proposed its last config
+
+    # The loop ---------------------------------------------------------------------
+
+    def run(self) -> TuneResult:
+        while not (self.exhausted and all(t.status in ENDED for t in self.trials.values())):
+            self.start_chunks()
+            if not self.running:  # no room yet (workers still joining)
+                time.sleep(0.5)
+                continue
+            done, _ = self.engine.wait(list(self.running), timeout=5.0,
+                                       return_when="FIRST_COMPLETED")  # fmt: skip
+            for ref in done:
+                self.chunk_ended(self.trials[self.running.pop(ref)], ref)
+            if self.reporter is not None:
+                self.reporter(self)
+        self.write_summary()
+        return self.result()
+
+    def start_chunks(self) -> None:
+        """Start a chunk for each paused trial, then new trials, while they fit."""
+        while self.room_for_one_more():
+            trial = next((t for t in self.trials.values() if t.status in (PENDING, PAUSED)), None)
+            while trial is None and not self.exhausted:
+                trial = self.new_trial()
+                trial = trial if trial is not None and trial.status == PENDING else None
+            if trial is None:
+                return
+            self.start_chunk(trial)
+
+    def room_for_one_more(self) -> bool:
+        if self.max_concurrent is not None and len(self.running) >= self.max_concurrent:
+            return False
+        capacity = self.engine.capacity()
+        bundle = self.bundle()
+        return fits([bundle] * (len(self.running) + 1), capacity)
+
+    def new_trial(self) -> Trial | None:
+        trial_id = f"{len(self.trials):04d}"
+        config = self.sampler.suggest(trial_id)
+        if config is None:
+            self.exhausted = True
+            return None
+        trial = Trial(trial_id, config)
+        self.trials[trial_id] = trial
+        self.scheduler.on_trial_add(trial_id, config)
+        try:  # a drawn value the algorithm refuses ends the trial before it runs
+            self.config_class.from_dict({**self.config, **config})
+        except ValueError as exc:
+            trial.error = str(exc)
+            self.end(trial, ERROR)
+        return trial
+
+    def start_chunk(self, trial: Trial) -> None:
+        until = self.scheduler.next_decision(trial.trial_id, trial.iterations)
+        ref = self.engine.submit(
+            run_chunk, self.algorithm, {**self.config, **trial.config}, trial.state, until,
+            self.stop, self.checkpoint_interval_s,
+            resources=self.trial_resources or None, name=f"trial-{trial.trial_id}",
+        )  # fmt: skip
+        trial.status = RUNNING
+        trial.start_time = trial.start_time or time.time()
+        self.running[ref] = trial.trial_id
+
+    # What a chunk's end decides ---------------------------------------------------------
+
+    def chunk_ended(self, trial: Trial, ref) -> None:
+        try:
+            chunk = ref.result()
+        except Exception as exc:  # the algorithm failed: again from its last state, or ends
+            trial.failures += 1
+            trial.error = f"{type(exc).__name__}: {exc}"
+            self.end(trial, ERROR) if trial.failures > self.max_failures else self.pause(trial)
+            return
+        trial.chunks.append((*chunk["span"], chunk["worker"]))
+        decision = CONTINUE
+        for result in chunk["results"]:
+            self.record(trial, result)
+            decision = self.scheduler.on_result(
+                trial.trial_id, trial.iterations, self.value(result)
+            )
+            if decision != CONTINUE:
+                break
+        from hrl_tasks.algorithms import stop_reached
+
+        trial.state = chunk["state"]
+        if isinstance(decision, Exploit):
+            source = self.trials[decision.source]
+            trial.state, trial.config = source.state, dict(decision.config)
+            trial.iterations = int(source.state["iteration"])
+            self.log(trial, {"exploit": decision.source, "config": trial.config})
+        else:
+            self.save_checkpoint(trial)
+            self.scheduler.on_checkpoint(trial.trial_id)
+        if stop_reached(trial.last, self.stop):
+            self.end(trial, TERMINATED)
+        elif decision == STOP:
+            at_the_end = getattr(self.scheduler, "max_t", math.inf) <= trial.iterations
+            self.end(trial, TERMINATED if at_the_end else STOPPED)
+        else:
+            self.pause(trial)
+
+    def value(self, result: Mapping) -> float:
+        value = result.get(self.metric)
+        return math.nan if value is None else float(value)
+
+    def record(self, trial: Trial, result: dict) -> None:
+        trial.last = result
+        trial.iterations = int(result["iteration"])
+        trial.env_steps = int(result.get("env_steps_sampled", 0))
+        value = self.value(result)
+        trial.curve.append((trial.env_steps, value))
+        sign = 1.0 if self.mode == "max" else -1.0
+        if not math.isnan(value) and (trial.best is None or sign * value > sign * trial.best):
+            trial.best = value
+        self.log(trial, result)
+
+    def pause(self, trial: Trial) -> None:
+        trial.status = PAUSED
+        self.save_trials()
+
+    def end(self, trial: Trial, status: str) -> None:
+        trial.status, trial.end_time = status, time.time()
+        self.scheduler.on_trial_complete(trial.trial_id)
+        self.sampler.observe(trial.trial_id, trial.config, trial.best)
+        trial.state = trial.state if self.out is None else None  # on disk from now on
+        self.save_trials()
+
+    def bundle(self) -> list[dict]:
+        workers = self.config.get("num_workers", 2)
+        per_worker = self.config.get("rollout_worker_resources") or {}
+        return [dict(self.trial_resources), *[dict(per_worker)] * int(workers)]
+
+    def result(self) -> TuneResult:
+        return TuneResult([t.record() for t in self.trials.values()], self.metric, self.mode,
+                          self.out)  # fmt: skip
+
+    # The output directory ----------------------------------------------------------------
+
+    def trial_dir(self, trial: Trial) -> Path:
+        return self.out / "trials" / trial.trial_id
+
+    def log(self, trial: Trial, line: dict) -> None:
+        if self.out is None:
+            return
+        self.trial_dir(trial).mkdir(parents=True, exist_ok=True)
+        with (self.trial_dir(trial) / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def save_checkpoint(self, trial: Trial) -> None:
+        if self.out is None:
+            return
+        from hrl_tasks.algorithms.checkpoint import prune_checkpoints, write_checkpoint
+
+        directory = self.trial_dir(trial) / "checkpoints"
+        path = write_checkpoint(directory / f"checkpoint-{trial.iterations:06d}.hrl", trial.state)
+        prune_checkpoints(directory, keep=2)
+        trial.checkpoint = str(path)
+
+    def save_trials(self) -> None:
+        """trials.json and the schedulers' state, so that `resume` continues from here."""
+        if self.out is None:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        records = [t.record() for t in self.trials.values()]
+        write_atomically(self.out / "trials.json", json.dumps(records, indent=1).encode())
+        decisions = {"sampler": self.sampler, "scheduler": self.scheduler,
+                     "exhausted": self.exhausted}  # fmt: skip
+        write_atomically(self.out / "search.pkl", pickle.dumps(decisions))
+
+    def write_summary(self) -> None:
+        """results.csv (a row per trial) and curves.png (every trial's curve)."""
+        if self.out is None:
+            return
+        self.save_trials()
+        records = [t.record() for t in self.trials.values()]
+        keys = sorted({k for r in records for k in r["config"]})
+        with (self.out / "results.csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["trial_id", "status", "iterations", "env_steps", f"best {self.metric}",
+                             f"last {self.metric}", "start_time", "end_time", *keys])  # fmt: skip
+            for r in records:
+                writer.writerow([r["trial_id"], r["status"], r["iterations"], r["env_steps"],
+                                 r["best"], r["last"].get(self.metric), r["start_time"],
+                                 r["end_time"], *[r["config"].get(k) for k in keys]])  # fmt: skip
+        plot_trials(self.trials.values(), self.out / "curves.png", self.metric,
+                    threshold=self.stop.get(self.metric))  # fmt: skip
+
+    @classmethod
+    def resume(cls, out: Path, **kwargs) -> Search:
+        """The search saved in ``out``: ended trials stay ended, the others continue from
+        their latest checkpoint, and the sampler and scheduler as they were."""
+        from hrl_tasks.algorithms.checkpoint import read_checkpoint
+
+        decisions = pickle.loads((out / "search.pkl").read_bytes())
+        search = cls(sampler=decisions["sampler"], scheduler=decisions["scheduler"], out=out,
+                     **kwargs)  # fmt: skip
+        search.exhausted = decisions["exhausted"]
+        for record in json.loads((out / "trials.json").read_text()):
+            fields = {k: v for k, v in record.items() if k in Trial.__dataclass_fields__}
+            trial = Trial(**fields)
+            if trial.status not in ENDED:
+                trial.status = PAUSED if trial.checkpoint else PENDING
+                trial.state = read_checkpoint(trial.checkpoint) if trial.checkpoint else None
+            search.trials[trial.trial_id] = trial
+        return search
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def plot_trials(trials, path: Path, metric: str, threshold: float | None = None) -> Path:
+    """Every trial's metric against env steps, one line per trial, in one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hrl_tasks.plotting import save_figure
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for trial in trials:
+        points = [(x, y) for x, y in trial.curve if not math.isnan(y)]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, label=f"{trial.trial_id} ({trial.status.lower()})")
+    if threshold is not None and not isinstance(threshold, tuple):
+        ax.axhline(threshold, linestyle="--", color="grey", label=f"target {threshold:g}")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(metric)
+    return save_figure(fig, ax, path, f"{len(list(trials))} trials", legend_outside=True)
+
+
+# --- the entry point -------------------------------------------------------------------
+
+
+def tune(
+    algorithm: str,
+    env: Any = None,
+    space: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    num_samples: int = 8,
+    scheduler: str | TrialScheduler = "fifo",
+    sampler: str = "random",
+    metric: str = "episode_return_mean",
+    mode: Mode = "max",
+    stop: Mapping[str, Any] | None = None,
+    trial_resources: Mapping[str, float] | None = None,
+    max_concurrent: int | None = None,
+    out: str | Path | None = None,
+    engine=None,
+    *,
+    resume: bool = False,
+    seed: int | None = 0,
+    checkpoint_interval_s: float = 60.0,
+    max_failures: int = 2,
+    reporter: Callable[[Search], None] | None = None,
+) -> TuneResult:
+    """Search ``space`` for the config of ``algorithm`` that does best on ``env``.
+
+    Each trial is a task that builds its own algorithm on the same cluster (its
+    rollout workers are nested stateful workers) and trains it in chunks; between
+    chunks the trial scheduler decides whether it goes on, stops, or (PBT) takes
+    over another trial's checkpoint.
+
+    Args:
+        algorithm: a name of ``hrl_tasks.algorithms.ALGORITHMS``, e.g. ``"ppo"``.
+        env: an env spec (see `hrl_tasks.rollout.env`); or ``config["env"]``.
+        space: config keys to search, each a domain of `hrl_tasks.search`
+            (``uniform``, ``loguniform``, ``randint``, ``choice``, ``grid``) or a constant.
+        config: the fixed config keys.
+        num_samples: trials proposed (for ``grid``: repeats of the grid).
+        scheduler: ``"fifo"``, ``"asha"`` or ``"pbt"`` (see `make_scheduler` for
+            their defaults), or a `TrialScheduler`.
+        sampler: ``"random"``, ``"grid"``, or ``"optuna"`` (TPE; needs Optuna).
+        metric: the reported metric the search optimizes, and ``mode`` ``"max"``
+            or ``"min"``.
+        stop: each trial's stop conditions, as in `hrl_tasks.train` (default 10
+            iterations).
+        trial_resources: what each trial's own task holds (default ``{"CPU": 1}``);
+            its rollout workers hold the config's ``rollout_worker_resources``.
+        max_concurrent: at most this many trials at once (default: as many as fit).
+        out: directory for each trial's metrics.jsonl and checkpoints, trials.json,
+            results.csv and curves.png; None writes nothing (no checkpoints).
+        engine: run on this engine (default: an embedded cluster).
+        resume: continue the search saved in ``out``: ended trials are not run again.
+        seed: makes the sampler and PBT repeatable.
+        checkpoint_interval_s: longest stretch a trial trains between two saves.
+        max_failures: a trial that fails more often than this ends with ERROR.
+        reporter: called with the `Search` after each wait (live tables).
+
+    Returns:
+        A `TuneResult`: ``trials`` (a dict per trial), ``best_config``, ``best_checkpoint``.
+
+    Raises:
+        ConfigError: for a key the algorithm does not have, in ``config`` or ``space``,
+            or a value it refuses, before any cluster starts.
+        SearchError: for a bad space, sampler, scheduler or mode.
+        ResourceError: if one trial could never fit in the cluster.
+
+    Example::
+
+        from hrl_tasks.search import loguniform
+        result = hrl_tasks.tune("ppo", env="CartPole-v1", space={"lr": loguniform(1e-4, 1e-2)},
+                                scheduler="asha", stop={"episode_return_mean": 450})
+        print(result.best_config)
+    """
+    from hrl_tasks.algorithms import get_algorithm
+    from hrl_tasks.scheduler import Engine, ResourceError
+    from hrl_tasks.scheduler.resources import describe, normalize_request
+
+    check_mode(mode)
+    space, config = dict(space or {}), dict(config or {})
+    if env is not None:
+        config["env"] = env
+    stop = dict(stop or {"iteration": 10})
+    config_class = get_algorithm(algorithm).config_class
+    # A key the algorithm lacks, or a fixed value it refuses, fails here: before any cluster.
+    config_class.from_dict({**config, **{k: v for k, v in space.items() if not is_domain(v)}})
+    unknown = sorted(set(space) - {f for f in config_class.__dataclass_fields__})
+    if unknown:
+        config_class.from_dict({k: None for k in unknown})  # names them, with suggestions
+    trial_resources = normalize_request(
+        DEFAULT_TRIAL_RESOURCES if trial_resources is None else trial_resources
+    )
+    out = None if out is None else Path(out)
+    owns_engine = engine is None
+    settings = dict(algorithm=algorithm, config=config, metric=metric, mode=mode, stop=stop,
+                    trial_resources=trial_resources, max_concurrent=max_concurrent,
+                    checkpoint_interval_s=checkpoint_interval_s, max_failures=max_failures,
+                    reporter=reporter)  # fmt: skip
+    if resume:
+        if out is None or not (out / "search.pkl").exists():
+            raise SearchError(f"nothing to resume in {out}: it holds no search.pkl")
+    else:
+        chosen_sampler = make_sampler(sampler, space, num_samples, seed, metric, mode)
+        chosen_scheduler = make_scheduler(scheduler, space, stop, mode, seed)
+    engine = engine or Engine.local()
+    try:
+        if resume:
+            search = Search.resume(out, engine=engine, **settings)
+        else:
+            search = Search(sampler=chosen_sampler, scheduler=chosen_scheduler, engine=engine,
+                            out=out, **settings)  # fmt: skip
+        capacity = engine.capacity()
+        if capacity and not fits([search.bundle()], capacity):
+            wanted = " + ".join(str(r) for r in search.bundle() if r) or "{}"
+            raise ResourceError(
+                f"one trial holds {wanted} (trial_resources, then rollout_worker_resources "
+                f"for each of its rollout workers), which no arrangement of the workers fits:"
+                f"\n{describe(capacity)}\nAsk for less, or start bigger workers."
+            )
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            search.save_trials()
+        return search.run()
+    finally:
+        if owns_engine:
+            engine.close()

@@ -1,0 +1,212 @@
+"""`hrl_tasks.tune` on a real cluster: trials as tasks, schedulers, resources, resume, faults."""
+
+import csv
+import json
+import math
+import os
+import signal
+import threading
+
+import pytest
+
+import hrl_tasks
+from hrl_tasks.algorithms import ConfigError
+from hrl_tasks.search import ASHAScheduler, PBTScheduler, SearchError, choice, grid, loguniform
+from hrl_tasks.search.runner import TuneResult, fits
+
+TINY = {"num_workers": 1, "num_envs_per_worker": 2, "rollout_fragment_length": 32,
+        "train_batch_size": 64, "minibatch_size": 32, "num_sgd_iter": 2}  # fmt: skip
+KEYS = {"trial_id", "config", "last", "best", "iterations", "env_steps", "status",
+        "start_time", "end_time", "checkpoint"}  # fmt: skip
+
+
+def most_at_once(trials) -> int:
+    """The most chunks of different trials that ran at the same moment."""
+    edges = sorted(
+        (t, +1 if i == 0 else -1)
+        for trial in trials
+        for start, end, _ in trial["chunks"]
+        for i, t in enumerate((start, end))
+    )
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+# --- pure --------------------------------------------------------------------------------
+
+
+def test_bundles_fit_only_when_every_request_has_room_at_once():
+    capacity = {"a": {"CPU": 1}, "b": {"CPU": 1, "GPU": 1}}
+    assert fits([[{"CPU": 1}, {}], [{"CPU": 1}]], capacity)
+    assert not fits([[{"CPU": 1}]] * 3, capacity)
+    assert fits([[{"GPU": 1}, {"CPU": 1}]], capacity)
+    assert not fits([[{"GPU": 1}], [{"GPU": 1}]], capacity)
+    assert fits([[{}]] * 100, capacity)  # nothing requested, nothing held
+
+
+def test_the_best_trial_follows_the_mode_and_skips_trials_without_a_value():
+    trials = [{"trial_id": str(i), "best": b, "config": {"lr": i}, "checkpoint": f"c{i}"}
+              for i, b in enumerate([1.0, None, 3.0, math.nan])]  # fmt: skip
+    assert TuneResult(trials, "m", "max").best_config == {"lr": 2}
+    assert TuneResult(trials, "m", "min").best_checkpoint == "c0"
+    assert TuneResult(trials[1:2], "m", "max").best_trial is None
+
+
+def test_a_key_the_algorithm_lacks_fails_before_any_cluster_starts():
+    with pytest.raises(ConfigError, match="'lrr'.*did you mean 'lr'"):
+        hrl_tasks.tune("ppo", "CartPole-v1", space={"lrr": loguniform(1e-4, 1e-2)})
+    with pytest.raises(ConfigError, match="lr"):
+        hrl_tasks.tune("ppo", "CartPole-v1", config={"lr": -1.0})
+    with pytest.raises(SearchError, match="unknown scheduler 'hyperband'"):
+        hrl_tasks.tune("ppo", "CartPole-v1", scheduler="hyperband")
+
+
+# --- on a cluster ------------------------------------------------------------------------
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_fifo_runs_every_trial_to_its_stop_and_writes_what_users_read(engine, tmp_path):
+    space = {"lr": grid([1e-3, 3e-3]), "clip": choice([0.1, 0.3])}
+    result = hrl_tasks.tune("ppo", "CartPole-v1", space=space, config=TINY, num_samples=2,
+                            stop={"iteration": 3}, out=tmp_path,
+                            engine=engine)  # fmt: skip
+    assert len(result.trials) == 4
+    for trial in result.trials:
+        assert set(trial) >= KEYS
+        assert trial["status"] == "TERMINATED" and trial["iterations"] == 3
+        assert trial["end_time"] >= trial["start_time"] and trial["env_steps"] >= 3 * 64
+        assert {"lr", "clip"} == set(trial["config"]) and os.path.exists(trial["checkpoint"])
+        lines = (tmp_path / "trials" / trial["trial_id"] / "metrics.jsonl").read_text()
+        assert [json.loads(x)["iteration"] for x in lines.splitlines()] == [1, 2, 3]
+    assert sorted(t["config"]["lr"] for t in result.trials) == [1e-3, 1e-3, 3e-3, 3e-3]
+    best = max(result.trials, key=lambda t: t["best"])
+    assert result.best_config == best["config"] and result.best_checkpoint == best["checkpoint"]
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert [r["trial_id"] for r in rows] == [t["trial_id"] for t in result.trials]
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    # Each trial's task holds one CPU slot; the two workers declare one each.
+    assert most_at_once(result.trials) <= 2
+    restored = hrl_tasks.load(result.best_checkpoint)
+    assert restored.compute_single_action([0.0, 0.0, 0.0, 0.0]) in (0, 1)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_asha_stops_trials_at_a_rung_and_they_release_their_workers(engine):
+    asha = ASHAScheduler(max_t=8, grace_period=2, reduction_factor=2)
+    space = {"lr": loguniform(1e-5, 1e-2)}
+    result = hrl_tasks.tune("ppo", "CartPole-v1", space=space, config=TINY, num_samples=4,
+                            scheduler=asha, stop={"iteration": 8}, engine=engine,
+                            seed=1)  # fmt: skip
+    statuses = {t["status"] for t in result.trials}
+    assert "STOPPED" in statuses and statuses <= {"STOPPED", "TERMINATED"}
+    for trial in result.trials:
+        if trial["status"] == "STOPPED":
+            assert trial["iterations"] in asha.rungs
+        else:
+            assert trial["iterations"] == 8
+    # Nothing of a stopped trial keeps running: every stateful worker is gone.
+    assert all(not held for held in _held_by_objects(engine).values())
+
+
+def _held_by_objects(engine):
+    held = engine.client.get_metadata(["hrl-tasks", "held"], default={}) or {}
+    return {address: {h: r for h, r in holders.items() if r} for address, holders in held.items()}
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_pbt_copies_a_top_trials_checkpoint_with_a_perturbed_config(engine, tmp_path):
+    space = {"lr": choice([1e-5, 3e-3])}
+    pbt = PBTScheduler(space, perturbation_interval=2, quantile_fraction=0.5, seed=0)
+    result = hrl_tasks.tune("ppo", "CartPole-v1", space=space, config=TINY, num_samples=4,
+                            scheduler=pbt, stop={"iteration": 8}, out=tmp_path, engine=engine,
+                            seed=0, max_concurrent=4, trial_resources={})  # fmt: skip
+    exploits = []
+    for trial in result.trials:
+        lines = (tmp_path / "trials" / trial["trial_id"] / "metrics.jsonl").read_text()
+        exploits += [json.loads(x) for x in lines.splitlines() if "exploit" in x]
+    assert exploits, "no trial exploited another in 8 iterations"
+    for line in exploits:
+        assert line["config"]["lr"] in (1e-5, 3e-3)
+    assert all(t["status"] == "TERMINATED" for t in result.trials)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_a_trial_that_could_never_fit_is_refused_at_once(engine):
+    with pytest.raises(hrl_tasks.ResourceError, match="no arrangement"):
+        hrl_tasks.tune("ppo", "CartPole-v1", config=TINY, trial_resources={"CPU": 2},
+                       engine=engine)  # fmt: skip
+    too_many = dict(TINY, num_workers=2, rollout_worker_resources={"CPU": 1})
+    with pytest.raises(hrl_tasks.ResourceError, match="rollout_worker_resources"):
+        hrl_tasks.tune("ppo", "CartPole-v1", config=too_many, engine=engine)
+
+
+class StopAfterFirstEnd:
+    """A reporter that interrupts the search once a trial has ended, as Ctrl-C would."""
+
+    def __call__(self, search):
+        if any(t.status == "TERMINATED" for t in search.trials.values()):
+            raise KeyboardInterrupt
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_a_stopped_search_resumes_without_rerunning_its_finished_trials(engine, tmp_path):
+    options = dict(space={"lr": loguniform(1e-4, 1e-2)}, config=TINY, num_samples=4,
+                   stop={"iteration": 4}, out=tmp_path, engine=engine,
+                   trial_resources={"CPU": 1})  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        hrl_tasks.tune("ppo", "CartPole-v1", reporter=StopAfterFirstEnd(), **options)
+    before = {t["trial_id"]: t for t in json.loads((tmp_path / "trials.json").read_text())}
+    finished = {i for i, t in before.items() if t["status"] == "TERMINATED"}
+    assert finished and len(finished) < 4
+    result = hrl_tasks.tune("ppo", "CartPole-v1", resume=True, **options)
+    assert len(result.trials) == 4 and {t["status"] for t in result.trials} == {"TERMINATED"}
+    for trial in result.trials:
+        if trial["trial_id"] in finished:
+            assert trial["chunks"] == before[trial["trial_id"]]["chunks"]  # not run again
+        lines = (tmp_path / "trials" / trial["trial_id"] / "metrics.jsonl").read_text()
+        iterations = [json.loads(x)["iteration"] for x in lines.splitlines()]
+        assert iterations[-1] == 4 and max(iterations) == 4
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_a_search_survives_a_killed_worker_process():
+    with hrl_tasks.Engine.local(n_workers=2, threads_per_worker=1) as engine:
+        pids = list(engine.client.run(os.getpid).values())
+        killed = threading.Event()
+
+        class KillOnce:
+            def __call__(self, search):
+                if not killed.is_set() and any(t.iterations >= 2 for t in search.trials.values()):
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed.set()
+
+        result = hrl_tasks.tune("ppo", "CartPole-v1", space={"lr": loguniform(1e-4, 1e-2)},
+                                config=TINY, num_samples=3, stop={"iteration": 6},
+                                engine=engine, checkpoint_interval_s=0.5,
+                                reporter=KillOnce())  # fmt: skip
+    assert killed.is_set()
+    assert [t["status"] for t in result.trials] == ["TERMINATED"] * 3
+    assert all(t["iterations"] == 6 for t in result.trials)
+
+
+def search_in_a_task(n):
+    engine = hrl_tasks.current_engine()
+    result = hrl_tasks.tune("ppo", "CartPole-v1", space={"lr": loguniform(1e-4, 1e-2)},
+                            config=TINY, num_samples=n, stop={"iteration": 2}, engine=engine,
+                            trial_resources={})  # fmt: skip
+    return [t["status"] for t in result.trials]
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_a_search_runs_inside_a_task(engine):
+    assert engine.submit(search_in_a_task, 2).result(timeout=200) == ["TERMINATED"] * 2
