@@ -53,8 +53,8 @@ def load(path, *, train: bool = False, engine=None, env=None):
 
 def tune(algorithm: str, env=None, space=None, config=None, **options):
     """Search ``space`` for the best config of ``algorithm`` on ``env``, every trial a
-    task on the same cluster; see :func:`hrl_tasks.search.runner.tune`."""
-    from hrl_tasks.search.runner import tune as run_search
+    task on the same cluster; see :func:`hrl_tasks.tuning.runner.tune`."""
+    from hrl_tasks.tuning.runner import tune as run_search
 
     return run_search(algorithm, env, space, config, **options)
 

@@ -6,6 +6,7 @@ Examples::
     hrl-tasks train ppo --resume runs/ppo --stop-steps 200000
     hrl-tasks train a3c --env CartPole-v1 --address tcp://scheduler:8786
     hrl-tasks train ppo --env Pendulum-v1 --set lr=3e-4 --set num_sgd_iter=10
+    hrl-tasks tune ppo --env CartPole-v1 --space 'lr=loguniform(1e-4,1e-2)' --scheduler asha
 """
 
 from __future__ import annotations
@@ -42,41 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument("algorithm", choices=sorted(ALGORITHMS), help="the algorithm to train")
-    train.add_argument(
-        "--env",
-        help="gymnasium id (CartPole-v1), PettingZoo game (connect_four_v3) or module:Id "
-        "(default: the algorithm's)",
-    )
-    train.add_argument(
-        "--stop-reward", type=float, help="stop when the mean episode return reaches this"
-    )
-    train.add_argument("--stop-steps", type=int, help="stop after this many env steps in all")
-    train.add_argument("--stop-time", type=float, help="stop after this many seconds of training")
-    train.add_argument("--stop-iters", type=int, help="stop after this many iterations")
-    train.add_argument(
-        "--stop", action="append", default=[], metavar="METRIC=VALUE",
-        help="stop when a reported metric reaches VALUE, e.g. --stop win_rate/random=0.95, or "
-        "falls to it with <=, e.g. --stop 'loss_rate/minimax<=0' (repeatable; any condition "
-        "ends the run)",
-    )  # fmt: skip
+    add_run_options(train)
     train.add_argument(
         "--out",
         type=Path,
         help="directory for metrics, curve and checkpoints (default runs/ALGO-ENV)",
     )
     train.add_argument("--resume", type=Path, help="continue the run saved in this directory")
-    train.add_argument(
-        "--address", help="scheduler address of an existing Dask cluster (default: start one here)"
-    )
-    train.add_argument(
-        "--num-workers", type=int,
-        help="remote rollout workers (alphazero, mpc: worker processes for their tasks)",
-    )  # fmt: skip
-    train.add_argument("--seed", type=int, help="seed of envs, weights and sampling")
-    train.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE",
-        help="any config key, e.g. --set lr=3e-4 (repeatable; see `hrl-tasks keys ALGO`)",
-    )  # fmt: skip
     train.add_argument(
         "--checkpoint-every", type=count(1), default=10, help="iterations between checkpoints"
     )
@@ -87,9 +60,79 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--no-progress", action="store_true", help="print one line per iteration instead of a bar"
     )
+    tune = commands.add_parser(
+        "tune",
+        help="search an algorithm's hyper-parameters",
+        description=(
+            "Search hyper-parameters: every trial is a task that trains its own algorithm on "
+            "the same cluster, started while the cluster has room for what it holds "
+            "(--trial-resources for its learner, rollout_worker_resources for each rollout "
+            "worker). Shows a live table; writes per-trial metrics.jsonl and checkpoints, "
+            "trials.json, results.csv and curves.png into --out.\n\n"
+            "Domains for --space: uniform(a,b), loguniform(a,b), randint(a,b), "
+            "choice(x,y,...), grid(x,y,...).\n\n"
+            "Example:\n  hrl-tasks tune ppo --env CartPole-v1 --space 'lr=loguniform(1e-4,1e-2)' "
+            "--space 'clip=choice(0.1,0.2,0.3)' --samples 8 --scheduler asha --stop-reward 450 "
+            "--stop-steps 200000 --out runs/search"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tune.add_argument("algorithm", choices=sorted(ALGORITHMS), help="the algorithm to tune")
+    tune.add_argument(
+        "--space", action="append", default=[], metavar="KEY=DOMAIN",
+        help="a searched config key, e.g. --space 'lr=loguniform(1e-4,1e-2)' (repeatable)",
+    )  # fmt: skip
+    add_run_options(tune)
+    tune.add_argument("--samples", type=count(1), default=8, help="trials (grid: its repeats)")
+    tune.add_argument("--scheduler", choices=("fifo", "asha", "pbt"), default="fifo",
+                      help="trial scheduler (default fifo)")  # fmt: skip
+    tune.add_argument("--sampler", choices=("random", "grid", "optuna"), default="random",
+                      help="how configs are drawn (optuna: TPE, needs optuna)")  # fmt: skip
+    tune.add_argument("--metric", default="episode_return_mean", help="the metric to optimize")
+    tune.add_argument("--mode", choices=("max", "min"), default="max")
+    tune.add_argument(
+        "--trial-resources", action="append", default=[], metavar="NAME=AMOUNT",
+        help="what each trial's own task holds (default CPU=1; repeatable; CPU=0 for none)",
+    )  # fmt: skip
+    tune.add_argument("--max-concurrent", type=count(1), help="at most this many trials at once")
+    tune.add_argument("--out", type=Path, help="output directory (default runs/tune-ALGO-ENV)")
+    tune.add_argument("--resume", action="store_true", help="continue the search saved in --out")
     keys = commands.add_parser("keys", help="list an algorithm's config keys and defaults")
     keys.add_argument("algorithm", choices=sorted(ALGORITHMS))
     return parser
+
+
+def add_run_options(command: argparse.ArgumentParser) -> None:
+    """The options ``train`` and ``tune`` share: env, stop conditions, config, cluster."""
+    command.add_argument(
+        "--env",
+        help="gymnasium id (CartPole-v1), PettingZoo game (connect_four_v3) or module:Id "
+        "(default: the algorithm's)",
+    )
+    command.add_argument(
+        "--stop-reward", type=float, help="stop when the mean episode return reaches this"
+    )
+    command.add_argument("--stop-steps", type=int, help="stop after this many env steps in all")
+    command.add_argument("--stop-time", type=float, help="stop after this many seconds of training")
+    command.add_argument("--stop-iters", type=int, help="stop after this many iterations")
+    command.add_argument(
+        "--stop", action="append", default=[], metavar="METRIC=VALUE",
+        help="stop when a reported metric reaches VALUE, e.g. --stop win_rate/random=0.95, or "
+        "falls to it with <=, e.g. --stop 'loss_rate/minimax<=0' (repeatable; any condition "
+        "ends the run)",
+    )  # fmt: skip
+    command.add_argument(
+        "--address", help="scheduler address of an existing Dask cluster (default: start one here)"
+    )
+    command.add_argument(
+        "--num-workers", type=int,
+        help="remote rollout workers (alphazero, mpc: worker processes for their tasks)",
+    )  # fmt: skip
+    command.add_argument("--seed", type=int, help="seed of envs, weights and sampling")
+    command.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="any config key, e.g. --set lr=3e-4 (repeatable; see `hrl-tasks keys ALGO`)",
+    )  # fmt: skip
 
 
 def count(minimum: int):
@@ -249,6 +292,47 @@ def run_train(args) -> int:
     return 0
 
 
+def run_tune(args) -> int:
+    from hrl_tasks.scheduler import Engine
+    from hrl_tasks.search.space import parse_space_item
+    from hrl_tasks.tuning.runner import check_search, tune
+
+    config = config_from_args(args)
+    space = dict(parse_space_item(item) for item in args.space)
+    resources = {}
+    for item in args.trial_resources:
+        name, sep, amount = item.partition("=")
+        try:
+            resources[name.strip()] = float(amount)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise ValueError(f"--trial-resources needs NAME=AMOUNT, e.g. CPU=1; got {item!r}")
+    check_search(args.algorithm, config, space)  # bad input fails before a cluster starts
+    out = args.out or Path("runs") / f"tune-{args.algorithm}-{config.get('env', 'env')}"
+    options = dict(
+        space=space, config=config, num_samples=args.samples, scheduler=args.scheduler,
+        sampler=args.sampler, metric=args.metric, mode=args.mode, stop=stop_conditions(args),
+        trial_resources=resources or None, max_concurrent=args.max_concurrent, out=out,
+        resume=args.resume, seed=0 if args.seed is None else args.seed,
+    )  # fmt: skip
+    engine = Engine.connect(args.address) if args.address else Engine.local()
+    try:
+        print(f"dashboard: {engine.dashboard_link}", flush=True)
+        print(f"writing to {out}/", flush=True)
+        result = tune(args.algorithm, engine=engine, **options)
+    finally:
+        engine.close()
+    best = result.best_trial
+    if best is None:
+        print("done: no trial reported the metric")
+        return 1
+    print(f"done: best trial {best['trial_id']}, {args.metric} {best['best']:.4g}, "
+          f"config {best['config']}; checkpoint {best['checkpoint']}; "
+          f"table in {out / 'results.csv'}, curves in {out / 'curves.png'}")  # fmt: skip
+    return 0
+
+
 def headline(result: dict) -> str:
     """What a line about an iteration says of its quality: the mean return, or win rates."""
     rates = {k: v for k, v in result.items() if k.startswith("win_rate/")}
@@ -336,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "keys":
             return run_keys(args)
+        if args.command == "tune":
+            return run_tune(args)
         return run_train(args)
     except KeyboardInterrupt:
         print("hrl-tasks: interrupted", file=sys.stderr)

@@ -26,6 +26,11 @@ def test_help_lists_algorithms_and_options(capsys):
         (["train", "ppo", "--set", "lr=fast"], "lr must be float"),
         (["train", "ppo", "--set", "lr"], "KEY=VALUE"),
         (["train", "ppo", "--resume", "/nonexistent/run"], "no checkpoint"),
+        (["tune", "ppo", "--space", "lr=bogus(1)"], "unknown helper 'bogus'"),
+        (["tune", "ppo", "--space", "lrr=uniform(0, 1)"], "did you mean 'lr'"),
+        (["tune", "ppo", "--set", "lr=-1"], "lr must be > 0"),
+        (["tune", "ppo", "--trial-resources", "CPU"], "NAME=AMOUNT"),
+        (["tune", "ppo", "--resume", "--out", "/nonexistent/search"], "nothing to resume"),
     ],
 )
 def test_bad_input_exits_with_one_line(capsys, argv, says):
@@ -60,7 +65,11 @@ print(sorted({"torch", "distributed", "gymnasium", "matplotlib"} & set(sys.modul
 """
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["train", "ppx"], ["keys"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["train", "--help"], ["train", "ppx"], ["keys"], ["tune", "--help"],
+     ["tune", "ppx"]],
+)  # fmt: skip
 def test_help_and_usage_errors_import_nothing_heavy(argv):
     found = subprocess.run(
         [sys.executable, "-c", LIGHT_CHECK, *argv], capture_output=True, text=True, timeout=60
@@ -113,6 +122,26 @@ def test_train_writes_metrics_curve_checkpoints_and_resumes(tmp_path, capsys):
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
     assert json.loads(lines[2])["env_steps_sampled"] > json.loads(lines[1])["env_steps_sampled"]
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_tune_shows_a_table_and_writes_results_a_curve_and_checkpoints(tmp_path, capsys):
+    out = tmp_path / "search"
+    argv = ["tune", "ppo", "--env", "CartPole-v1", "--space", "lr=loguniform(1e-4,1e-2)",
+            "--space", "clip=choice(0.1,0.3)", "--samples", "2", "--scheduler", "asha",
+            "--stop-iters", "2", "--num-workers", "1", "--set", "train_batch_size=64",
+            "--set", "num_envs_per_worker=2", "--set", "rollout_fragment_length=16",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "2 trials:" in printed and "episode_return_mean" in printed
+    assert "done: best trial" in printed
+    trials = json.loads((out / "trials.json").read_text())
+    assert [t["status"] for t in trials] == ["TERMINATED", "TERMINATED"]
+    assert all(t["config"]["clip"] in (0.1, 0.3) for t in trials)
+    assert len((out / "results.csv").read_text().splitlines()) == 3
+    assert (out / "curves.png").exists() and list(out.glob("trials/*/checkpoints/*.hrl"))
 
 
 TINY_SETTINGS = {

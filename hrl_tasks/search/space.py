@@ -238,8 +238,9 @@ def parse_space_item(text: str) -> tuple[str, Domain]:
     """Read a command line's ``KEY=EXPR``, e.g. ``lr=loguniform(1e-4,1e-2)``.
 
     ``EXPR`` is one of the five domain calls with literal arguments (numbers,
-    strings, bools, None; lists or tuples of them for ``choice`` and ``grid``),
-    given by position or by name (``randint(low=1, high=5)``). It is read with
+    strings, bools, None; lists or tuples of them for ``choice`` and ``grid``,
+    whose values may also be given one by one: ``choice(0.1,0.2,0.3)``), given
+    by position or by name (``randint(low=1, high=5)``). It is read with
     ``ast``, never evaluated.
 
     Returns:
@@ -270,6 +271,10 @@ def parse_space_item(text: str) -> tuple[str, Domain]:
         raise _bad(text, str(exc)) from None
     if len(kwargs) != len(tree.keywords):
         raise _bad(text, "** arguments are not accepted")
+    if cls in (choice, grid) and (
+        len(args) > 1 or (args and not isinstance(args[0], (list, tuple)))
+    ):
+        args = [list(args)]  # choice(0.1, 0.2, 0.3) as a shell user writes it
     try:
         domain = cls(*args, **kwargs)
     except TypeError:

@@ -150,6 +150,9 @@ def test_parsing_accepts_spaces_keywords_and_signs():
     assert parse_space_item("n=randint(low=1, high=5)") == ("n", randint(1, 5))
     assert parse_space_item("x=uniform(-1, +1)") == ("x", uniform(-1, 1))
     assert parse_space_item("h=choice([[64, 64], (32,)])") == ("h", choice([(64, 64), (32,)]))
+    # Values one by one, as in `--space 'clip=choice(0.1,0.2,0.3)'`.
+    assert parse_space_item("clip=choice(0.1,0.2,0.3)") == ("clip", choice([0.1, 0.2, 0.3]))
+    assert parse_space_item("n=grid(7)") == ("n", grid([7]))
 
 
 @pytest.mark.parametrize(
@@ -168,7 +171,6 @@ def test_parsing_accepts_spaces_keywords_and_signs():
         "lr=uniform(0, 1, 2)",
         "lr=uniform(0, top=1)",
         "lr=uniform(**{'low': 0, 'high': 1})",
-        "lr=choice(1, 2)",
         "lr=choice([uniform(0, 1)])",
         "lr=__import__('os').system('true')",
         "lr=uniform(0, 1)[0]",

@@ -481,6 +481,37 @@ class Search:
         return search
 
 
+def check_search(algorithm: str, config: Mapping[str, Any], space: Mapping[str, Any]) -> None:
+    """Fail now, before any cluster, on an unknown algorithm, a key it lacks (in ``config``
+    or ``space``), or a fixed value it refuses.
+
+    Raises:
+        ConfigError: naming the key, with the closest ones the algorithm has.
+    """
+    from hrl_tasks.algorithms import get_algorithm
+
+    config_class = get_algorithm(algorithm).config_class
+    config_class.from_dict({**config, **{k: v for k, v in space.items() if not is_domain(v)}})
+    unknown = sorted(set(space) - set(config_class.__dataclass_fields__))
+    if unknown:
+        config_class.from_dict({k: None for k in unknown})  # names them, with suggestions
+
+
+def with_table(reporter: Callable[[Search], None] | None):
+    """A reporter that shows the live table, then calls ``reporter``."""
+    from hrl_tasks.tuning.report import TrialTable
+
+    table = TrialTable()
+
+    def report(search: Search) -> None:
+        table(search)
+        if reporter is not None:
+            reporter(search)
+
+    report.table = table
+    return report
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
@@ -533,6 +564,7 @@ def tune(
     checkpoint_interval_s: float = 60.0,
     max_failures: int = 2,
     reporter: Callable[[Search], None] | None = None,
+    verbose: bool = True,
 ) -> TuneResult:
     """Search ``space`` for the config of ``algorithm`` that does best on ``env``.
 
@@ -565,7 +597,9 @@ def tune(
         seed: makes the sampler and PBT repeatable.
         checkpoint_interval_s: longest stretch a trial trains between two saves.
         max_failures: a trial that fails more often than this ends with ERROR.
-        reporter: called with the `Search` after each wait (live tables).
+        reporter: called with the `Search` after each wait, besides the table.
+        verbose: show the live table of trials (`hrl_tasks.tuning.report.TrialTable`):
+            printed, or updated in place in a notebook.
 
     Returns:
         A `TuneResult`: ``trials`` (a dict per trial), ``best_config``, ``best_checkpoint``.
@@ -583,7 +617,6 @@ def tune(
                                 scheduler="asha", stop={"episode_return_mean": 450})
         print(result.best_config)
     """
-    from hrl_tasks.algorithms import get_algorithm
     from hrl_tasks.scheduler import Engine, ResourceError
     from hrl_tasks.scheduler.resources import describe, normalize_request
 
@@ -592,17 +625,13 @@ def tune(
     if env is not None:
         config["env"] = env
     stop = dict(stop or {"iteration": 10})
-    config_class = get_algorithm(algorithm).config_class
-    # A key the algorithm lacks, or a fixed value it refuses, fails here: before any cluster.
-    config_class.from_dict({**config, **{k: v for k, v in space.items() if not is_domain(v)}})
-    unknown = sorted(set(space) - {f for f in config_class.__dataclass_fields__})
-    if unknown:
-        config_class.from_dict({k: None for k in unknown})  # names them, with suggestions
+    check_search(algorithm, config, space)
     trial_resources = normalize_request(
         DEFAULT_TRIAL_RESOURCES if trial_resources is None else trial_resources
     )
     out = None if out is None else Path(out)
     owns_engine = engine is None
+    reporter = with_table(reporter) if verbose else reporter
     settings = dict(algorithm=algorithm, config=config, metric=metric, mode=mode, stop=stop,
                     trial_resources=trial_resources, max_concurrent=max_concurrent,
                     checkpoint_interval_s=checkpoint_interval_s, max_failures=max_failures,
@@ -631,7 +660,10 @@ def tune(
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             search.save_trials()
-        return search.run()
+        result = search.run()
+        if verbose:
+            reporter.table(search)  # the final table, unless it is already shown
+        return result
     finally:
         if owns_engine:
             engine.close()

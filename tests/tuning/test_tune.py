@@ -12,7 +12,7 @@ import pytest
 import hrl_tasks
 from hrl_tasks.algorithms import ConfigError
 from hrl_tasks.search import ASHAScheduler, PBTScheduler, SearchError, choice, grid, loguniform
-from hrl_tasks.search.runner import TuneResult, fits
+from hrl_tasks.tuning.runner import TuneResult, fits
 
 TINY = {"num_workers": 1, "num_envs_per_worker": 2, "rollout_fragment_length": 32,
         "train_batch_size": 64, "minibatch_size": 32, "num_sgd_iter": 2}  # fmt: skip
@@ -210,3 +210,35 @@ def search_in_a_task(n):
 @pytest.mark.timeout(240)
 def test_a_search_runs_inside_a_task(engine):
     assert engine.submit(search_in_a_task, 2).result(timeout=200) == ["TERMINATED"] * 2
+
+
+def test_the_table_counts_trials_by_status_and_names_the_best():
+    from hrl_tasks.tuning.report import TrialTable, render
+    from hrl_tasks.tuning.runner import Trial
+
+    trials = [Trial("0000", {"lr": 1e-3}, status="RUNNING", best=20.0, iterations=2,
+                    last={"episode_return_mean": 20.0}),
+              Trial("0001", {"lr": 1e-2}, status="STOPPED", best=35.5, iterations=4,
+                    last={"episode_return_mean": 30.0}),
+              Trial("0002", {"lr": 1e-4})]  # fmt: skip
+    text = render(trials, "episode_return_mean", "max")
+    head, header, *rows = text.splitlines()
+    assert head == ("3 trials: 1 running, 1 pending, 1 stopped; best 0001: "
+                    "episode_return_mean 35.5 (lr=0.01)")  # fmt: skip
+    assert header.split() == ["trial", "status", "iter", "env", "steps", "episode_return_mean",
+                              "lr"]  # fmt: skip
+    assert rows[2].split() == ["0002", "pending", "0", "0", "-", "0.0001"]
+    assert len(render(trials, "episode_return_mean", "min", max_rows=1).splitlines()) == 3
+
+    class Shown:
+        def __init__(self):
+            self.trials, self.metric, self.mode, self.texts = {}, "m", "max", []
+
+    search = Shown()
+    table = TrialTable(every_s=3600, write=search.texts.append)
+    search.trials = {t.trial_id: t for t in trials}
+    table(search)
+    table(search)  # nothing changed, too soon: not shown again
+    trials[0].status = "TERMINATED"
+    table(search)
+    assert len(search.texts) == 2
