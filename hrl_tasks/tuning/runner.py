@@ -278,17 +278,21 @@ class Search:
     # The loop ---------------------------------------------------------------------
 
     def run(self) -> TuneResult:
-        while not (self.exhausted and all(t.status in ENDED for t in self.trials.values())):
-            self.start_chunks()
-            if not self.running:  # no room yet (workers still joining)
-                time.sleep(0.5)
-                continue
-            done, _ = self.engine.wait(list(self.running), timeout=5.0,
-                                       return_when="FIRST_COMPLETED")  # fmt: skip
-            for ref in done:
-                self.chunk_ended(self.trials[self.running.pop(ref)], ref)
-            if self.reporter is not None:
-                self.reporter(self)
+        try:
+            while not (self.exhausted and all(t.status in ENDED for t in self.trials.values())):
+                self.start_chunks()
+                if not self.running:  # no room yet (workers still joining)
+                    time.sleep(0.5)
+                    continue
+                done, _ = self.engine.wait(list(self.running), timeout=5.0,
+                                           return_when="FIRST_COMPLETED")  # fmt: skip
+                for ref in done:
+                    self.chunk_ended(self.trials[self.running.pop(ref)], ref)
+                if self.reporter is not None:
+                    self.reporter(self)
+        finally:  # interrupted: chunks still running are given up (their trials resume)
+            for ref in self.running:
+                ref.cancel()
         self.write_summary()
         return self.result()
 
@@ -359,11 +363,12 @@ class Search:
         from hrl_tasks.algorithms import stop_reached
 
         trial.state = chunk["state"]
-        if isinstance(decision, Exploit):
+        if isinstance(decision, Exploit):  # saved too, but no source until it trains on
             source = self.trials[decision.source]
             trial.state, trial.config = source.state, dict(decision.config)
             trial.iterations = int(source.state["iteration"])
             self.log(trial, {"exploit": decision.source, "config": trial.config})
+            self.save_checkpoint(trial)
         else:
             self.save_checkpoint(trial)
             self.scheduler.on_checkpoint(trial.trial_id)
