@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="train an algorithm",
         description=(
             "Train an algorithm until a stop condition holds, with a progress bar. Writes "
-            "metrics.jsonl, learning_curve.png and checkpoints into --out.\n\n"
+            "metrics.jsonl, learning_curve.png and checkpoints into --out, and TensorBoard "
+            "event files into --out/tensorboard when tensorboard is installed.\n\n"
             f"Algorithms: {', '.join(sorted(ALGORITHMS))}. Their config keys: "
             "hrl-tasks keys ALGO."
         ),
@@ -232,6 +233,7 @@ def run_train(args) -> int:
     from hrl_tasks.plotting import plot_learning_curve, plot_win_rates, read_metrics
     from hrl_tasks.rollout import env_name
     from hrl_tasks.scheduler import Engine
+    from hrl_tasks.tensorboard import metrics_writer
 
     config = config_from_args(args)
     checkpoint = None
@@ -259,18 +261,23 @@ def run_train(args) -> int:
         progress = Progress(
             stop, args.no_progress, base_steps=algo.ctx.counters["env_steps_sampled"]
         )
+        board = metrics_writer(out / "tensorboard")  # None without tensorboard
         with metrics_path.open("a") as log, progress as bar:
             while True:
                 result = algo.train()
                 check_stop_keys(stop, result)
                 log.write(json.dumps(jsonable(result)) + "\n")
                 log.flush()
+                if board is not None:
+                    board.write(result)
                 bar.update(result)
                 if result["iteration"] % args.checkpoint_every == 0:
                     save_checkpoint(algo, out, result["iteration"], args.keep_checkpoints)
                 if stop_reached(result, stop):
                     break
         save_checkpoint(algo, out, result["iteration"], args.keep_checkpoints)
+        if board is not None:
+            board.close()
         env = env_name(algo.config.env)
         metrics = read_metrics(metrics_path)
         if any(key.startswith("win_rate/") for key in result):
@@ -357,7 +364,7 @@ class Progress:
     """A tqdm bar over the stop condition (env steps, time or iterations)."""
 
     def __init__(self, stop: dict, disabled: bool = False, base_steps: int = 0):
-        from tqdm import tqdm
+        from tqdm.auto import tqdm  # a widget in a notebook, a text bar in a terminal
 
         self.key, total = next(
             (

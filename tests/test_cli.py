@@ -118,6 +118,8 @@ def test_train_writes_metrics_curve_checkpoints_and_resumes(tmp_path, capsys):
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
     assert (out / "learning_curve.png").stat().st_size > 1000
     assert [p.name for p in (out / "checkpoints").glob("*.hrl")] == ["checkpoint-000002.hrl"]
+    returns = tensorboard_scalars(out / "tensorboard", "episode_return_mean")
+    assert [step for step, _ in returns] == [json.loads(x)["env_steps_sampled"] for x in lines]
     assert main(["train", "ppo", "--resume", str(out), "--stop-iters", "3", "--no-progress"]) == 0
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
@@ -142,6 +144,19 @@ def test_tune_shows_a_table_and_writes_results_a_curve_and_checkpoints(tmp_path,
     assert all(t["config"]["clip"] in (0.1, 0.3) for t in trials)
     assert len((out / "results.csv").read_text().splitlines()) == 3
     assert (out / "curves.png").exists() and list(out.glob("trials/*/checkpoints/*.hrl"))
+    for trial in trials:  # a TensorBoard run per trial
+        assert len(tensorboard_scalars(out / "tensorboard" / trial["trial_id"], "iteration")) == 2
+
+
+def tensorboard_scalars(logdir, tag):
+    """``(step, value)`` of ``tag`` in the TensorBoard run in ``logdir``."""
+    accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator",
+        reason="tensorboard is in the test extra",
+    )
+    events = accumulator.EventAccumulator(str(logdir))
+    events.Reload()
+    return [(e.step, e.value) for e in events.Scalars(tag)]
 
 
 TINY_SETTINGS = {

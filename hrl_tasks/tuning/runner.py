@@ -273,6 +273,7 @@ class Search:
         self.config_class = get_algorithm(algorithm).config_class
         self.trials: dict[str, Trial] = {}
         self.running: dict[Any, str] = {}  # chunk ref -> trial id
+        self.boards: dict[str, Any] = {}  # trial id -> its TensorBoard run, while it runs
         self.exhausted = False  # the sampler proposed its last config
 
     # The loop ---------------------------------------------------------------------
@@ -293,6 +294,9 @@ class Search:
         finally:  # interrupted: chunks still running are given up (their trials resume)
             for ref in self.running:
                 ref.cancel()
+            for board in self.boards.values():
+                if board is not None:
+                    board.close()
         self.write_summary()
         return self.result()
 
@@ -401,6 +405,9 @@ class Search:
 
     def end(self, trial: Trial, status: str) -> None:
         trial.status, trial.end_time = status, time.time()
+        board = self.boards.pop(trial.trial_id, None)
+        if board is not None:
+            board.close()
         self.scheduler.on_trial_complete(trial.trial_id)
         self.sampler.observe(trial.trial_id, trial.config, trial.best)
         trial.state = trial.state if self.out is None else None  # on disk from now on
@@ -421,11 +428,22 @@ class Search:
         return self.out / "trials" / trial.trial_id
 
     def log(self, trial: Trial, line: dict) -> None:
+        """A line of the trial's metrics.jsonl, and its TensorBoard run's points."""
         if self.out is None:
             return
         self.trial_dir(trial).mkdir(parents=True, exist_ok=True)
         with (self.trial_dir(trial) / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
+        if "iteration" in line:
+            from hrl_tasks.tensorboard import metrics_writer
+
+            if trial.trial_id not in self.boards:
+                self.boards[trial.trial_id] = metrics_writer(
+                    self.out / "tensorboard" / trial.trial_id
+                )
+            board = self.boards[trial.trial_id]
+            if board is not None:
+                board.write(line)
 
     def save_checkpoint(self, trial: Trial) -> None:
         if self.out is None:
@@ -596,7 +614,8 @@ def tune(
             its rollout workers hold the config's ``rollout_worker_resources``.
         max_concurrent: at most this many trials at once (default: as many as fit).
         out: directory for each trial's metrics.jsonl and checkpoints, trials.json,
-            results.csv and curves.png; None writes nothing (no checkpoints).
+            results.csv and curves.png, and TensorBoard runs (one per trial, in
+            ``tensorboard/``) when tensorboard is installed; None writes nothing.
         engine: run on this engine (default: an embedded cluster).
         resume: continue the search saved in ``out``: ended trials are not run again.
         seed: makes the sampler and PBT repeatable.

@@ -137,6 +137,18 @@ def test_pbt_copies_a_top_trials_checkpoint_with_a_perturbed_config(engine, tmp_
 
 
 @pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_optunas_tpe_proposes_the_trials_and_learns_their_results(engine):
+    pytest.importorskip("optuna", reason="optuna is in the test extra")
+    result = hrl_tasks.tune("ppo", "CartPole-v1", space={"lr": loguniform(1e-4, 1e-2)},
+                            config=TINY, num_samples=3, sampler="optuna",
+                            stop={"iteration": 2}, engine=engine, seed=3)  # fmt: skip
+    lrs = [t["config"]["lr"] for t in result.trials]
+    assert len(set(lrs)) == 3 and all(1e-4 <= lr <= 1e-2 for lr in lrs)
+    assert all(t["status"] == "TERMINATED" and t["best"] is not None for t in result.trials)
+
+
+@pytest.mark.cluster
 @pytest.mark.timeout(120)
 def test_a_trial_that_could_never_fit_is_refused_at_once(engine):
     with pytest.raises(hrl_tasks.ResourceError, match="no arrangement"):
