@@ -75,14 +75,18 @@ def test_ppo_continuous_actions_on_pendulum(engine):
         algo.stop()
 
 
-def train_inside_a_task(iterations: int) -> dict:
-    """PPO trained in a task on the cluster that runs the task; times of train and stop."""
+def train_inside_a_task(
+    iterations: int, algorithm: str = "ppo", env: str = "CartPole-v1", **settings
+) -> dict:
+    """An algorithm trained in a task on the cluster that runs the task; times of train
+    and stop."""
     import time
 
     start = time.perf_counter()
+    config = settings if algorithm in ("alphazero", "mpc") else {**TINY, **settings}
     algo, result = hrl_tasks.train(
-        "ppo", "CartPole-v1", stop={"iteration": iterations},
-        engine=hrl_tasks.current_engine(), **TINY,
+        algorithm, env, stop={"iteration": iterations}, engine=hrl_tasks.current_engine(),
+        **config,
     )  # fmt: skip
     trained = time.perf_counter()
     algo.stop()
@@ -90,9 +94,27 @@ def train_inside_a_task(iterations: int) -> dict:
             "stop_s": time.perf_counter() - trained}  # fmt: skip
 
 
+IN_A_TASK = {
+    "ppo": {},
+    "a2c": {"train_batch_size": 32},
+    "a3c": {"min_steps_per_report": 32},
+    "dqn": {"learning_starts": 32, "train_steps_per_round": 2, "min_steps_per_report": 32},
+    "apex": {"learning_starts": 32, "min_steps_per_report": 32, "train_batch_size": 16},
+    "impala": {"train_batch_size": 32, "min_steps_per_report": 32},
+    "es": {"num_perturbations": 2, "max_episode_steps": 50},
+    "alphazero": {"env": "tictactoe_v3", "games_per_iteration": 2, "simulations": 16,
+                  "evaluation_interval": 1, "evaluation_games": 2,
+                  "updates_per_iteration": 2, "min_buffer_size": 8},
+    "mpc": {"env": "Pendulum-v1", "hidden": (32, 32), "ensemble_size": 3, "random_steps": 60,
+            "steps_per_iteration": 6, "updates_per_iteration": 20},
+}  # fmt: skip
+
+
 @pytest.mark.timeout(120)
-def test_an_algorithm_trains_inside_a_task_and_stops_promptly(engine):
-    found = engine.submit(train_inside_a_task, 2).result(timeout=100)
+@pytest.mark.parametrize("algorithm", sorted(IN_A_TASK))
+def test_an_algorithm_trains_inside_a_task_and_stops_promptly(engine, algorithm):
+    settings = dict(IN_A_TASK[algorithm], num_workers=1)
+    found = engine.submit(train_inside_a_task, 2, algorithm, **settings).result(timeout=100)
     assert found["iteration"] == 2
     # A kill that waited for its timeout (30 s) would mean a rollout worker never ended.
     assert found["stop_s"] < 30.0
