@@ -153,6 +153,8 @@ class WorkerRuntime(WorkerPlugin):
         for entry in list(self.objects.values()):
             entry.close()
         self.objects.clear()
+        if self.engine is not None:  # before the worker's client closes: its topics go first,
+            self.engine.close()  # or the scheduler logs each closed subscriber as CRITICAL
 
 
 def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:

@@ -254,3 +254,20 @@ def test_the_table_counts_trials_by_status_and_names_the_best():
     trials[0].status = "TERMINATED"
     table(search)
     assert len(search.texts) == 2
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_a_search_from_the_command_line_ends_without_errors_on_stderr(tmp_path):
+    # Nested engines in the worker processes unsubscribe before their clients close:
+    # the scheduler logged each closed subscriber as CRITICAL with a traceback.
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "hrl_tasks.cli", "tune", "ppo", "--env", "CartPole-v1",
+            "--space", "lr=loguniform(1e-4,1e-2)", "--samples", "2", "--stop-iters", "2",
+            "--set", "num_workers=1", "--set", "train_batch_size=64", "--out", str(tmp_path)]  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=150, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "done: best trial" in run.stdout
+    assert "Traceback" not in run.stderr and "CRITICAL" not in run.stderr, run.stderr[-3000:]
