@@ -122,9 +122,38 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         "falls to it with <=, e.g. --stop 'loss_rate/minimax<=0' (repeatable; any condition "
         "ends the run)",
     )  # fmt: skip
-    command.add_argument(
+    where = command.add_mutually_exclusive_group()
+    where.add_argument(
         "--address", help="scheduler address of an existing Dask cluster (default: start one here)"
     )
+    where.add_argument(
+        "--cluster", choices=("slurm", "pbs", "sge", "lsf"),
+        help="submit worker jobs to this batch system through dask-jobqueue (only slurm is "
+        "tested here); settings not given by --cluster-opt come from Dask's configuration "
+        "(jobqueue.<system> in ~/.config/dask/jobqueue.yaml)",
+    )  # fmt: skip
+    command.add_argument(
+        "--wait-for-jobs",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="with --cluster: how long to wait for the worker jobs to start (default 600)",
+    )
+    command.add_argument(
+        "--jobs", type=count(1), default=2,
+        help="with --cluster: worker jobs to submit, each one Dask worker process unless "
+        "--cluster-opt processes=N (default 2)",
+    )  # fmt: skip
+    command.add_argument(
+        "--cluster-opt", action="append", default=[], metavar="KEY=VALUE",
+        help="with --cluster: a dask-jobqueue option, e.g. cores=4, memory=8GB, "
+        "walltime=01:00:00, queue=gpu, account=proj, security=temporary (repeatable)",
+    )  # fmt: skip
+    command.add_argument(
+        "--resources", action="append", default=[], metavar="NAME=AMOUNT",
+        help="with --cluster: what each worker process declares besides its CPU slots, "
+        "e.g. GPU=1 (repeatable); rollout_worker_resources and --trial-resources use them",
+    )  # fmt: skip
     command.add_argument(
         "--num-workers", type=int,
         help="remote rollout workers (alphazero, mpc: worker processes for their tasks)",
@@ -163,6 +192,60 @@ def parse_value(text: str):
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+def pairs(items: list[str], option: str, number: bool = False) -> dict:
+    """``KEY=VALUE`` items as a dict (values parsed as `parse_value`, or floats)."""
+    found = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{option} needs KEY=VALUE, got {item!r}")
+        if number:
+            try:
+                found[key.strip()] = float(value)
+            except ValueError:
+                raise ValueError(f"{option} {item!r}: {value!r} is not a number") from None
+        else:
+            found[key.strip()] = parse_value(value)
+    return found
+
+
+def engine_from_args(args, embedded: bool):
+    """The engine that ``--address`` or ``--cluster`` name; else an embedded cluster
+    (``embedded``) or None (the algorithm starts its own)."""
+    from hrl_tasks.scheduler import Engine
+
+    if args.cluster is None and (args.cluster_opt or args.resources):
+        raise ValueError("--cluster-opt and --resources go with --cluster")
+    if args.address:
+        return Engine.connect(args.address)
+    if args.cluster is None:
+        return Engine.local() if embedded else None
+    from hrl_tasks.scheduler.clusters import job_ids
+
+    options = pairs(args.cluster_opt, "--cluster-opt")
+    resources = pairs(args.resources, "--resources", number=True)
+    engine = Engine.batch(args.cluster, args.jobs, options, resources)
+    try:
+        processes = int(options.get("processes", 1))
+        wanted = args.jobs * processes
+        print(f"submitted {args.jobs} {args.cluster} worker jobs; waiting for {wanted} "
+              f"worker processes", flush=True)  # fmt: skip
+        engine.client.wait_for_workers(wanted, timeout=args.wait_for_jobs)
+        print(f"worker jobs: {', '.join(job_ids(engine.cluster)) or '(none listed)'}", flush=True)
+    except TimeoutError:
+        ids = ", ".join(job_ids(engine.cluster))
+        engine.close()
+        raise TimeoutError(
+            f"the {args.cluster} worker jobs ({ids}) did not all start within "
+            f"{args.wait_for_jobs:g} s; see their state with squeue/qstat, or wait longer "
+            f"with --wait-for-jobs"
+        ) from None
+    except BaseException:
+        engine.close()
+        raise
+    return engine
 
 
 def config_from_args(args) -> dict:
@@ -232,7 +315,6 @@ def run_train(args) -> int:
     from hrl_tasks.algorithms.algorithm import read_checkpoint
     from hrl_tasks.plotting import plot_learning_curve, plot_win_rates, read_metrics
     from hrl_tasks.rollout import env_name
-    from hrl_tasks.scheduler import Engine
     from hrl_tasks.tensorboard import metrics_writer
 
     config = config_from_args(args)
@@ -243,7 +325,7 @@ def run_train(args) -> int:
     algo_cls = get_algorithm(args.algorithm)
     out = args.out or args.resume or Path("runs") / f"{args.algorithm}-{config.get('env', 'env')}"
     algo_cls.config_class.from_dict(config)  # a bad config fails before any connection
-    engine = Engine.connect(args.address) if args.address else None
+    engine = engine_from_args(args, embedded=False)
     try:
         algo = algo_cls(config, engine=engine)
     except BaseException:
@@ -300,21 +382,12 @@ def run_train(args) -> int:
 
 
 def run_tune(args) -> int:
-    from hrl_tasks.scheduler import Engine
     from hrl_tasks.search.space import parse_space_item
     from hrl_tasks.tuning.runner import check_search, tune
 
     config = config_from_args(args)
     space = dict(parse_space_item(item) for item in args.space)
-    resources = {}
-    for item in args.trial_resources:
-        name, sep, amount = item.partition("=")
-        try:
-            resources[name.strip()] = float(amount)
-        except ValueError:
-            sep = ""
-        if not sep or not name.strip():
-            raise ValueError(f"--trial-resources needs NAME=AMOUNT, e.g. CPU=1; got {item!r}")
+    resources = pairs(args.trial_resources, "--trial-resources", number=True)
     check_search(args.algorithm, config, space)  # bad input fails before a cluster starts
     out = args.out or Path("runs") / f"tune-{args.algorithm}-{config.get('env', 'env')}"
     options = dict(
@@ -323,7 +396,7 @@ def run_tune(args) -> int:
         trial_resources=resources or None, max_concurrent=args.max_concurrent, out=out,
         resume=args.resume, seed=0 if args.seed is None else args.seed,
     )  # fmt: skip
-    engine = Engine.connect(args.address) if args.address else Engine.local()
+    engine = engine_from_args(args, embedded=True)
     try:
         print(f"dashboard: {engine.dashboard_link}", flush=True)
         print(f"writing to {out}/", flush=True)

@@ -29,7 +29,9 @@ def test_help_lists_algorithms_and_options(capsys):
         (["tune", "ppo", "--space", "lr=bogus(1)"], "unknown helper 'bogus'"),
         (["tune", "ppo", "--space", "lrr=uniform(0, 1)"], "did you mean 'lr'"),
         (["tune", "ppo", "--set", "lr=-1"], "lr must be > 0"),
-        (["tune", "ppo", "--trial-resources", "CPU"], "NAME=AMOUNT"),
+        (["tune", "ppo", "--trial-resources", "CPU"], "KEY=VALUE"),
+        (["tune", "ppo", "--trial-resources", "CPU=x"], "is not a number"),
+        (["train", "ppo", "--cluster-opt", "cores=1"], "go with --cluster"),
         (["tune", "ppo", "--resume", "--out", "/nonexistent/search"], "nothing to resume"),
     ],
 )
@@ -45,6 +47,8 @@ def test_bad_input_exits_with_one_line(capsys, argv, says):
         (["train", "ppo", "--checkpoint-every", "0"], "--checkpoint-every: must be at least 1"),
         (["train", "ppo", "--keep-checkpoints", "-1"], "--keep-checkpoints: must be at least 0"),
         (["train", "ppo", "--keep-checkpoints", "all"], "expected a whole number, got 'all'"),
+        (["train", "ppo", "--address", "tcp://h:8786", "--cluster", "slurm"], "not allowed with"),
+        (["tune", "ppo", "--jobs", "0"], "--jobs: must be at least 1"),
     ],
 )
 def test_bad_counts_are_usage_errors(capsys, argv, says):

@@ -149,3 +149,76 @@ def workers_did_not_start(exc: BaseException) -> str:
         else ""
     )
     return f"the embedded cluster's worker processes did not start ({exc}){hint}"
+
+
+BATCH_SYSTEMS = {"slurm": "SLURMCluster", "pbs": "PBSCluster", "sge": "SGECluster",
+                 "lsf": "LSFCluster"}  # fmt: skip
+"""The batch systems ``start_batch_cluster`` knows, and dask-jobqueue's class for each
+(only SLURM is tested here, on a real controller)."""
+
+
+def start_batch_cluster(
+    system: str, jobs: int, options: dict | None = None, resources: dict | None = None
+):
+    """Keep ``jobs`` worker jobs submitted through dask-jobqueue, replacing any that
+    ends; returns the cluster (its workers not yet waited for).
+
+    Settings not in ``options`` come from Dask's configuration (``jobqueue.<system>``
+    in ``~/.config/dask/jobqueue.yaml`` or ``DASK_JOBQUEUE__<SYSTEM>__...``), as
+    dask-jobqueue users already have them. Each worker process declares ``CPU`` = its
+    threads (cores / processes), so that the engine's ledger and ``tune`` count them,
+    plus ``resources`` (e.g. ``{"GPU": 1}``), passed as ``dask worker --resources``.
+
+    Args:
+        system: ``"slurm"``, ``"pbs"``, ``"sge"`` or ``"lsf"``.
+        jobs: worker jobs to submit (each ``processes`` worker processes, 1 by default).
+        options: keyword arguments of the dask-jobqueue class (``cores``, ``memory``,
+            ``walltime``, ``queue``, ``account``, ``worker_extra_args``...);
+            ``security="temporary"`` means ``distributed.Security.temporary()``.
+        resources: what each worker process declares besides its CPU slots.
+
+    Raises:
+        EngineError: for an unknown system, dask-jobqueue missing, or cores and memory
+            given neither here nor in Dask's configuration.
+    """
+    if system not in BATCH_SYSTEMS:
+        raise EngineError(f"unknown batch system {system!r}; known: {', '.join(BATCH_SYSTEMS)}")
+    try:
+        import dask_jobqueue
+    except ImportError:
+        raise EngineError(
+            "batch clusters need dask-jobqueue: pip install 'hrl_tasks[hpc]'"
+        ) from None
+    options = dict(options or {})
+    configured = {k: dask.config.get(f"jobqueue.{system}.{k}", None) for k in ("cores", "memory")}
+    missing = [k for k in ("cores", "memory") if options.get(k) is None and configured[k] is None]
+    if missing:
+        raise EngineError(
+            f"a {system} worker job needs {' and '.join(missing)}: pass "
+            + " ".join(f"--cluster-opt {k}={'4' if k == 'cores' else '8GB'}" for k in missing)
+            + f", or set them under jobqueue.{system} in ~/.config/dask/jobqueue.yaml"
+        )
+    if options.get("security") == "temporary":
+        from distributed.security import Security
+
+        options["security"] = Security.temporary()
+        options.setdefault("protocol", "tls://")
+    cores = int(options.get("cores") or configured["cores"])
+    processes = int(options.get("processes") or dask.config.get(f"jobqueue.{system}.processes")
+                    or 1)  # fmt: skip
+    declared = {"CPU": max(1, cores // processes), **(resources or {})}
+    extra = list(options.pop("worker_extra_args", None)
+                 or dask.config.get(f"jobqueue.{system}.worker-extra-args", None) or [])  # fmt: skip
+    if "--resources" not in extra:  # one word: dask-jobqueue joins the arguments unquoted
+        extra += ["--resources", ",".join(f"{k}={v:g}" for k, v in declared.items())]
+    cluster = getattr(dask_jobqueue, BATCH_SYSTEMS[system])(worker_extra_args=extra, **options)
+    # Adaptive with a fixed size, not scale(): a job that ends (walltime, scancel, a
+    # pre-empted node) is replaced; scale() would leave it counted and gone.
+    cluster.adapt(minimum_jobs=jobs, maximum_jobs=jobs)
+    return cluster
+
+
+def job_ids(cluster) -> list[str]:
+    """The batch system's ids of a dask-jobqueue cluster's worker jobs submitted so far."""
+    return sorted(str(job.job_id) for job in cluster.workers.values()
+                  if getattr(job, "job_id", None))  # fmt: skip

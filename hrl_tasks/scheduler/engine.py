@@ -232,12 +232,52 @@ class Engine:
         return cls(client, **engine_kwargs)
 
     @classmethod
-    def from_cluster(cls, cluster, **engine_kwargs) -> Engine:
+    def from_cluster(cls, cluster, *, close_cluster: bool = False, **engine_kwargs) -> Engine:
         """Use any Dask cluster object (``LocalCluster``, dask-jobqueue's ``SLURMCluster``...).
 
-        The cluster stays open when the engine closes; close it yourself.
+        Workers that join later (``cluster.scale(n)``, ``cluster.adapt(...)``, a
+        replacement for a job that ended) are used as they come; stateful workers lost
+        with a job are re-created on the others or on its replacement.
+
+        Args:
+            cluster: the cluster; its workers may still be starting.
+            close_cluster: close it when the engine closes (by default it stays open
+                and you close it).
+            **engine_kwargs: as for :class:`Engine`.
         """
-        return cls(Client(cluster), **engine_kwargs)
+        client = Client(cluster)
+        try:
+            engine = cls(client, cluster=cluster if close_cluster else None, **engine_kwargs)
+        except BaseException:
+            client.close()
+            raise
+        return engine
+
+    @classmethod
+    def batch(
+        cls,
+        system: str,
+        jobs: int,
+        options: dict | None = None,
+        resources: dict | None = None,
+        **engine_kwargs,
+    ) -> Engine:
+        """Submit ``jobs`` worker jobs to a batch system through dask-jobqueue and run on
+        them (see :func:`~hrl_tasks.scheduler.clusters.start_batch_cluster`); closing the
+        engine ends the jobs. Workers join as their jobs start.
+
+        Example::
+
+            engine = Engine.batch("slurm", jobs=2, options={"cores": 4, "memory": "8GB"})
+        """
+        from hrl_tasks.scheduler.clusters import start_batch_cluster
+
+        cluster = start_batch_cluster(system, jobs, options, resources)
+        try:
+            return cls.from_cluster(cluster, close_cluster=True, **engine_kwargs)
+        except BaseException:
+            cluster.close()
+            raise
 
     @property
     def dashboard_link(self) -> str | None:

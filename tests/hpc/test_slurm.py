@@ -1,0 +1,152 @@
+"""Training on SLURM worker jobs through dask-jobqueue, against a real controller.
+
+`.ci/run` starts a single-node SLURM (`.ci/slurm-ci.sh start`) and runs these with
+``CI=true``: there a missing SLURM fails them. Elsewhere (a laptop without
+``sbatch``) they skip, saying why.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import hrl_tasks
+from hrl_tasks.algorithms import PPO
+from hrl_tasks.cli import main
+from hrl_tasks.scheduler.clusters import job_ids
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slurm]
+JOB = {"cores": 1, "memory": "2GB", "walltime": "00:20:00"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm():
+    """Fails in CI and skips elsewhere when no SLURM controller answers."""
+    why = None
+    if shutil.which("sbatch") is None:
+        why = "no sbatch on PATH (SLURM is not installed here)"
+    else:
+        found = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+        if found.returncode != 0 or not set(found.stdout.split()) & {"idle", "mixed", "allocated"}:
+            why = f"sinfo finds no SLURM node: {found.stderr.strip() or found.stdout.strip()}"
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI runs SLURM (.ci/run starts it), but {why}")
+        pytest.skip(why)
+    pytest.importorskip("dask_jobqueue", reason="needs the hpc extra: pip install -e .[hpc]")
+
+
+def queued() -> set[str]:
+    """The ids of the jobs SLURM holds now."""
+    found = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True)
+    return set(found.stdout.split())
+
+
+def options(tmp_path) -> dict:
+    return dict(JOB, log_directory=str(tmp_path / "logs"))
+
+
+@pytest.mark.timeout(300)
+def test_ppo_reaches_450_with_its_rollout_workers_in_slurm_jobs(tmp_path):
+    from dask_jobqueue import SLURMCluster
+
+    cluster = SLURMCluster(**options(tmp_path), worker_extra_args=["--resources", "CPU=1"])
+    cluster.scale(jobs=2)
+    try:
+        with hrl_tasks.Engine.from_cluster(cluster) as engine:
+            engine.client.wait_for_workers(2, timeout=120)
+            ids = job_ids(cluster)
+            assert len(ids) == 2 and set(ids) <= queued()
+            algo, result = hrl_tasks.train("ppo", "CartPole-v1", engine=engine,
+                                           stop={"episode_return_mean": 450,
+                                                 "iteration": 400})  # fmt: skip
+            try:
+                assert result["episode_return_mean"] >= 450
+                workers = set(engine.client.scheduler_info()["workers"])
+                assert {h.address for h in algo.workers.remote_workers} <= workers
+            finally:
+                algo.stop()
+    finally:
+        cluster.close()
+    deadline = time.monotonic() + 30
+    while set(ids) & queued() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not set(ids) & queued(), "the worker jobs outlived their cluster"
+
+
+@pytest.mark.timeout(300)
+def test_the_command_line_submits_jobs_prints_them_and_resumes_on_new_ones(tmp_path, capsys):
+    out = tmp_path / "run"
+    cluster = [
+        "--cluster",
+        "slurm",
+        "--jobs",
+        "2",
+        "--cluster-opt",
+        "cores=1",
+        "--cluster-opt",
+        "memory=2GB",
+        "--cluster-opt",
+        f"log_directory={tmp_path}",
+    ]
+    tiny = ["--num-workers", "2", "--set", "train_batch_size=64", "--no-progress",
+            "--set", "rollout_fragment_length=16"]  # fmt: skip
+    argv = ["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--out", str(out)]
+    assert main([*argv, *cluster, *tiny]) == 0
+    printed = capsys.readouterr().out
+    assert "worker jobs: " in printed and "dashboard: http" in printed
+    first_jobs = printed.split("worker jobs: ")[1].splitlines()[0].split(", ")
+    assert len(first_jobs) == 2
+    # The allocation ended with the run; a later one resumes from the checkpoint.
+    assert main(["train", "ppo", "--resume", str(out), "--stop-iters", "3", *cluster,
+                 "--no-progress"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert not set(first_jobs) & set(printed.split("worker jobs: ")[1].splitlines()[0].split(", "))
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+
+
+@pytest.mark.timeout(300)
+def test_a_resource_only_worker_jobs_declare_places_rollout_workers_on_each_of_them(tmp_path):
+    # No GPU here: a custom resource name stands for one.
+    with hrl_tasks.Engine.batch("slurm", 2, options(tmp_path), resources={"sampler": 1}) as engine:
+        engine.client.wait_for_workers(2, timeout=120)
+        declared = {w: r["declared"] for w, r in engine.resources().items()}
+        assert all(r == {"CPU": 1.0, "sampler": 1.0} for r in declared.values()), declared
+        algo = PPO(
+            {"num_workers": 2, "train_batch_size": 64, "rollout_fragment_length": 16,
+             "rollout_worker_resources": {"sampler": 1}}, engine=engine,
+        )  # fmt: skip
+        try:
+            algo.train()
+            assert {h.address for h in algo.workers.remote_workers} == set(declared)
+        finally:
+            algo.stop()
+        with pytest.raises(hrl_tasks.ResourceError, match="sampler=2"):
+            PPO({"num_workers": 1,
+                                      "rollout_worker_resources": {"sampler": 2}},
+                                     engine=engine)  # fmt: skip
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_job_cancelled_mid_training_costs_no_iteration_and_is_replaced(tmp_path):
+    with hrl_tasks.Engine.batch("slurm", 2, options(tmp_path)) as engine:
+        engine.client.wait_for_workers(2, timeout=120)
+        first = job_ids(engine.cluster)
+        algo = PPO({"num_workers": 2, "train_batch_size": 256}, engine=engine)
+        try:
+            for _ in range(3):
+                algo.train()
+            subprocess.run(["scancel", first[0]], check=True)
+            results = [algo.train() for _ in range(12)]
+            assert [r["iteration"] for r in results] == list(range(4, 16))
+            # The lost rollout worker was re-created (on the other job or the new one).
+            assert sum(h.restarts for h in algo.workers.remote_workers) >= 1
+            engine.client.wait_for_workers(2, timeout=120)
+            now = job_ids(engine.cluster)
+            assert first[0] not in now and len(set(now) - set(first)) >= 1
+        finally:
+            algo.stop()
