@@ -132,6 +132,14 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         "tested here); settings not given by --cluster-opt come from Dask's configuration "
         "(jobqueue.<system> in ~/.config/dask/jobqueue.yaml)",
     )  # fmt: skip
+    command.add_argument("--tls-ca-file", help="with a tls:// --address: the cluster's CA")
+    command.add_argument("--tls-cert", help="with a tls:// --address: this client's certificate")
+    command.add_argument("--tls-key", help="with a tls:// --address: this client's private key")
+    command.add_argument(
+        "--upload", action="store_true",
+        help="with --address: copy this hrl_tasks to workers that lack it (its dependencies "
+        "must be there)",
+    )  # fmt: skip
     command.add_argument(
         "--wait-for-jobs",
         type=float,
@@ -218,8 +226,17 @@ def engine_from_args(args, embedded: bool):
 
     if args.cluster is None and (args.cluster_opt or args.resources):
         raise ValueError("--cluster-opt and --resources go with --cluster")
+    tls = {"tls_ca_file": args.tls_ca_file, "tls_client_cert": args.tls_cert,
+           "tls_client_key": args.tls_key}  # fmt: skip
+    if (any(tls.values()) or args.upload) and not args.address:
+        raise ValueError("--tls-ca-file, --tls-cert, --tls-key and --upload go with --address")
     if args.address:
-        return Engine.connect(args.address)
+        security = None
+        if any(tls.values()):
+            from distributed.security import Security
+
+            security = Security(**tls, require_encryption=True)
+        return Engine.connect(args.address, security=security, upload=args.upload)
     if args.cluster is None:
         return Engine.local() if embedded else None
     from hrl_tasks.scheduler.clusters import job_ids

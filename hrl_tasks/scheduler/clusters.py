@@ -25,26 +25,126 @@ def count_gpus() -> int:
         return 0
 
 
-def check_versions(client: Client) -> None:
-    """Check that the workers can import this package, at this version."""
-    import hrl_tasks
+CHECKED_PACKAGES = ("gymnasium", "torch", "numpy")
+"""Packages whose major version must match between the driver and its workers."""
 
-    def version():
+
+def package_versions() -> dict:
+    """hrl_tasks's version and the checked packages', read from their metadata (no import
+    of torch); None for a package that is not installed. Runs on the workers too."""
+    from importlib import metadata
+
+    def version(name):
         try:
-            import hrl_tasks as remote
-
-            return remote.__version__
-        except ImportError:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
             return None
 
-    found = client.run(version)
-    wrong = {w: v for w, v in found.items() if v != hrl_tasks.__version__}
+    try:
+        import hrl_tasks
+
+        own = hrl_tasks.__version__
+    except ImportError:
+        own = None
+    return {"hrl_tasks": own, **{name: version(name) for name in CHECKED_PACKAGES}}
+
+
+def version_mismatches(mine: dict, theirs: dict) -> list[str]:
+    """What differs: hrl_tasks by version, the others by major version. Pure."""
+    found = []
+    for name, version in mine.items():
+        other = theirs.get(name)
+        if version is None:  # not installed here either
+            continue
+        if name == "hrl_tasks":
+            same, wanted = other == version, version
+        else:
+            major = version.split(".")[0]
+            same = other is not None and other.split(".")[0] == major
+            wanted = f"{major}.x, {version} here"
+        if not same:
+            found.append(f"{name} {other or 'not installed'} (needs {wanted})")
+    return found
+
+
+def check_versions(client: Client) -> None:
+    """Check that every worker has this hrl_tasks and the same major versions of
+    gymnasium, torch and numpy.
+
+    Raises:
+        EngineError: naming each mismatched worker and package.
+    """
+    mine = package_versions()
+    # A worker without hrl_tasks cannot even unpickle this function: its error says so.
+    found = client.run(package_versions, on_error="return")
+    found = {w: v if isinstance(v, dict) else {"hrl_tasks": None} for w, v in found.items()}
+    wrong = {w: version_mismatches(mine, v) for w, v in sorted(found.items())}
+    wrong = {w: m for w, m in wrong.items() if m}
     if wrong:
-        detail = ", ".join(f"{w}: {v or 'not installed'}" for w, v in sorted(wrong.items()))
+        detail = "; ".join(f"{w}: {', '.join(m)}" for w, m in wrong.items())
         raise EngineError(
-            f"hrl_tasks {hrl_tasks.__version__} is needed on every worker, found {detail}. "
-            "Install the same version in the workers' environment."
+            f"the workers' environment does not match this one: {detail}. Install the same "
+            "versions there, or upload this package with Engine.connect(..., upload=True) "
+            "(--upload) if only hrl_tasks is missing."
         )
+
+
+def probe_address(address: str, timeout: float = 5.0) -> None:
+    """Fail within ``timeout`` if nothing listens at a tcp:// or tls:// ``address``.
+
+    Raises:
+        OSError: saying that nothing listens there, or that it did not answer.
+    """
+    import socket
+
+    scheme, sep, rest = address.partition("://")
+    if not sep or scheme not in ("tcp", "tls"):
+        return  # another transport: Dask's own timeout applies
+    host, _, port = rest.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout):
+            return
+    except ConnectionRefusedError:
+        raise OSError(
+            f"nothing listens at {address} (connection refused): is the Dask scheduler "
+            "running there? Start one with `dask scheduler`, or leave out --address to use "
+            "an embedded cluster"
+        ) from None
+    except ValueError:
+        raise OSError(f"{address} is not a scheduler address such as tcp://host:8786") from None
+    except OSError as exc:
+        raise OSError(f"no answer from {address} within {timeout:g} s ({exc})") from None
+
+
+def connection_refused(address: str, security, exc: BaseException) -> str:
+    """Why a scheduler that listens did not take the connection, and what would help."""
+    scheme = address.partition("://")[0]
+    if scheme == "tls" and security is None:
+        hint = "a tls:// scheduler needs certificates: --tls-ca-file, --tls-cert, --tls-key"
+    elif scheme == "tls":
+        hint = "the certificates were refused: are they the cluster's (its CA, a valid key)?"
+    else:
+        hint = "if the scheduler uses TLS, connect to tls://... with --tls-ca-file, --tls-cert, --tls-key"
+    return f"could not connect to the Dask scheduler at {address} ({exc}); {hint}"
+
+
+def upload_package(client: Client) -> None:
+    """Copy this hrl_tasks package to every worker (present and future) through Dask's
+    ``UploadDirectory`` plugin; the workers restart to import it. Its dependencies
+    (torch, gymnasium...) must be installed there already."""
+    import shutil
+    import tempfile
+
+    from distributed.diagnostics.plugin import UploadDirectory
+
+    import hrl_tasks
+
+    package = os.path.dirname(hrl_tasks.__file__)
+    with tempfile.TemporaryDirectory() as staging:
+        root = os.path.join(staging, "hrl_tasks_upload")
+        shutil.copytree(package, os.path.join(root, "hrl_tasks"),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
+        client.register_plugin(UploadDirectory(root, update_path=True, restart_workers=True))
 
 
 def local_settings() -> dict:
@@ -102,7 +202,10 @@ def start_local(
             base["GPU"] = gpus
         return {**base, **(extra or {})}
 
-    cluster_kwargs.setdefault("dashboard_address", ":0")
+    # This machine only: an unsecured scheduler runs whatever code reaches its port, and
+    # on a shared login node others can reach every interface but the loopback.
+    cluster_kwargs.setdefault("host", "127.0.0.1")
+    cluster_kwargs.setdefault("dashboard_address", "127.0.0.1:0")
     # Task errors reach the caller as exceptions; the worker logs need not repeat them.
     cluster_kwargs.setdefault("silence_logs", logging.CRITICAL)
     with dask.config.set(local_settings()):

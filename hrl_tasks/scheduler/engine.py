@@ -38,7 +38,13 @@ from distributed import Client, get_client, get_worker
 from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.backend import DaskBackend
-from hrl_tasks.scheduler.clusters import check_versions, start_local
+from hrl_tasks.scheduler.clusters import (
+    check_versions,
+    connection_refused,
+    probe_address,
+    start_local,
+    upload_package,
+)
 from hrl_tasks.scheduler.context import current_task, in_worker_task, task_wait
 from hrl_tasks.scheduler.errors import EngineError
 from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
@@ -209,22 +215,41 @@ class Engine:
             raise
 
     @classmethod
-    def connect(cls, address: str, timeout: float = 30, **engine_kwargs) -> Engine:
+    def connect(
+        cls,
+        address: str,
+        timeout: float = 30,
+        *,
+        security=None,
+        upload: bool = False,
+        **engine_kwargs,
+    ) -> Engine:
         """Use an existing cluster by its scheduler address, e.g. ``tcp://host:8786``.
 
-        The package must be importable on the workers; versions are checked.
+        The workers must have this hrl_tasks and the same major versions of
+        gymnasium, torch and numpy; that is checked at once.
 
         Args:
-            address: the scheduler's address.
+            address: the scheduler's address (``tls://`` with ``security``).
             timeout: seconds to wait for the scheduler to answer.
+            security: a ``distributed.Security`` (TLS certificates), as for Dask's Client.
+            upload: copy this package to the workers first (Dask's ``UploadDirectory``
+                plugin), for workers that have its dependencies but not it.
             **engine_kwargs: as for :class:`Engine` (``retries``, ``lost_worker_timeout``).
 
         Raises:
-            OSError: if no scheduler answers at ``address`` within ``timeout``.
-            EngineError: if the workers lack this package or have another version.
+            OSError: if nothing listens at ``address`` (within 5 s), or the scheduler
+                does not answer within ``timeout``, or refuses the connection (TLS).
+            EngineError: naming each worker whose environment does not match.
         """
-        client = Client(address, timeout=timeout)
+        probe_address(address, timeout=min(5.0, timeout))
         try:
+            client = Client(address, timeout=timeout, security=security)
+        except (OSError, TypeError, ValueError) as exc:  # TLS without or with wrong certificates
+            raise OSError(connection_refused(address, security, exc)) from exc
+        try:
+            if upload:
+                upload_package(client)
             check_versions(client)
         except BaseException:
             client.close()

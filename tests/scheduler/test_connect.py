@@ -37,8 +37,14 @@ class ExternalCluster:
 
 @pytest.fixture
 def external_cluster(tmp_path):
+    yield from start_external_cluster(tmp_path, [ROOT])
+
+
+def start_external_cluster(tmp_path, worker_path):
+    """A `dask scheduler` and a `dask worker` (``worker_path`` first on its PYTHONPATH)."""
     scheduler_file = tmp_path / "scheduler.json"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    worker_env = {**env, "PYTHONPATH": os.pathsep.join([*map(str, worker_path), env["PYTHONPATH"]])}
     procs = [
         subprocess.Popen(
             dask_command("scheduler", "--port", "0", "--dashboard-address", ":0",
@@ -56,7 +62,7 @@ def external_cluster(tmp_path):
             subprocess.Popen(
                 dask_command("worker", "--scheduler-file", str(scheduler_file),
                              "--nthreads", "1", "--resources", "CPU=1,GPU=1"),
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=worker_env,
             )
         )  # fmt: skip
         yield ExternalCluster(scheduler_file, procs[0])
@@ -82,9 +88,53 @@ def test_connect_runs_tasks_nested_tasks_and_objects(external_cluster):
             engine.submit(tasks.inc, 1, resources={"GPU": 2})
 
 
-def test_connect_to_nothing_fails_clearly():
-    with pytest.raises(OSError):
-        hrl.Engine.connect("tcp://127.0.0.1:1", timeout=2)
+def test_connect_to_nothing_fails_within_seconds_saying_so():
+    start = time.monotonic()
+    with pytest.raises(OSError, match="nothing listens at tcp://127.0.0.1:9"):
+        hrl.Engine.connect("tcp://127.0.0.1:9")
+    assert time.monotonic() - start < 5.0
+
+
+def stub_distribution(root, name, version):
+    """A dist-info that shadows ``name``'s metadata (not its code) with ``version``."""
+    info = root / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return root
+
+
+def test_a_worker_whose_environment_differs_is_named_at_connect(tmp_path):
+    stub = stub_distribution(tmp_path / "stub", "gymnasium", "0.0.1")
+    for cluster in start_external_cluster(tmp_path, [stub, ROOT]):
+        client = hrl.Engine  # the check runs before any engine exists
+        start = time.monotonic()
+        with pytest.raises(hrl.EngineError) as info:
+            wait_for_a_worker(cluster.address)
+            client.connect(cluster.address)
+        message = str(info.value)
+        assert "gymnasium 0.0.1 (needs 1.x" in message and "tcp://" in message, message
+        assert time.monotonic() - start < 30
+
+
+def test_upload_gives_workers_without_the_package_this_one(tmp_path):
+    # A stub hrl_tasks first on the worker's path stands for a worker without this one.
+    stub = tmp_path / "stub"
+    (stub / "hrl_tasks").mkdir(parents=True)
+    (stub / "hrl_tasks" / "__init__.py").write_text("__version__ = '0.0.0'\n")
+    for cluster in start_external_cluster(tmp_path, [stub]):
+        wait_for_a_worker(cluster.address)
+        with pytest.raises(hrl.EngineError, match=r"hrl_tasks 0.0.0 \(needs"):
+            hrl.Engine.connect(cluster.address)
+        with hrl.Engine.connect(cluster.address, upload=True) as engine:
+            engine.client.wait_for_workers(1, timeout=60)
+            assert engine.submit(tasks.inc, 1).result(timeout=60) == 2
+
+
+def wait_for_a_worker(address):
+    from distributed import Client
+
+    with Client(address, timeout=30) as client:
+        client.wait_for_workers(1, timeout=60)
 
 
 def test_a_dead_scheduler_fails_waits_and_submits_within_seconds(external_cluster):
@@ -122,3 +172,32 @@ def test_the_command_line_ends_clearly_when_the_scheduler_dies(external_cluster,
     assert run.returncode == 2
     last = err.strip().splitlines()[-1]
     assert last.startswith("hrl-tasks: error: lost the Dask scheduler at tcp://"), err[-2000:]
+
+
+@pytest.mark.timeout(120)
+def test_a_tls_cluster_takes_its_certificates_and_refuses_others_clearly():
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    security = Security.temporary()
+    with LocalCluster(n_workers=1, threads_per_worker=1, security=security, protocol="tls",
+                      host="127.0.0.1", dashboard_address=":0") as cluster:  # fmt: skip
+        address = cluster.scheduler_address
+        assert address.startswith("tls://")
+        with hrl.Engine.connect(address, security=security) as engine:
+            assert engine.submit(tasks.inc, 1).result(timeout=60) == 2
+        for other, says in [(None, "needs certificates"),
+                            (Security.temporary(), "certificates were refused")]:  # fmt: skip
+            start = time.monotonic()
+            with pytest.raises(OSError, match=says):
+                hrl.Engine.connect(address, security=other, timeout=5)
+            assert time.monotonic() - start < 15
+        with pytest.raises(OSError, match="uses TLS"):
+            hrl.Engine.connect(address.replace("tls://", "tcp://"), timeout=5)
+
+
+def test_the_embedded_cluster_listens_on_this_machine_only():
+    with hrl.Engine.local(n_workers=1) as engine:
+        addresses = [engine.client.scheduler.address, *engine.client.scheduler_info()["workers"]]
+        assert all(a.startswith("tcp://127.0.0.1:") for a in addresses), addresses
+        assert engine.dashboard_link.startswith("http://127.0.0.1:")
