@@ -306,6 +306,11 @@ def start_batch_cluster(
 
         options["security"] = Security.temporary()
         options.setdefault("protocol", "tls://")
+        # Where the job scripts find the certificate: a directory the compute nodes share.
+        shared = options.setdefault(
+            "shared_temp_directory", options.get("log_directory") or os.path.expanduser("~")
+        )
+        os.makedirs(os.path.expanduser(shared), exist_ok=True)
     cores = int(options.get("cores") or configured["cores"])
     processes = int(options.get("processes") or dask.config.get(f"jobqueue.{system}.processes")
                     or 1)  # fmt: skip

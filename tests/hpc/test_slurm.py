@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +151,33 @@ def test_a_worker_job_cancelled_mid_training_costs_no_iteration_and_is_replaced(
             assert first[0] not in now and len(set(now) - set(first)) >= 1
         finally:
             algo.stop()
+
+
+@pytest.mark.timeout(300)
+def test_the_example_batch_script_trains_and_a_second_allocation_resumes(tmp_path):
+    script = Path(__file__).resolve().parents[2] / "examples" / "slurm" / "train_ppo.sbatch"
+    env = {**os.environ, "OUT": str(tmp_path / "run"), "JOBS": "1", "WORKER_CORES": "1",
+           "WORKER_MEMORY": "2GB"}  # fmt: skip
+    for iterations in (2, 3):  # the second allocation continues the first one's run
+        done = subprocess.run(
+            ["sbatch", "--wait", "--cpus-per-task=1", "--mem=2G", f"--chdir={tmp_path}",
+             f"--output={tmp_path}/driver-%j.out", str(script), "--stop-iters",
+             str(iterations), "--set", "train_batch_size=64", "--num-workers", "1"],
+            env=env, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        logs = "\n".join(p.read_text() for p in sorted(tmp_path.glob("driver-*.out")))
+        assert done.returncode == 0, logs[-3000:]
+        assert f"done: iteration {iterations}" in logs, logs[-3000:]
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+
+
+@pytest.mark.timeout(180)
+def test_worker_jobs_join_over_tls_with_a_temporary_certificate(tmp_path):
+    with hrl_tasks.Engine.batch(
+        "slurm", 1, dict(options(tmp_path), security="temporary")
+    ) as engine:
+        engine.client.wait_for_workers(1, timeout=120)
+        (address,) = engine.client.scheduler_info()["workers"]
+        assert engine.client.scheduler.address.startswith("tls://") and address.startswith("tls://")
+        assert engine.submit(len, [1, 2]).result(timeout=60) == 2
