@@ -245,7 +245,8 @@ class Engine:
         probe_address(address, timeout=min(5.0, timeout))
         try:
             client = Client(address, timeout=timeout, security=security)
-        except (OSError, TypeError, ValueError) as exc:  # TLS without or with wrong certificates
+        except Exception as exc:  # no answer, TLS without or with wrong certificates, or a
+            # failed start of the client's event loop after such failures (distributed)
             raise OSError(connection_refused(address, security, exc)) from exc
         try:
             if upload:

@@ -175,7 +175,7 @@ def test_the_command_line_ends_clearly_when_the_scheduler_dies(external_cluster,
 
 
 @pytest.mark.timeout(120)
-def test_a_tls_cluster_takes_its_certificates_and_refuses_others_clearly():
+def test_a_tls_cluster_takes_its_certificates_and_refuses_others_clearly(capsys):
     from distributed import LocalCluster
     from distributed.security import Security
 
@@ -194,6 +194,29 @@ def test_a_tls_cluster_takes_its_certificates_and_refuses_others_clearly():
             assert time.monotonic() - start < 15
         with pytest.raises(OSError, match="uses TLS"):
             hrl.Engine.connect(address.replace("tls://", "tcp://"), timeout=5)
+        check_the_command_line(address, security, capsys)
+
+
+def check_the_command_line(address, security, capsys):
+    """The command line's --tls-* options: certificates from files, or a clear refusal."""
+    import tempfile
+
+    from hrl_tasks.cli import main
+
+    with tempfile.TemporaryDirectory() as files:
+        paths = {}
+        for option, pem in [("--tls-ca-file", security.tls_ca_file),
+                            ("--tls-cert", security.tls_client_cert),
+                            ("--tls-key", security.tls_client_key)]:  # fmt: skip
+            paths[option] = Path(files) / option.strip("-")
+            paths[option].write_text(pem)
+        tiny = ["--stop-iters", "1", "--num-workers", "1", "--set", "train_batch_size=32",
+                "--no-progress", "--out", str(Path(files) / "run")]  # fmt: skip
+        certificates = [x for option, path in paths.items() for x in (option, str(path))]
+        assert main(["train", "ppo", "--address", address, *certificates, *tiny]) == 0
+        capsys.readouterr()
+        assert main(["train", "ppo", "--address", address, *tiny]) == 2
+        assert "needs certificates: --tls-ca-file" in capsys.readouterr().err
 
 
 def test_the_embedded_cluster_listens_on_this_machine_only():
