@@ -149,8 +149,8 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--jobs", type=count(1), default=2,
-        help="with --cluster: worker jobs to submit, each one Dask worker process unless "
-        "--cluster-opt processes=N (default 2)",
+        help="with --cluster: worker jobs to submit (default 2), each split into worker "
+        "processes as dask-jobqueue does (--cluster-opt processes=N sets it; 1 with cores=1)",
     )  # fmt: skip
     command.add_argument(
         "--cluster-opt", action="append", default=[], metavar="KEY=VALUE",
@@ -239,14 +239,13 @@ def engine_from_args(args, embedded: bool):
         return Engine.connect(args.address, security=security, upload=args.upload)
     if args.cluster is None:
         return Engine.local() if embedded else None
-    from hrl_tasks.scheduler.clusters import job_ids
+    from hrl_tasks.scheduler.clusters import job_ids, worker_processes
 
     options = pairs(args.cluster_opt, "--cluster-opt")
     resources = pairs(args.resources, "--resources", number=True)
     engine = Engine.batch(args.cluster, args.jobs, options, resources)
     try:
-        processes = int(options.get("processes", 1))
-        wanted = args.jobs * processes
+        wanted = args.jobs * worker_processes(engine.cluster)
         print(f"submitted {args.jobs} {args.cluster} worker jobs; waiting for {wanted} "
               f"worker processes", flush=True)  # fmt: skip
         engine.client.wait_for_workers(wanted, timeout=args.wait_for_jobs)
@@ -407,6 +406,8 @@ def run_tune(args) -> int:
     resources = pairs(args.trial_resources, "--trial-resources", number=True)
     check_search(args.algorithm, config, space)  # bad input fails before a cluster starts
     out = args.out or Path("runs") / f"tune-{args.algorithm}-{config.get('env', 'env')}"
+    if args.resume and not (out / "search.pkl").exists():
+        raise ValueError(f"nothing to resume in {out}: it holds no search.pkl")
     options = dict(
         space=space, config=config, num_samples=args.samples, scheduler=args.scheduler,
         sampler=args.sampler, metric=args.metric, mode=args.mode, stop=stop_conditions(args),

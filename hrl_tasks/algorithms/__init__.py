@@ -124,7 +124,7 @@ def stop_reached(result: Mapping, stop: Mapping[str, float | tuple[str, float]])
     """Whether any stop condition holds for ``result``: a number means "at least this",
     ``("<=", x)`` "at most x" (for losses and loss rates), ``(">=", x)`` "at least x"."""
     for key, condition in stop.items():
-        if key not in result:
+        if result.get(key) is None:  # not reported, or no value yet (NaN in metrics.jsonl)
             continue
         op, value = condition if isinstance(condition, tuple) else (">=", condition)
         if result[key] >= value if op == ">=" else result[key] <= value:

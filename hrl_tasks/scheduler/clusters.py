@@ -77,8 +77,11 @@ def check_versions(client: Client) -> None:
     mine = package_versions()
     # A worker without hrl_tasks cannot even unpickle this function: its error says so.
     found = client.run(package_versions, on_error="return")
-    found = {w: v if isinstance(v, dict) else {"hrl_tasks": None} for w, v in found.items()}
-    wrong = {w: version_mismatches(mine, v) for w, v in sorted(found.items())}
+    wrong = {
+        w: version_mismatches(mine, v) if isinstance(v, dict)
+        else [f"hrl_tasks not importable ({type(v).__name__}: {v})"]
+        for w, v in sorted(found.items())
+    }  # fmt: skip
     wrong = {w: m for w, m in wrong.items() if m}
     if wrong:
         detail = "; ".join(f"{w}: {', '.join(m)}" for w, m in wrong.items())
@@ -110,8 +113,10 @@ def probe_address(address: str, timeout: float = 5.0) -> None:
             "running there? Start one with `dask scheduler`, or leave out --address to use "
             "an embedded cluster"
         ) from None
-    except ValueError:
+    except (ValueError, OverflowError):
         raise OSError(f"{address} is not a scheduler address such as tcp://host:8786") from None
+    except socket.gaierror as exc:
+        raise OSError(f"the host of {address} is unknown here ({exc})") from None
     except OSError as exc:
         raise OSError(f"no answer from {address} within {timeout:g} s ({exc})") from None
 
@@ -312,18 +317,53 @@ def start_batch_cluster(
         )
         os.makedirs(os.path.expanduser(shared), exist_ok=True)
     cores = int(options.get("cores") or configured["cores"])
-    processes = int(options.get("processes") or dask.config.get(f"jobqueue.{system}.processes")
-                    or 1)  # fmt: skip
+    processes = batch_processes(system, cores, options)
     declared = {"CPU": max(1, cores // processes), **(resources or {})}
     extra = list(options.pop("worker_extra_args", None)
                  or dask.config.get(f"jobqueue.{system}.worker-extra-args", None) or [])  # fmt: skip
-    if "--resources" not in extra:  # one word: dask-jobqueue joins the arguments unquoted
-        extra += ["--resources", ",".join(f"{k}={v:g}" for k, v in declared.items())]
+    extra, given = without_resources(extra)
+    declared = {**declared, **given}
+    # One word: dask-jobqueue joins the arguments unquoted.
+    extra += ["--resources", ",".join(f"{k}={v:g}" for k, v in declared.items())]
     cluster = getattr(dask_jobqueue, BATCH_SYSTEMS[system])(worker_extra_args=extra, **options)
     # Adaptive with a fixed size, not scale(): a job that ends (walltime, scancel, a
     # pre-empted node) is replaced; scale() would leave it counted and gone.
     cluster.adapt(minimum_jobs=jobs, maximum_jobs=jobs)
     return cluster
+
+
+def without_resources(args: list[str]) -> tuple[list[str], dict]:
+    """``args`` without their ``--resources`` (``--resources X`` or ``--resources=X``),
+    and the resources those declared. Pure."""
+    rest, found, k = [], {}, 0
+    while k < len(args):
+        arg = str(args[k])
+        if arg == "--resources" and k + 1 < len(args):
+            text, k = str(args[k + 1]), k + 2
+        elif arg.startswith("--resources="):
+            text, k = arg.partition("=")[2], k + 1
+        else:
+            rest.append(args[k])
+            k += 1
+            continue
+        for pair in text.replace(",", " ").split():
+            name, _, amount = pair.partition("=")
+            found[name] = float(amount)
+    return rest, found
+
+
+def batch_processes(system: str, cores: int, options: dict) -> int:
+    """Worker processes per job, split as dask-jobqueue splits them when ``processes``
+    is not given (about the square root of the cores, as ``nprocesses_nthreads``)."""
+    from distributed.deploy.local import nprocesses_nthreads
+
+    processes = options.get("processes") or dask.config.get(f"jobqueue.{system}.processes", None)
+    return int(processes) if processes else nprocesses_nthreads(cores)[0]
+
+
+def worker_processes(cluster) -> int:
+    """Worker processes per job of a dask-jobqueue cluster."""
+    return int(cluster._dummy_job.worker_processes)
 
 
 def job_ids(cluster) -> list[str]:

@@ -91,6 +91,11 @@ class TrialScheduler(ABC):
         """The trial ended (stopped, finished or failed); it is no longer considered."""
         return None
 
+    def on_trial_restore(self, trial_id: Hashable, iteration: int) -> None:
+        """The trial now continues from a state at ``iteration`` (another trial's, after
+        an `Exploit`)."""
+        return None
+
     def next_decision(self, trial_id: Hashable, iteration: int) -> int | None:
         """The next iteration after ``iteration`` whose result may change what becomes
         of the trial (`on_result` returns ``"continue"`` for every one before it), or
@@ -295,6 +300,10 @@ class PBTScheduler(TrialScheduler):
         )
         member.config, member.checkpoint_config = config, None
         return Exploit(source=source, config=config)
+
+    def on_trial_restore(self, trial_id: Hashable, iteration: int) -> None:
+        """Its next step comes ``perturbation_interval`` iterations after the restored one."""
+        self._member(trial_id).last_perturbation = iteration
 
     def next_decision(self, trial_id: Hashable, iteration: int) -> int | None:
         """``perturbation_interval`` iterations after the trial's last step."""

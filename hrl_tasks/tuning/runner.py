@@ -282,7 +282,9 @@ class Search:
         try:
             while not (self.exhausted and all(t.status in ENDED for t in self.trials.values())):
                 self.start_chunks()
-                if not self.running:  # no room yet (workers still joining)
+                if not self.running:  # no room yet (workers still joining, or gone)
+                    if self.reporter is not None:
+                        self.reporter(self)
                     time.sleep(0.5)
                     continue
                 done, _ = self.engine.wait(list(self.running), timeout=5.0,
@@ -302,21 +304,24 @@ class Search:
 
     def start_chunks(self) -> None:
         """Start a chunk for each paused trial, then new trials, while they fit."""
-        while self.room_for_one_more():
+        while True:
             trial = next((t for t in self.trials.values() if t.status in (PENDING, PAUSED)), None)
             while trial is None and not self.exhausted:
                 trial = self.new_trial()
                 trial = trial if trial is not None and trial.status == PENDING else None
-            if trial is None:
+            if trial is None or not self.room_for(trial):
                 return
             self.start_chunk(trial)
 
-    def room_for_one_more(self) -> bool:
+    def room_for(self, trial: Trial) -> bool:
+        """Whether ``trial`` may start a chunk now, beside the running ones."""
         if self.max_concurrent is not None and len(self.running) >= self.max_concurrent:
             return False
-        capacity = self.engine.capacity()
-        bundle = self.bundle()
-        return fits([bundle] * (len(self.running) + 1), capacity)
+        running = [self.bundle(self.trials[t].config) for t in self.running.values()]
+        bundles = [*running, self.bundle(trial.config)]
+        if not any(r for bundle in bundles for r in bundle):  # nothing held: one per slot
+            return len(bundles) <= max(1, sum(self.engine.nthreads.values()))
+        return fits(bundles, self.engine.capacity())
 
     def new_trial(self) -> Trial | None:
         trial_id = f"{len(self.trials):04d}"
@@ -367,16 +372,19 @@ class Search:
         from hrl_tasks.algorithms import stop_reached
 
         trial.state = chunk["state"]
-        if isinstance(decision, Exploit):  # saved too, but no source until it trains on
+        trial.error = None
+        finished = stop_reached(trial.last, self.stop)
+        if isinstance(decision, Exploit) and not finished:  # no source until it trains on
             source = self.trials[decision.source]
             trial.state, trial.config = source.state, dict(decision.config)
             trial.iterations = int(source.state["iteration"])
+            self.scheduler.on_trial_restore(trial.trial_id, trial.iterations)
             self.log(trial, {"exploit": decision.source, "config": trial.config})
             self.save_checkpoint(trial)
         else:
             self.save_checkpoint(trial)
             self.scheduler.on_checkpoint(trial.trial_id)
-        if stop_reached(trial.last, self.stop):
+        if finished:
             self.end(trial, TERMINATED)
         elif decision == STOP:
             at_the_end = getattr(self.scheduler, "max_t", math.inf) <= trial.iterations
@@ -413,9 +421,18 @@ class Search:
         trial.state = trial.state if self.out is None else None  # on disk from now on
         self.save_trials()
 
-    def bundle(self) -> list[dict]:
-        workers = self.config.get("num_workers", 2)
-        per_worker = self.config.get("rollout_worker_resources") or {}
+    def bundle(self, searched: Mapping[str, Any] | None = None) -> list[dict]:
+        """What a trial with the ``searched`` keys holds: its task's request, then each of
+        its rollout workers' (as many as the algorithm builds)."""
+        import types
+
+        from hrl_tasks.algorithms import get_algorithm
+
+        config = self.config_class.from_dict({**self.config, **(searched or {})})
+        workers = get_algorithm(self.algorithm).num_rollout_workers(
+            types.SimpleNamespace(config=config)
+        )
+        per_worker = config.rollout_worker_resources or {}
         return [dict(self.trial_resources), *[dict(per_worker)] * int(workers)]
 
     def result(self) -> TuneResult:
@@ -497,6 +514,10 @@ class Search:
         for record in json.loads((out / "trials.json").read_text()):
             fields = {k: v for k, v in record.items() if k in Trial.__dataclass_fields__}
             trial = Trial(**fields)
+            metrics = search.trial_dir(trial) / "metrics.jsonl"
+            lines = metrics.read_text().splitlines() if metrics.exists() else []
+            results = [r for r in map(json.loads, lines) if "iteration" in r]
+            trial.curve = [(r.get("env_steps_sampled", 0), search.value(r)) for r in results]
             if trial.status not in ENDED:
                 trial.status = PAUSED if trial.checkpoint else PENDING
                 trial.state = read_checkpoint(trial.checkpoint) if trial.checkpoint else None

@@ -305,3 +305,11 @@ def test_pbt_decides_every_perturbation_interval_and_fifo_never():
     assert isinstance(pbt.on_result("low", 5, 0.0), Exploit)
     assert pbt.next_decision("low", 5) == 10
     assert FIFOScheduler().next_decision("t", 7) is None
+
+
+def test_a_restored_trial_takes_its_next_pbt_step_an_interval_after_the_restored_iteration():
+    pbt = population({"low": 0.0, "high": 1.0}, checkpointed=["high"], interval=5)
+    assert isinstance(pbt.on_result("low", 5, 0.0), Exploit)
+    pbt.on_trial_restore("low", 30)  # it copied a trial that was further on
+    assert pbt.next_decision("low", 30) == 35
+    assert pbt.on_result("low", 31, 0.0) == CONTINUE
