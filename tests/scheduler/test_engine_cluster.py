@@ -209,3 +209,14 @@ def test_a_script_without_a_main_guard_is_told_why_workers_did_not_start(tmp_pat
     assert run.returncode != 0
     last = run.stderr.strip().splitlines()[-1]
     assert "did not start" in last and 'if __name__ == "__main__":' in last, run.stderr[-2000:]
+
+
+def test_the_embedded_workers_map_large_allocations_on_their_own(engine):
+    # Against heap fragmentation in long runs (the memory soak of docs/benchmarks.md).
+    import os
+
+    from hrl_tasks.scheduler.clusters import MMAP_THRESHOLD
+
+    found = engine.client.run(os.getenv, "MALLOC_MMAP_THRESHOLD_")
+    assert set(found.values()) == {str(MMAP_THRESHOLD)}
+    assert set(engine.client.run(os.getenv, "MALLOC_TRIM_THRESHOLD_").values()) == {"65536"}
