@@ -55,9 +55,14 @@ def test_smoke(engine, algo_cls, extra):
         first, second = algo.train(), algo.train()
         assert second["iteration"] == 2
         assert second["env_steps_sampled"] > first["env_steps_sampled"] >= 64
-        assert second["env_steps_trained"] > 0
         for key in ("episode_return_mean", "episode_len_mean", "time_s", "engine", "info"):
             assert key in second
+        # Ape-X's learner trains beside the sampling: on a loaded machine its first steps
+        # may come after the first reports.
+        later = second
+        while later["env_steps_trained"] == 0 and later["iteration"] < 30:
+            later = algo.train()
+        assert later["env_steps_trained"] > 0
         assert algo.evaluate(episodes=2)["evaluation_episodes"] == 2
     finally:
         algo.stop()

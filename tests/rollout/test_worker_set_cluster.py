@@ -67,7 +67,8 @@ def test_sample_and_one_broadcast_weight_sync(engine):
 def test_direct_calls_sample_and_share_one_upload_of_the_weights(engine):
     with cartpole_workers(engine, direct_calls=True) as workers:
         results = engine.gather(workers.sample(speculative=True))
-        assert sorted(m["worker_index"] for _, m in results) == [1, 2]
+        # A backup copy on the other worker may win on a loaded machine.
+        assert len(results) == 2 and {m["worker_index"] for _, m in results} <= {1, 2}
         new = perturbed(workers.local_worker.get_weights(), seed=0)
         refs = workers.sync_weights(new)
         assert all(ref.direct for ref in refs)
