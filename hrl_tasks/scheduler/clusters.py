@@ -149,7 +149,7 @@ def upload_package(client: Client) -> None:
         root = os.path.join(staging, "hrl_tasks_upload")
         shutil.copytree(package, os.path.join(root, "hrl_tasks"),
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
-        client.register_plugin(UploadDirectory(root, update_path=True, restart_workers=True))
+        client.register_plugin(dask_compat.upload_directory(UploadDirectory, root))
 
 
 def local_settings() -> dict:

@@ -216,3 +216,12 @@ def schedule_unrunnable(scheduler, worker: str) -> int:
     if recs:
         scheduler.transitions(recs, stimulus_id=f"hrl-tasks-supply-{time.time()}")
     return len(recs)
+
+
+def upload_directory(plugin_class, path: str):
+    """``UploadDirectory(path, update_path=True)`` restarting the workers: the keyword is
+    ``restart_workers`` from distributed 2024.12 on, ``restart`` before."""
+    try:
+        return plugin_class(path, update_path=True, restart_workers=True)
+    except TypeError:
+        return plugin_class(path, update_path=True, restart=True)
