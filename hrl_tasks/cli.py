@@ -514,9 +514,6 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hrl-tasks`` console script."""
     args = build_parser().parse_args(argv)  # help and usage errors end here, quickly
     from hrl_tasks.scheduler import EngineError
-    from hrl_tasks.scheduler.clusters import map_large_allocations
-
-    map_large_allocations()  # a long run's driver keeps a steady size (docs/benchmarks.md)
 
     try:
         if args.command == "keys":

@@ -178,37 +178,7 @@ def local_settings() -> dict:
         # about 40 MB more for them with PPO's calls made through the scheduler, and
         # a quiet stream takes hours to fill its log. 100 entries each.
         "distributed.admin.low-level-log-length": 100,
-        # glibc's heap keeps blocks of 64-128 KiB (message frames, batches) that IMPALA's
-        # workers allocate and free at a high rate in its arenas, fragmented: they grew
-        # 5-27 MB per 10 minutes in memory soaks. Blocks from 64 KiB up get their own
-        # mappings instead, returned when freed (Dask already fixes the trim threshold,
-        # which stops glibc from raising this one by itself).
-        "distributed.nanny.pre-spawn-environ": {
-            **dask.config.get("distributed.nanny.pre-spawn-environ", {}),
-            "MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD,
-        },
     }
-
-
-MMAP_THRESHOLD = 65536
-"""Bytes from which glibc maps each allocation on its own (``M_MMAP_THRESHOLD``)."""
-
-
-def map_large_allocations() -> None:
-    """In this process, give allocations from `MMAP_THRESHOLD` up their own mappings,
-    returned when freed (glibc's ``mallopt(M_MMAP_THRESHOLD)``, which also stops its
-    dynamic raising of the threshold); does nothing where glibc is not the allocator.
-    The command line does it for its driver; the embedded cluster's workers get it
-    from their environment."""
-    import ctypes
-    import ctypes.util
-
-    m_mmap_threshold = -3
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(m_mmap_threshold, MMAP_THRESHOLD)
-    except (OSError, AttributeError):
-        pass
 
 
 def start_local(
