@@ -257,12 +257,8 @@ class Search:
         max_failures: int,
         reporter: Callable[[Search], None] | None,
     ):
-        self.algorithm, self.config, self.sampler, self.scheduler = (
-            algorithm,
-            config,
-            sampler,
-            scheduler,
-        )
+        self.algorithm, self.config = algorithm, config
+        self.sampler, self.scheduler = sampler, scheduler
         self.metric, self.mode, self.stop = metric, mode, stop
         self.engine, self.out = engine, out
         self.trial_resources, self.max_concurrent = trial_resources, max_concurrent
