@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -92,21 +93,28 @@ def check_versions(client: Client) -> None:
         )
 
 
-def probe_address(address: str, timeout: float = 5.0) -> None:
-    """Fail within ``timeout`` if nothing listens at a tcp:// or tls:// ``address``.
+def probe_address(address: str, timeout: float = 5.0, security=None) -> None:
+    """Fail within ``timeout`` if nothing listens at a tcp:// or tls:// ``address``,
+    or if a tls:// scheduler's handshake fails with ``security``'s certificates
+    (a ``distributed.Security``; none given fails at once for tls://).
+
+    Dask's own client retries a refused TLS handshake until its timeout, and some
+    versions wait far longer; this check answers within ``timeout`` either way.
 
     Raises:
-        OSError: saying that nothing listens there, or that it did not answer.
+        OSError: saying that nothing listens there, that it did not answer, or
+            why the TLS handshake failed and what would help.
     """
     import socket
 
     scheme, sep, rest = address.partition("://")
     if not sep or scheme not in ("tcp", "tls"):
         return  # another transport: Dask's own timeout applies
+    if scheme == "tls" and security is None:
+        raise OSError(connection_refused(address, None, "no certificates given"))
     host, _, port = rest.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout):
-            return
+        raw = socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout)
     except ConnectionRefusedError:
         raise OSError(
             f"nothing listens at {address} (connection refused): is the Dask scheduler "
@@ -119,9 +127,35 @@ def probe_address(address: str, timeout: float = 5.0) -> None:
         raise OSError(f"the host of {address} is unknown here ({exc})") from None
     except OSError as exc:
         raise OSError(f"no answer from {address} within {timeout:g} s ({exc})") from None
+    with raw:
+        if scheme == "tls":
+            check_tls_handshake(raw, address, security, timeout)
 
 
-def connection_refused(address: str, security, exc: BaseException) -> str:
+def check_tls_handshake(raw, address: str, security, timeout: float) -> None:
+    """Shake hands over the connected socket ``raw`` as Dask's client would, and wait
+    up to a second for the scheduler to refuse the client certificate (TLS 1.3 says
+    so only after the handshake). Raises OSError naming the refusal."""
+    import socket
+    import ssl
+
+    context = security.get_connection_args("client").get("ssl_context")
+    if context is None:
+        raise OSError(
+            connection_refused(address, None, "the security object holds no certificates")
+        )
+    try:
+        with context.wrap_socket(raw) as tls:
+            tls.settimeout(min(1.0, timeout))
+            with contextlib.suppress(socket.timeout):
+                tls.recv(1)  # accepted: the scheduler's first frame, or silence
+    except (ssl.SSLError, ConnectionResetError) as exc:
+        raise OSError(connection_refused(address, security, exc)) from None
+    except OSError as exc:
+        raise OSError(f"no TLS answer from {address} within {timeout:g} s ({exc})") from None
+
+
+def connection_refused(address: str, security, exc: BaseException | str) -> str:
     """Why a scheduler that listens did not take the connection, and what would help."""
     scheme = address.partition("://")[0]
     if scheme == "tls" and security is None:

@@ -242,7 +242,7 @@ class Engine:
                 does not answer within ``timeout``, or refuses the connection (TLS).
             EngineError: naming each worker whose environment does not match.
         """
-        probe_address(address, timeout=min(5.0, timeout))
+        probe_address(address, timeout=min(5.0, timeout), security=security)
         try:
             client = Client(address, timeout=timeout, security=security)
         except Exception as exc:  # no answer, TLS without or with wrong certificates, or a

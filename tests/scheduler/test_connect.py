@@ -186,8 +186,13 @@ def test_a_tls_cluster_takes_its_certificates_and_refuses_others_clearly(capsys)
         assert address.startswith("tls://")
         with hrl.Engine.connect(address, security=security) as engine:
             assert engine.submit(tasks.inc, 1).result(timeout=60) == 2
+        stranger = Security.temporary()
+        our_ca_their_cert = Security(tls_ca_file=security.tls_ca_file, require_encryption=True,
+                                     tls_client_cert=stranger.tls_client_cert,
+                                     tls_client_key=stranger.tls_client_key)  # fmt: skip
         for other, says in [(None, "needs certificates"),
-                            (Security.temporary(), "certificates were refused")]:  # fmt: skip
+                            (stranger, "certificates were refused"),
+                            (our_ca_their_cert, "certificates were refused")]:  # fmt: skip
             start = time.monotonic()
             with pytest.raises(OSError, match=says):
                 hrl.Engine.connect(address, security=other, timeout=5)
