@@ -43,7 +43,16 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    train.add_argument("algorithm", choices=sorted(ALGORITHMS), help="the algorithm to train")
+    train.add_argument(
+        "algorithm", nargs="?", choices=sorted(ALGORITHMS),
+        help="the algorithm to train (optional with --config, whose file names it)",
+    )  # fmt: skip
+    train.add_argument(
+        "--config", type=Path, metavar="EXPERIMENT.py",
+        help="a Python file defining `experiment`, a dict with algorithm, env, config, "
+        "stop and, for multi-agent envs, policies, policy_mapping_fn and policies_to_train "
+        "(code, which the command line cannot hold); options given here override it",
+    )  # fmt: skip
     add_run_options(train)
     train.add_argument(
         "--out",
@@ -264,6 +273,44 @@ def engine_from_args(args, embedded: bool):
     return engine
 
 
+EXPERIMENT_KEYS = ("algorithm", "env", "config", "stop", "policies", "policy_mapping_fn",
+                   "policies_to_train")  # fmt: skip
+MULTI_AGENT_KEYS = ("env", "policies", "policy_mapping_fn", "policies_to_train")
+
+
+def read_experiment(path: Path) -> dict:
+    """The ``experiment`` dict of a Python file (see ``train --config``), checked by key.
+
+    Raises:
+        ValueError: for a missing file, no ``experiment`` dict, or an unknown key.
+    """
+    import runpy
+
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    experiment = runpy.run_path(str(path), run_name="hrl_tasks_experiment").get("experiment")
+    if not isinstance(experiment, dict):
+        raise ValueError(
+            f"--config {path} must define `experiment`, a dict with keys such as "
+            f"{', '.join(EXPERIMENT_KEYS)}"
+        )
+    unknown = sorted(set(experiment) - set(EXPERIMENT_KEYS))
+    if unknown:
+        raise ValueError(
+            f"--config {path}: `experiment` has unknown keys {unknown}; allowed: "
+            f"{', '.join(EXPERIMENT_KEYS)}"
+        )
+    return experiment
+
+
+def experiment_config(experiment: dict) -> dict:
+    """The algorithm config an ``experiment`` dict holds (its ``config`` and its
+    multi-agent keys)."""
+    config = dict(experiment.get("config") or {})
+    config.update({key: experiment[key] for key in MULTI_AGENT_KEYS if key in experiment})
+    return config
+
+
 def config_from_args(args) -> dict:
     config = {}
     for item in args.set:
@@ -277,14 +324,15 @@ def config_from_args(args) -> dict:
     return config
 
 
-def stop_conditions(args) -> dict:
+def stop_conditions(args, experiment_stop: dict | None = None) -> dict:
+    """The run's stop conditions: the options', over those of ``--config``'s ``stop``."""
     stop = {
         "episode_return_mean": args.stop_reward,
         "env_steps_sampled": args.stop_steps,
         "time_total_s": args.stop_time,
         "iteration": args.stop_iters,
     }
-    stop = {k: v for k, v in stop.items() if v is not None}
+    stop = {**(experiment_stop or {}), **{k: v for k, v in stop.items() if v is not None}}
     for item in args.stop:
         stop.update(parse_stop(item))
     return stop or {"iteration": 100}
@@ -333,13 +381,18 @@ def run_train(args) -> int:
     from hrl_tasks.rollout import env_name
     from hrl_tasks.tensorboard import metrics_writer
 
-    config = config_from_args(args)
+    experiment = read_experiment(args.config) if args.config is not None else {}
+    config = {**experiment_config(experiment), **config_from_args(args)}
     checkpoint = None
     if args.resume is not None:
         checkpoint = read_checkpoint(args.resume / "checkpoints")
         config = {**checkpoint["config"], **config}
+    args.algorithm = args.algorithm or experiment.get("algorithm")
+    if args.algorithm is None:
+        raise ValueError("name the algorithm: hrl-tasks train ALGO, or `algorithm` in --config")
     algo_cls = get_algorithm(args.algorithm)
-    out = args.out or args.resume or Path("runs") / f"{args.algorithm}-{config.get('env', 'env')}"
+    env_label = config.get("env", "env") if isinstance(config.get("env", "env"), str) else "env"
+    out = args.out or args.resume or Path("runs") / f"{args.algorithm}-{env_label}"
     algo_cls.config_class.from_dict(config)  # a bad config fails before any connection
     engine = engine_from_args(args, embedded=False)
     try:
@@ -354,7 +407,7 @@ def run_train(args) -> int:
         print(f"dashboard: {algo.engine.dashboard_link}", flush=True)
         print(f"writing to {out}/", flush=True)
         out.mkdir(parents=True, exist_ok=True)
-        stop = stop_conditions(args)
+        stop = stop_conditions(args, experiment.get("stop"))
         metrics_path = out / "metrics.jsonl"
         progress = Progress(
             stop, args.no_progress, base_steps=algo.ctx.counters["env_steps_sampled"]

@@ -24,7 +24,8 @@ def plot_learning_curve(
 
     Args:
         runs: label -> metrics dicts (each with ``env_steps_sampled`` and
-            ``episode_return_mean``).
+            ``episode_return_mean``; multi-agent runs' ``policy_return_mean/<id>``
+            are drawn dotted, one line per policy).
         path: the PNG to write.
         title: the plot's title.
         threshold: draw the target return as a dashed line.
@@ -36,14 +37,18 @@ def plot_learning_curve(
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     for label, metrics in runs.items():
-        points = [  # no episode finished yet: NaN in memory, null in metrics.jsonl
-            (m["env_steps_sampled"], m["episode_return_mean"])
-            for m in metrics
-            if m.get("episode_return_mean") is not None and not math.isnan(m["episode_return_mean"])
-        ]
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, label=label)
+        per_policy = sorted({k for m in metrics for k in m if k.startswith("policy_return_mean/")})
+        for key in ["episode_return_mean", *per_policy]:
+            points = [  # no episode finished yet: NaN in memory, null in metrics.jsonl
+                (m["env_steps_sampled"], m[key])
+                for m in metrics
+                if m.get(key) is not None and not math.isnan(m[key])
+            ]
+            if points:
+                xs, ys = zip(*points, strict=True)
+                policy = key.partition("/")[2]
+                ax.plot(xs, ys, label=f"{label}: {policy}" if policy else label,
+                        linestyle=":" if policy else "-")  # fmt: skip
     if threshold is not None:
         ax.axhline(threshold, linestyle="--", color="grey", label=f"target {threshold:g}")
     ax.set_xlabel("env steps")

@@ -15,6 +15,7 @@ ALGORITHM_PATHS: dict[str, str] = {
     "apex": "hrl_tasks.algorithms.apex:ApeX",
     "alphazero": "hrl_tasks.algorithms.alphazero:AlphaZero",
     "mpc": "hrl_tasks.algorithms.mpc:MPC",
+    "composition": "hrl_tasks.algorithms.composition:Composition",
 }
 """Algorithm name -> ``module:Class``."""
 

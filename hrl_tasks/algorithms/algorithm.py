@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -33,9 +34,18 @@ from hrl_tasks.algorithms.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from hrl_tasks.algorithms.config import AlgorithmConfig
+from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
 from hrl_tasks.flow import FlowContext, LocalIterator
-from hrl_tasks.rollout import WorkerSet, env_name, make_env, require_single_agent
+from hrl_tasks.policies.policy_map import (
+    DEFAULT_POLICY,
+    PolicyMap,
+    PolicySpec,
+    policy_observation,
+    policy_observation_space,
+)
+from hrl_tasks.rollout import RolloutWorker, WorkerSet, env_name, make_env, require_single_agent
+from hrl_tasks.rollout.multi_agent_env import is_multi_agent, make_multi_agent_env
+from hrl_tasks.rollout.multi_agent_worker import Episode, MultiAgentRolloutWorker
 from hrl_tasks.scheduler import Engine, EngineError
 
 
@@ -56,10 +66,16 @@ class Algorithm(abc.ABC):
     policy_config_class: type | None = None
     threads_per_worker = 1  # of the embedded cluster's worker processes
     workers_learn = False  # rollout workers compute gradients (A3C): they need the full policy
+    multi_agent = False  # trains multi-agent envs: PolicyMap, MultiAgentRolloutWorker
 
     def __init__(self, config: AlgorithmConfig | Mapping | None = None, engine=None, **overrides):
         self.config = self.parse_config(config, overrides)
-        policy = self.make_policy(*self.env_spaces())  # a bad env fails before a cluster starts
+        policy = self.build_policy()  # a bad env fails before a cluster starts
+        if isinstance(policy, PolicyMap) and len(policy) > 1 and policy.mapping_fn is None:
+            raise ConfigError(
+                f"policies {sorted(map(str, policy.policies))} need a policy_mapping_fn(agent_id, "
+                "episode) -> policy id"
+            )
         self.owns_engine = engine is None
         self.engine = engine or Engine.local(
             n_workers=max(1, self.config.num_workers), threads_per_worker=self.threads_per_worker
@@ -80,6 +96,9 @@ class Algorithm(abc.ABC):
                 max_restarts=self.config.max_restarts,
                 max_env_errors=self.config.max_env_errors,
                 resources_per_worker=self.config.rollout_worker_resources,
+                worker_class=MultiAgentRolloutWorker
+                if isinstance(policy, PolicyMap)
+                else RolloutWorker,
             )
             self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
             self.plan = self.build_plan(self.workers, self.ctx)
@@ -100,6 +119,70 @@ class Algorithm(abc.ABC):
         if parsed.learner_threads is not None:
             torch.set_num_threads(parsed.learner_threads)
         return parsed
+
+    def build_policy(self):
+        """The learner's policy: a `PolicyMap` for a multi-agent env (algorithms with
+        ``multi_agent``), else `make_policy` on the env's spaces.
+
+        Raises:
+            MultiAgentEnvError: for a multi-agent env and a single-agent algorithm.
+            ConfigError: for ``policies`` with a single-agent env.
+        """
+        if self.multi_agent and is_multi_agent(self.config.env, self.config.env_config):
+            return self.make_policy_map()
+        if self.config.policies is not None:
+            raise ConfigError(
+                f"policies are for multi-agent envs, and {env_name(self.config.env)!r} is a "
+                "single-agent one; leave policies out"
+            )
+        return self.make_policy(*self.env_spaces())
+
+    def make_policy_map(self) -> PolicyMap:
+        """The policies of ``config.policies`` (or one shared one), each built by its
+        spec's algorithm with that algorithm's config keys over this config's; each
+        policy's full config is kept in ``self.policy_configs``."""
+        cfg = self.config
+        probe = make_multi_agent_env(cfg.env, cfg.env_config)
+        try:
+            specs = cfg.policies or {DEFAULT_POLICY: PolicySpec()}
+            first_agent = {}
+            episode = Episode(id=0, worker_index=0)
+            for agent in probe.possible_agents:
+                pid = (
+                    next(iter(specs))
+                    if cfg.policy_mapping_fn is None
+                    else cfg.policy_mapping_fn(agent, episode)
+                )
+                first_agent.setdefault(pid, agent)
+            policies, self.policy_configs, self.policy_algorithms = {}, {}, {}
+            for pid, spec in specs.items():
+                agent = first_agent.get(pid, probe.possible_agents[0])
+                observation_space = policy_observation_space(
+                    spec.observation_space or probe.observation_space(agent)
+                )
+                action_space = spec.action_space or probe.action_space(agent)
+                policies[pid], self.policy_configs[pid], self.policy_algorithms[pid] = (
+                    self.make_spec_policy(spec, observation_space, action_space)
+                )
+        finally:
+            probe.close()
+        return PolicyMap(policies, cfg.policy_mapping_fn, cfg.policies_to_train)
+
+    def make_spec_policy(self, spec: PolicySpec, observation_space, action_space):
+        """``(policy, config, algorithm class)`` of one policy spec: the spec's algorithm
+        (this one by default) with its config keys over the shared ones of this config."""
+        from hrl_tasks.algorithms import get_algorithm
+
+        cls = type(self) if spec.algorithm in (None, self.name) else get_algorithm(spec.algorithm)
+        own = self.config.to_dict()
+        if cls is not type(self):  # another algorithm: only the keys every algorithm has
+            shared = {f.name for f in dataclasses.fields(AlgorithmConfig)}
+            own = {key: value for key, value in own.items() if key in shared}
+        config = cls.config_class.from_dict(own, **dict(spec.config))
+        policy = cls.policy_class(
+            observation_space, action_space, config.pick(cls.policy_config_class)
+        )
+        return policy, config, cls
 
     def env_spaces(self) -> tuple:
         """The env's (observation space, action space), from one env built here.
@@ -122,7 +205,7 @@ class Algorithm(abc.ABC):
         """
         algo = cls.__new__(cls)
         algo.config = cls.parse_config(config, overrides)
-        algo.acting_policy = algo.make_policy(*algo.env_spaces())
+        algo.acting_policy = algo.build_policy()
         algo.engine, algo.workers, algo.plan, algo.owns_engine = None, None, None, False
         algo.acting = True
         algo.ctx = FlowContext(history=algo.config.metrics_smoothing_episodes)
@@ -141,15 +224,30 @@ class Algorithm(abc.ABC):
         self.iteration = int(state["iteration"])
         self.time_total_s = float(state["time_total_s"])
 
-    def compute_single_action(self, observation, explore: bool = False):
+    def compute_single_action(self, observation, explore: bool = False, policy_id=None):
         """The action for one observation of the env (greedy unless ``explore``).
 
         Works the same on a training algorithm and on one from `hrl_tasks.load`;
-        continuous actions are clipped to the action space.
+        continuous actions are clipped to the action space. In a multi-agent env
+        the observation is one agent's (PettingZoo's dict with ``action_mask`` for
+        the classic games: only legal actions are chosen), and ``policy_id`` names
+        the policy that acts (default: the shared one, when there is only one).
+
+        Raises:
+            ValueError: for several policies and no ``policy_id``, or an unknown one.
         """
-        actions, _ = self.policy.compute_actions(np.asarray(observation)[None], explore=explore)
+        policy = self.policy
+        if isinstance(policy, PolicyMap):
+            pid = policy.shared_policy if policy_id is None else policy_id
+            if pid not in policy.policies:
+                known = sorted(map(str, policy.policies))
+                raise ValueError(
+                    f"name the policy to act with: policy_id={policy_id!r} is not one of {known}"
+                )
+            policy, observation = policy[pid], policy_observation(observation)
+        actions, _ = policy.compute_actions(np.asarray(observation)[None], explore=explore)
         action = actions[0]
-        space = self.policy.action_space
+        space = policy.action_space
         if hasattr(space, "low"):
             return np.clip(action, space.low, space.high)
         return action.item() if np.ndim(action) == 0 else action
@@ -226,6 +324,12 @@ class Algorithm(abc.ABC):
         config = self.config.to_dict()
         if not isinstance(config["env"], str):  # a creator function: load(path, env=creator)
             config["env"] = env_name(config["env"])
+        if config["policies"] is not None:  # code and spaces stay out; acting names policy_id
+            config["policies"] = {
+                str(pid): {"algorithm": spec["algorithm"], "config": dict(spec["config"])}
+                for pid, spec in config["policies"].items()
+            }
+            config["policy_mapping_fn"] = None
         return {
             "format": FORMAT,
             "version": hrl_tasks.__version__,

@@ -88,6 +88,18 @@ class AlgorithmConfig:
     much from other work there (the engine's ledger). None reserves nothing: rollout
     workers share their worker's slots with everything else, as tasks without a
     request do. Dask resources are logical slots, not cores."""
+    policies: dict | None = None
+    """Multi-agent envs: policy id -> ``PolicySpec`` (or a dict of its fields, or
+    None for the defaults) of each policy; a spec may name another algorithm
+    (``PolicySpec("dqn")``) in a ``composition``. None: one policy,
+    ``"default_policy"``, shared by every agent (all agents need the same spaces)."""
+    policy_mapping_fn: Callable | None = None
+    """Multi-agent envs: ``policy_mapping_fn(agent_id, episode) -> policy id``, called
+    once per agent and episode (``episode.id`` is unique in the run). Needed with
+    several policies."""
+    policies_to_train: list | tuple | None = None
+    """Multi-agent envs: the ids of the policies that learn; None: all of them. The
+    others act with the weights they have (fixed opponents, frozen snapshots)."""
     direct_calls: bool = True
     """Call the rollout workers directly instead of through the Dask scheduler:
     about 1.3 ms of the driver's CPU per call instead of 5.5 ms here. False makes
@@ -118,6 +130,23 @@ class AlgorithmConfig:
         """
         check_resources(type(self).__name__, "rollout_worker_resources",
                         self.rollout_worker_resources)  # fmt: skip
+        if self.policies is not None:
+            from hrl_tasks.policies.policy_map import as_policy_spec
+
+            owner = f"{type(self).__name__}.policies"
+            self.policies = {
+                pid: as_policy_spec(spec, owner, pid) for pid, spec in self.policies.items()
+            }
+            if not self.policies:
+                raise ConfigError(f"{owner} is empty; give at least one policy, or None")
+        if self.policies_to_train is not None:
+            known = set(self.policies or {"default_policy": None})
+            unknown = [pid for pid in self.policies_to_train if pid not in known]
+            if unknown:
+                raise ConfigError(
+                    f"{type(self).__name__}.policies_to_train names {unknown}, which are not "
+                    f"among the policies {sorted(map(str, known))}"
+                )
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None = None, **overrides: Any):

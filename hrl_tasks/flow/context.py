@@ -35,10 +35,16 @@ class FlowContext:
     info: dict[str, float] = field(default_factory=dict)
     episode_returns: deque = field(default_factory=deque)
     episode_lengths: deque = field(default_factory=deque)
+    policy_returns: dict[str, deque] = field(default_factory=dict)
+    """Multi-agent: policy id -> the returns of the agents it played, per episode."""
 
     def __post_init__(self):
         self.episode_returns = deque(self.episode_returns, maxlen=self.history)
         self.episode_lengths = deque(self.episode_lengths, maxlen=self.history)
+        self.policy_returns = {
+            str(pid): deque(values, maxlen=self.history)
+            for pid, values in self.policy_returns.items()
+        }
 
     @contextlib.contextmanager
     def timer(self, stage: str):
@@ -55,6 +61,9 @@ class FlowContext:
         self.episode_returns.extend(returns)
         self.episode_lengths.extend(metrics.get("episode_lengths", ()))
         self.counters["episodes_total"] += len(returns)
+        for pid, values in metrics.get("policy_returns", {}).items():
+            kept = self.policy_returns.setdefault(str(pid), deque(maxlen=self.history))
+            kept.extend(values)
 
     def state(self) -> dict:
         """Plain data for checkpoints."""
@@ -63,6 +72,7 @@ class FlowContext:
             "timers": dict(self.timers),
             "episode_returns": list(self.episode_returns),
             "episode_lengths": list(self.episode_lengths),
+            "policy_returns": {pid: list(values) for pid, values in self.policy_returns.items()},
         }
 
     def restore(self, state: dict) -> None:
@@ -70,3 +80,7 @@ class FlowContext:
         self.timers = defaultdict(float, state["timers"])
         self.episode_returns = deque(state["episode_returns"], maxlen=self.history)
         self.episode_lengths = deque(state["episode_lengths"], maxlen=self.history)
+        self.policy_returns = {
+            pid: deque(values, maxlen=self.history)
+            for pid, values in state.get("policy_returns", {}).items()
+        }

@@ -18,7 +18,9 @@ Example (in-process, with the :class:`~hrl_tasks.SyncEngine`)::
 
 from __future__ import annotations
 
+import collections
 import itertools
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -64,6 +66,18 @@ class LocalIterator:
 
         return LocalIterator(interleave(), f"{self.name}.union()")
 
+    def duplicate(self, n: int, max_buffered: int = 8) -> list[LocalIterator]:
+        """``n`` iterators that each yield every item of this one (RLlib Flow's
+        ``duplicate``), for sub-flows that consume the same items, e.g. in threads
+        of ``Concurrently(mode="async")``. Thread-safe: whichever copy needs an item
+        that none has yet takes it from this iterator. A copy that runs ahead waits
+        while a slower one has ``max_buffered`` items queued (back-pressure rather
+        than unbounded memory); a copy that is closed no longer holds others up."""
+        if n < 1:
+            raise ValueError(f"duplicate needs n >= 1, got {n}")
+        tee = _Tee(self, n, max_buffered)
+        return [LocalIterator(tee.items(i), f"{self.name}.duplicate[{i}]") for i in range(n)]
+
     def take(self, n: int) -> list:
         """The next ``n`` items."""
         return list(itertools.islice(self, n))
@@ -73,6 +87,68 @@ class LocalIterator:
         close = getattr(self._it, "close", None)
         if close is not None:
             close()
+
+
+class _Tee:
+    """The shared state of `LocalIterator.duplicate`: one queue per copy."""
+
+    def __init__(self, source: LocalIterator, n: int, max_buffered: int) -> None:
+        self.source = source
+        self.queues: list[collections.deque | None] = [collections.deque() for _ in range(n)]
+        self.max_buffered = max(1, int(max_buffered))
+        self.changed = threading.Condition()
+        self.pulling = False
+        self.ended = False
+
+    def items(self, index: int) -> Iterator:
+        try:
+            while True:
+                item = self._next(index)
+                if item is _END:
+                    return
+                yield item
+        finally:  # closed or dropped: stop buffering for this copy
+            with self.changed:
+                self.queues[index] = None
+                self.changed.notify_all()
+
+    def _next(self, index: int) -> Any:
+        with self.changed:
+            while True:
+                queue = self.queues[index]
+                if queue:
+                    item = queue.popleft()
+                    self.changed.notify_all()
+                    return item
+                if self.ended:
+                    return _END
+                full = any(q is not None and len(q) >= self.max_buffered for q in self.queues)
+                if self.pulling or full:
+                    self.changed.wait(STOP_CHECK_S)
+                    continue
+                self.pulling = True
+                break
+        try:  # outside the lock: pulling may take long (sampling)
+            item = next(self.source)
+        except StopIteration:
+            item = _END
+        finally:
+            with self.changed:
+                self.pulling = False
+                self.changed.notify_all()
+        with self.changed:
+            if item is _END:
+                self.ended = True
+                return _END
+            for other, queue in enumerate(self.queues):
+                if queue is not None and other != index:
+                    queue.append(item)
+            self.changed.notify_all()
+        return item
+
+
+_END = object()
+STOP_CHECK_S = 0.5  # how often a waiting copy looks again
 
 
 class ParallelIterator:

@@ -19,7 +19,10 @@ def StandardMetricsReporting(
     env steps were sampled (one item if 0). The dict holds
     ``episode_return_mean``, ``episode_len_mean``, ``episodes_total``,
     ``env_steps_sampled``, ``env_steps_trained``, ``time_s`` per stage, the
-    learner's info, and the engine's statistics when an engine is given.
+    learner's info, and the engine's statistics when an engine is given. In
+    multi-agent runs an episode's return is the sum over its agents, and
+    ``policy_return_mean/<policy id>`` is the mean return of the agents each
+    policy played.
     """
 
     def reports():
@@ -51,6 +54,8 @@ def report(ctx: FlowContext, timers_before: dict, wall_s: float, engine=None) ->
         "time_s": {k: v - timers_before.get(k, 0.0) for k, v in ctx.timers.items()},
         "info": dict(ctx.info),
     }
+    for pid, values in ctx.policy_returns.items():
+        metrics[f"policy_return_mean/{pid}"] = float(np.mean(values)) if values else float("nan")
     if engine is not None:
         stats = engine.stats()
         metrics["engine"] = {k: v for k, v in stats.items() if k != "by_name"}

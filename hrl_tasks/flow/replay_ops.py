@@ -55,9 +55,10 @@ class UpdatePriorities:
 class UpdateTargetNetwork:
     """Move the target network toward the online one every ``every_updates`` learner updates."""
 
-    def __init__(self, workers, ctx: FlowContext, every_updates: int):
+    def __init__(self, workers, ctx: FlowContext, every_updates: int, policy_id=None):
         if every_updates < 1:
             raise ValueError(f"every_updates must be >= 1, got {every_updates}")
+        self.policy_id = policy_id  # multi-agent: the policy of the PolicyMap
         self.workers = workers
         self.ctx = ctx
         self.every_updates = every_updates
@@ -66,19 +67,24 @@ class UpdateTargetNetwork:
     def __call__(self, item):
         self.updates += 1
         if self.updates % self.every_updates == 0:
-            self.workers.local_worker.policy.update_target()
+            policy = self.workers.local_worker.policy
+            policy = policy if self.policy_id is None else policy[self.policy_id]
+            policy.update_target()
             self.ctx.counters["target_updates"] += 1
         return item
 
 
 class SetEpsilon:
-    """Picklable: sets a DQN policy's exploration epsilon on a rollout worker."""
+    """Picklable: sets a DQN policy's exploration epsilon on a rollout worker (of the
+    policy ``policy_id`` of its PolicyMap, in multi-agent runs)."""
 
-    def __init__(self, epsilon: float):
+    def __init__(self, epsilon: float, policy_id=None):
         self.epsilon = float(epsilon)
+        self.policy_id = policy_id
 
     def __call__(self, worker):
-        worker.policy.set_epsilon(self.epsilon)
+        policy = worker.policy if self.policy_id is None else worker.policy[self.policy_id]
+        policy.set_epsilon(self.epsilon)
         return self.epsilon
 
 

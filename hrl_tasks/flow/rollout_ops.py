@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hrl_tasks.data import MultiAgentBatch, SampleBatch
+from hrl_tasks.data import MultiAgentBatch
 from hrl_tasks.flow.context import STEPS_SAMPLED, FlowContext
 from hrl_tasks.flow.iterators import LocalIterator, ParallelIterator
 
@@ -81,7 +81,7 @@ def ParallelRollouts(
     def bulk():
         for results in parallel.gather_sync(prefetch=prefetch):
             batches = [_record(ctx, batch, metrics) for batch, metrics in results]
-            yield SampleBatch.concat_samples(batches)
+            yield type(batches[0]).concat_samples(batches)  # SampleBatch or MultiAgentBatch
 
     def timed():
         it = bulk()

@@ -190,11 +190,17 @@ def play_game(game: Game, players: Sequence[Player], rng: np.random.Generator) -
 
 
 def play_match(
-    game: Game, player: Player, opponent: Player, games: int, rng: np.random.Generator
+    game: Game,
+    player: Player,
+    opponent: Player,
+    games: int,
+    rng: np.random.Generator,
+    seat: int | None = None,
 ) -> dict[str, float]:
     """``player``'s results over ``games`` two-player games against ``opponent``.
 
-    ``player`` moves first in games 0, 2, 4, ... and second in the others.
+    ``player`` moves first in games 0, 2, 4, ... and second in the others, or
+    always as player ``seat`` (0: first) when it is given.
 
     Returns:
         ``wins``, ``draws``, ``losses``, ``games``, ``win_rate`` (wins / games) and
@@ -203,8 +209,9 @@ def play_match(
     if games < 1:
         raise ValueError(f"games must be at least 1, got {games}")
     wins = draws = losses = 0
+    fixed = seat
     for k in range(games):
-        seat = k % 2
+        seat = k % 2 if fixed is None else fixed
         seats = [player, opponent] if seat == 0 else [opponent, player]
         outcome = play_game(game, seats, rng)[seat]
         wins += int(outcome > 0)
@@ -218,6 +225,23 @@ def play_match(
         "win_rate": wins / games,
         "score": (wins + 0.5 * draws) / games,
     }
+
+
+class PolicyPlayer:
+    """A trained algorithm's policy as a `Player`: it sees the state as PettingZoo's
+    observation dict (``observation`` and ``action_mask``) and acts greedily through
+    ``algo.compute_single_action(observation, policy_id=...)``."""
+
+    def __init__(self, algo: Any, policy_id: Any = None, name: str | None = None) -> None:
+        self.algo, self.policy_id = algo, policy_id
+        self.name = name or f"{getattr(algo, 'name', 'policy')}:{policy_id}"
+
+    def act(self, game: Game, state: State, rng: np.random.Generator) -> int:
+        observation = {
+            "observation": game.observation(state),
+            "action_mask": game.legal_mask(state).astype(np.int8),
+        }
+        return int(self.algo.compute_single_action(observation, policy_id=self.policy_id))
 
 
 def parse_opponent(name: str) -> Player:

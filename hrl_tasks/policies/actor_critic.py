@@ -56,7 +56,13 @@ class ActorCriticPolicy(TorchPolicy):
         encoder, feature_dim = make_encoder(self.observation_space)
         head = make_action_dist(self.action_space)
         return ActorCritic(
-            encoder, feature_dim, head, self.config.hidden, nn.Tanh, self.config.shared_trunk
+            encoder,
+            feature_dim,
+            head,
+            self.config.hidden,
+            nn.Tanh,
+            self.config.shared_trunk,
+            mask_size=int(getattr(self.observation_space, "mask_size", 0)),
         )
 
     def postprocessor(self) -> Callable[[SampleBatch], SampleBatch] | None:

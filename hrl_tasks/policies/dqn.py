@@ -132,7 +132,10 @@ class DQNPolicy(TorchPolicy):
     def make_model(self) -> nn.Module:
         encoder, feature_dim = make_encoder(self.observation_space)
         n = int(self.action_space.n)
-        return QNetwork(encoder, feature_dim, n, self.config.hidden, nn.ReLU, self.config.dueling)
+        mask = int(getattr(self.observation_space, "mask_size", 0))
+        return QNetwork(
+            encoder, feature_dim, n, self.config.hidden, nn.ReLU, self.config.dueling, mask
+        )
 
     def set_epsilon(self, epsilon: float) -> None:
         """Sets the probability of a uniformly random action when exploring.
@@ -153,14 +156,22 @@ class DQNPolicy(TorchPolicy):
         Returns:
             ``(actions, {})``: int64 actions ``[B]`` and no extras.
         """
-        actions = self.model(self.obs_tensor(obs)).argmax(dim=-1)
+        obs = self.obs_tensor(obs)
+        actions = self.model(obs).argmax(dim=-1)
         if explore and self.epsilon > 0.0:
-            uniform = torch.randint(
-                int(self.action_space.n), actions.shape, generator=self.generator
-            )
+            uniform = self._uniform_actions(obs, actions.shape)
             coin = torch.rand(actions.shape, generator=self.generator) < self.epsilon
             actions = torch.where(coin, uniform, actions)
         return self.to_actions(actions), {}
+
+    def _uniform_actions(self, obs: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        """Uniformly random actions; only legal ones when observations carry a mask."""
+        n = int(self.action_space.n)
+        if not self.model.mask_size:
+            return torch.randint(n, shape, generator=self.generator)
+        scores = torch.rand((*shape, n), generator=self.generator)
+        legal = obs[..., -self.model.mask_size :] > 0.5
+        return torch.where(legal, scores, torch.full_like(scores, -1.0)).argmax(dim=-1)
 
     def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
         """Rewrites rows as n-step transitions when ``n_step > 1`` (see the class doc)."""

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from hrl_tasks.policies.distributions import ActionDistribution
-from hrl_tasks.policies.spaces import UnsupportedSpaceError
+from hrl_tasks.policies.spaces import MASKED, UnsupportedSpaceError
 
 HIDDEN_GAIN = math.sqrt(2.0)
 
@@ -145,6 +145,9 @@ class ActorCritic(nn.Module):
         hidden: Hidden widths after the encoder; ``()`` gives linear heads.
         activation: Activation factory.
         shared: Share the hidden layers between actor and critic.
+        mask_size: The observation's last ``mask_size`` entries are an action
+            mask (see `hrl_tasks.policies.policy_map.MaskedBox`): illegal actions'
+            logits become `MASKED`, so they get no probability. 0: no mask.
     """
 
     def __init__(
@@ -155,9 +158,11 @@ class ActorCritic(nn.Module):
         hidden: Sequence[int] = (64, 64),
         activation: Callable[[], nn.Module] = nn.Tanh,
         shared: bool = False,
+        mask_size: int = 0,
     ) -> None:
         super().__init__()
         self.encoder = encoder
+        self.mask_size = int(mask_size)
         self.dist_head = dist_head
         n_out = dist_head.num_inputs
         if shared and hidden:
@@ -173,7 +178,8 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[ActionDistribution, torch.Tensor]:
         """Returns the action distribution and the values ``V(obs)`` (shape ``obs.shape[:-k]``)."""
         features = self.trunk(self.encoder(obs))
-        return self.dist_head(self.actor(features)), self.critic(features).squeeze(-1)
+        logits = apply_mask(self.actor(features), obs, self.mask_size)
+        return self.dist_head(logits), self.critic(features).squeeze(-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Returns ``V(obs)`` only."""
@@ -193,6 +199,7 @@ class QNetwork(nn.Module):
         hidden: Hidden widths of the shared trunk.
         activation: Activation factory.
         dueling: Use separate value and advantage heads.
+        mask_size: As for `ActorCritic`: illegal actions' Q-values become `MASKED`.
     """
 
     def __init__(
@@ -203,9 +210,11 @@ class QNetwork(nn.Module):
         hidden: Sequence[int] = (64, 64),
         activation: Callable[[], nn.Module] = nn.ReLU,
         dueling: bool = True,
+        mask_size: int = 0,
     ) -> None:
         super().__init__()
         self.encoder = encoder
+        self.mask_size = int(mask_size)
         self.dueling = dueling
         if hidden:
             self.trunk: nn.Module = nn.Sequential(
@@ -221,6 +230,18 @@ class QNetwork(nn.Module):
         """Returns Q-values shaped ``batch_shape + [num_actions]``."""
         features = self.trunk(self.encoder(obs))
         adv = self.advantage(features)
-        if self.value is None:
-            return adv
-        return self.value(features) + adv - adv.mean(dim=-1, keepdim=True)
+        q = (
+            adv
+            if self.value is None
+            else self.value(features) + adv - adv.mean(dim=-1, keepdim=True)
+        )
+        return apply_mask(q, obs, self.mask_size)
+
+
+def apply_mask(scores: torch.Tensor, obs: torch.Tensor, mask_size: int) -> torch.Tensor:
+    """``scores`` with the entries that the observation's trailing ``mask_size``
+    entries mark illegal (< 0.5) set to `MASKED`; unchanged when ``mask_size`` is 0."""
+    if not mask_size:
+        return scores
+    legal = obs[..., -mask_size:] > 0.5
+    return torch.where(legal, scores, torch.full_like(scores, MASKED))

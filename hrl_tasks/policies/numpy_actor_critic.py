@@ -31,7 +31,7 @@ import numpy as np
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.rng import generator_from_state, generator_state
 from hrl_tasks.policies.policy import Info, Policy
-from hrl_tasks.policies.spaces import UnsupportedSpaceError
+from hrl_tasks.policies.spaces import MASKED, UnsupportedSpaceError
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 Layers = list[tuple[np.ndarray, np.ndarray]]  # (weight [in, out], bias [out]) per linear layer
@@ -65,6 +65,7 @@ class NumpyActorCritic(Policy):
         if not isinstance(action_space, gym.spaces.Discrete | gym.spaces.Box):
             raise UnsupportedSpaceError(f"unsupported action space {action_space!r}")
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.mask_size = int(getattr(observation_space, "mask_size", 0))
         self.postprocess = postprocess
         self._rng = np.random.default_rng(seed)
         self.set_weights(weights)
@@ -108,6 +109,8 @@ class NumpyActorCritic(Policy):
         features = self._features(obs)
         head = _mlp(features, self._actor)
         values = _mlp(features, self._critic)[..., 0]
+        if self.mask_size:  # as the torch model's apply_mask: illegal actions get no probability
+            head = np.where(np.asarray(obs)[..., -self.mask_size :] > 0.5, head, np.float32(MASKED))
         if self.discrete:
             actions, logp = self._categorical(head, explore)
         else:

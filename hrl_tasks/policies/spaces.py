@@ -1,4 +1,9 @@
-"""The error for an env whose spaces a policy cannot act in."""
+"""Spaces as policies see them: the error for ones they cannot act in, and action masks."""
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
 
 
 class UnsupportedSpaceError(TypeError, ValueError):
@@ -7,3 +12,17 @@ class UnsupportedSpaceError(TypeError, ValueError):
     A ``TypeError`` (the space is of the wrong kind) and a ``ValueError`` (it is
     bad input, reported in one line by the command line).
     """
+
+
+MASKED = -1e9  # an illegal action's logit or Q-value: finite, so 0 * MASKED stays 0
+
+
+class MaskedBox(gym.spaces.Box):
+    """A flat Box whose last ``mask_size`` entries are an action mask (1: legal)."""
+
+    def __init__(self, low: Any, high: Any, mask_size: int, dtype: Any = np.float32) -> None:
+        super().__init__(low, high, dtype=dtype)
+        self.mask_size = int(mask_size)
+
+    def __repr__(self) -> str:
+        return f"MaskedBox({self.shape[0] - self.mask_size} observation + {self.mask_size} mask)"

@@ -191,7 +191,8 @@ def require_single_agent(env: EnvLike, algorithm: str) -> None:
     if isinstance(resolved, PettingZooSpec):
         raise MultiAgentEnvError(
             f"{algorithm} trains single-agent gymnasium envs, and {resolved.name!r} is a "
-            "PettingZoo (multi-agent) env; for turn-based games use alphazero"
+            "PettingZoo (multi-agent) env: train it with ppo, dqn or composition (policies of "
+            "several algorithms), or plan in turn-based games with alphazero"
         )
 
 

@@ -99,6 +99,8 @@ class WorkerSet:
         max_restarts: Re-creations of each remote worker after its process died.
         max_env_errors: Failures in a row of one sub-env (each followed by
             building it again) before sampling gives up (`RolloutWorker`).
+        worker_class: `RolloutWorker`, or `MultiAgentRolloutWorker` (whose
+            policy is a `PolicyMap`) for multi-agent envs.
 
     Attributes:
         resyncs: How often weights were re-sent to a re-created remote worker.
@@ -123,6 +125,7 @@ class WorkerSet:
         direct_calls: bool = False,
         max_restarts: int = 3,
         max_env_errors: int = 3,
+        worker_class: type = RolloutWorker,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
@@ -136,7 +139,7 @@ class WorkerSet:
             "max_env_errors": max_env_errors,
         }
         local_args = (env, policy, num_envs_per_worker, rollout_fragment_length)
-        self._local = RolloutWorker(*local_args, **config, worker_index=0, single_thread=False)
+        self._local = worker_class(*local_args, **config, worker_index=0, single_thread=False)
         remote = policy if remote_policy is None else remote_policy
         factory = _PolicyCopy(remote) if isinstance(remote, Policy) else remote
         args = (env, factory, num_envs_per_worker, rollout_fragment_length)
@@ -153,7 +156,7 @@ class WorkerSet:
                     "resources": resources,
                     "max_restarts": max_restarts,
                 }
-                handles.append(engine.create_worker(RolloutWorker, *args, **config, **member))
+                handles.append(engine.create_worker(worker_class, *args, **config, **member))
             for handle in handles:
                 handle.ready()
         except BaseException:

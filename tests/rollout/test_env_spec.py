@@ -5,7 +5,7 @@ import pickle
 import gymnasium as gym
 import pytest
 
-from hrl_tasks.algorithms import PPO
+from hrl_tasks.algorithms import get_algorithm
 from hrl_tasks.rollout import (
     MultiAgentEnvError,
     PettingZooSpec,
@@ -68,7 +68,7 @@ def test_a_module_without_env_functions_is_not_an_env():
 
 
 def test_single_agent_algorithms_refuse_a_game_before_any_cluster_starts():
-    with pytest.raises(MultiAgentEnvError, match="ppo trains single-agent .* 'tictactoe_v3'"):
-        PPO({"env": "tictactoe_v3"})
+    with pytest.raises(MultiAgentEnvError, match="a2c trains single-agent .* 'tictactoe_v3'.* ppo"):
+        get_algorithm("a2c")({"env": "tictactoe_v3"})
     with pytest.raises(MultiAgentEnvError, match="'connect_four_v3' is a PettingZoo"):
         make_env("connect_four_v3")

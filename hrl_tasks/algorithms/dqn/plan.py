@@ -2,9 +2,10 @@
 
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.dqn.config import DQNConfig
-from hrl_tasks.data import PrioritizedReplayBuffer, ReplayBuffer
+from hrl_tasks.data import MultiAgentBatch, PrioritizedReplayBuffer, ReplayBuffer
 from hrl_tasks.flow import (
     Concurrently,
+    LocalIterator,
     ParallelRollouts,
     Replay,
     SetEpsilon,
@@ -18,6 +19,7 @@ from hrl_tasks.flow import (
 from hrl_tasks.flow.context import STEPS_SAMPLED
 from hrl_tasks.policies.dqn import DQNConfig as DQNPolicyConfig
 from hrl_tasks.policies.dqn import DQNPolicy
+from hrl_tasks.policies.policy_map import PolicyMap
 
 
 class DQN(Algorithm):
@@ -27,8 +29,37 @@ class DQN(Algorithm):
     policy_class = DQNPolicy
     policy_config_class = DQNPolicyConfig
     config_class = DQNConfig
+    multi_agent = True  # one replay sub-flow per policy, run together
+
+    @staticmethod
+    def policy_flow(rollouts: LocalIterator, workers, ctx, policy_ids, config) -> LocalIterator:
+        """DQN's sub-flow for some policies of a multi-agent flow, as its own plan: per
+        policy, its rows stored into its replay buffer after each rollout round, and
+        ``train_steps_per_round`` learner steps on replayed batches, in round robin."""
+        flows = []
+        for pid in policy_ids:
+            buffer = make_buffer(config)
+            store_op = rollouts.for_each(StorePolicyRows(buffer, pid)).for_each(
+                ExploreAndSync(workers, ctx, config, policy_id=pid)
+            )
+            replay_op = Replay(buffer, config.train_batch_size, config.learning_starts).for_each(
+                TrainPolicyOnReplay(workers, ctx, config, buffer, pid)
+            )
+            flows.append(
+                Concurrently(
+                    [store_op, replay_op],
+                    mode="round_robin",
+                    output_indexes=[1],
+                    round_robin_weights=[1, config.train_steps_per_round],
+                )
+            )
+        return flows[0] if len(flows) == 1 else Concurrently(flows, mode="round_robin")
 
     def build_plan(self, workers, ctx):
+        if isinstance(workers.local_worker.policy, PolicyMap):
+            from hrl_tasks.algorithms.composition import composed_plan
+
+            return composed_plan(self, workers, ctx)
         cfg = self.config
         self.buffer = make_buffer(cfg)
         rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync", speculative=False)
@@ -75,23 +106,57 @@ def make_buffer(cfg: DQNConfig):
 
 
 class ExploreAndSync:
-    """After each sampling round: the epsilon for the steps so far, and the new weights."""
+    """After each sampling round: the epsilon for the steps so far, and the new weights
+    (of the policy ``policy_id`` of the PolicyMap, in multi-agent runs)."""
 
-    def __init__(self, workers, ctx, cfg: DQNConfig):
-        self.workers, self.ctx, self.cfg = workers, ctx, cfg
+    def __init__(self, workers, ctx, cfg: DQNConfig, policy_id=None):
+        self.workers, self.ctx, self.cfg, self.policy_id = workers, ctx, cfg, policy_id
 
     def __call__(self, batch):
         cfg = self.cfg
         steps = self.ctx.counters[STEPS_SAMPLED]
         epsilon = linear_schedule(cfg.epsilon_start, cfg.epsilon_end, cfg.epsilon_steps, steps)
-        self.workers.local_worker.policy.set_epsilon(epsilon)
-        self.send_epsilon(self.workers, epsilon)
+        SetEpsilon(epsilon, self.policy_id)(self.workers.local_worker)
+        self.send_epsilon(self.workers, epsilon, self.policy_id)
         self.workers.sync_weights()
-        self.ctx.info["epsilon"] = epsilon
+        key = "epsilon" if self.policy_id is None else f"{self.policy_id}/epsilon"
+        self.ctx.info[key] = epsilon
         return batch
 
     @staticmethod
-    def send_epsilon(workers, epsilon: float) -> None:
+    def send_epsilon(workers, epsilon: float, policy_id=None) -> None:
         """To every remote worker before its next sample call, and again if it is re-created."""
         for handle in workers.remote_workers:
-            workers.set_worker_setup(handle, SetEpsilon(epsilon))
+            workers.set_worker_setup(handle, SetEpsilon(epsilon, policy_id))
+
+
+class StorePolicyRows:
+    """Multi-agent: add one policy's rows of each MultiAgentBatch to its replay buffer."""
+
+    def __init__(self, buffer, policy_id):
+        self.buffer, self.policy_id = buffer, policy_id
+
+    def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:
+        rows = batch.get(self.policy_id)
+        if rows is not None and len(rows):
+            self.buffer.add(rows)
+        return batch
+
+
+class TrainPolicyOnReplay:
+    """Multi-agent: one learner step of one policy on a replayed batch, its priorities
+    and its target network kept as in DQN's own plan."""
+
+    def __init__(self, workers, ctx, cfg: DQNConfig, buffer, policy_id):
+        self.policy_id = policy_id
+        self.train = TrainOneStep(workers, ctx, sync_weights=False)
+        self.priorities = UpdatePriorities(buffer)
+        self.target = UpdateTargetNetwork(workers, ctx, cfg.target_update_every, policy_id)
+
+    def __call__(self, batch):
+        if batch is None:  # the buffer is not full enough yet
+            return None
+        _, info = self.train(MultiAgentBatch({self.policy_id: batch}, len(batch)))
+        td_error = info.get(f"{self.policy_id}/td_error")
+        self.priorities((batch, {} if td_error is None else {"td_error": td_error}))
+        return self.target((batch, info))

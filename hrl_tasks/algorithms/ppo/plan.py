@@ -4,7 +4,9 @@ from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.ppo.config import PPOConfig
 from hrl_tasks.flow import (
     ConcatBatches,
+    LocalIterator,
     ParallelRollouts,
+    SelectExperiences,
     StandardMetricsReporting,
     TrainOneStep,
 )
@@ -19,6 +21,7 @@ class PPO(Algorithm):
     policy_class = PPOPolicy
     policy_config_class = PPOPolicyConfig
     config_class = PPOConfig
+    multi_agent = True  # a PolicyMap learns on MultiAgentBatches in the same plan
 
     def build_plan(self, workers, ctx):
         rollouts = ParallelRollouts(  # speculative by default
@@ -28,3 +31,14 @@ class PPO(Algorithm):
             TrainOneStep(workers, ctx, defer_sync=True)
         )
         return StandardMetricsReporting(train_op, ctx, engine=workers.engine)
+
+    @staticmethod
+    def policy_flow(rollouts: LocalIterator, workers, ctx, policy_ids, config) -> LocalIterator:
+        """PPO's sub-flow for some policies of a multi-agent flow (a ``composition``):
+        their rows of each rollout round, concatenated to ``config.train_batch_size``
+        env steps, one learner step, the weights sent with the next samples."""
+        return (
+            rollouts.for_each(SelectExperiences(policy_ids))
+            .combine(ConcatBatches(config.train_batch_size))
+            .for_each(TrainOneStep(workers, ctx, defer_sync=True))
+        )

@@ -1,0 +1,85 @@
+"""Composition's plan, as RLlib Flow's two-trainer example: one rollout flow, duplicated
+into each algorithm's sub-flow, the sub-flows run at the same time with ``Concurrently``.
+
+    rollouts = ParallelRollouts(workers, ctx)                 # MultiAgentBatches
+    ppo_in, dqn_in = rollouts.duplicate(2)
+    ppo_op = PPO.policy_flow(ppo_in, ..., ["ppo"], ppo_config)  # on-policy batches
+    dqn_op = DQN.policy_flow(dqn_in, ..., ["dqn"], dqn_config)  # replay
+    train_op = Concurrently([ppo_op, dqn_op], mode="async")    # one thread each
+
+Each policy's spec names its algorithm (``PolicySpec("dqn", {...})``), whose
+``policy_flow`` trains it; policies not in ``policies_to_train`` only act.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
+from hrl_tasks.flow import Concurrently, ParallelRollouts, StandardMetricsReporting
+
+
+@dataclass
+class CompositionConfig(AlgorithmConfig):
+    """The shared keys; each policy's own keys go in its ``PolicySpec.config``."""
+
+    min_steps_per_report: int = 1000
+    """Env steps sampled per reported iteration (the sub-flows step at their own pace)."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {"min_steps_per_report": ">= 0"}
+
+
+class Composition(Algorithm):
+    """Policies of different algorithms (PPO, DQN) trained together on one multi-agent env.
+
+    Example::
+
+        Composition({
+            "env": "tictactoe_v3",
+            "policies": {"ppo": PolicySpec("ppo"), "dqn": PolicySpec("dqn", {"lr": 5e-4})},
+            "policy_mapping_fn": lambda agent, episode: "ppo" if agent == "player_1" else "dqn",
+        })
+    """
+
+    name = "composition"
+    config_class = CompositionConfig
+    multi_agent = True
+
+    def build_policy(self):
+        policy = super().build_policy()
+        if not self.config.policies:
+            raise ConfigError(
+                "a composition needs policies={id: PolicySpec(algorithm, config)} naming each "
+                "policy's algorithm, e.g. {'a': PolicySpec('ppo'), 'b': PolicySpec('dqn')}"
+            )
+        return policy
+
+    def build_plan(self, workers, ctx):
+        return composed_plan(self, workers, ctx)
+
+
+def composed_plan(algo: Algorithm, workers, ctx):
+    """The flow of every trained policy's algorithm, fed by one duplicated rollout flow."""
+    policy_map = workers.local_worker.policy
+    groups: dict[type, list] = {}
+    for pid in policy_map.policies_to_train:
+        groups.setdefault(algo.policy_algorithms[pid], []).append(pid)
+    for cls in groups:
+        if getattr(cls, "policy_flow", None) is None:
+            raise ConfigError(
+                f"{cls.name} has no sub-flow for a composition; its policies can act "
+                "(leave them out of policies_to_train) but not learn here"
+            )
+    rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync", speculative=False)
+    inputs = rollouts.duplicate(max(1, len(groups)))
+    flows = [
+        cls.policy_flow(stream, workers, ctx, pids, algo.policy_configs[pids[0]])
+        for stream, (cls, pids) in zip(inputs, groups.items(), strict=False)
+    ]
+    if not flows:  # nothing learns: the rollouts alone (evaluation-like runs)
+        flows = [inputs[0]]
+    train_op = flows[0] if len(flows) == 1 else Concurrently(flows, mode="async")
+    steps = getattr(algo.config, "min_steps_per_report", 0)
+    return StandardMetricsReporting(train_op, ctx, steps, workers.engine)
