@@ -4,7 +4,9 @@ A `composition`: PPO plays first (``player_1``), DQN second (``player_2``); one
 rollout flow feeds PPO's on-policy sub-flow and DQN's replay sub-flow, which
 run at the same time. Every ``--eval-every`` iterations each policy plays
 ``--games`` greedy games against a uniformly random player, from its own
-seat. The target: each wins or draws at least 85% of them.
+seat. The target: each wins or draws at least 85% of them. At the end each
+plays ``2 * --games`` more against random, and ``--games`` against perfect
+play (minimax; a draw is the best possible score there, 0.5).
 
     python bench/multiagent_tictactoe.py --minutes 20
 
@@ -23,7 +25,7 @@ import numpy as np
 
 from hrl_tasks.algorithms import get_algorithm
 from hrl_tasks.planning.games import make_game
-from hrl_tasks.planning.opponents import PolicyPlayer, RandomPlayer, play_match
+from hrl_tasks.planning.opponents import MinimaxPlayer, PolicyPlayer, RandomPlayer, play_match
 from hrl_tasks.policies.policy_map import PolicySpec
 
 TARGET = 0.85
@@ -89,24 +91,32 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 if reached is None and all(s["win_or_draw"] >= TARGET for s in scores.values()):
                     reached = row
-                    algo.save(out / "checkpoint.hrl")
-                    break
             rows.append(row)
-        if reached is None:
-            algo.save(out / "checkpoint.hrl")
+        algo.save(out / "checkpoint.hrl")
+        final = against_random(algo, 2 * args.games, args.seed + 1)
+        game, rng = make_game("tictactoe_v3"), np.random.default_rng(args.seed)
+        perfect = {
+            pid: play_match(game, PolicyPlayer(algo, pid), MinimaxPlayer(), args.games, rng,
+                            seat=seat)["score"]
+            for pid, seat in (("ppo", 0), ("dqn", 1))
+        }  # fmt: skip
     finally:
         algo.stop()
     with open(out / "metrics.jsonl", "w") as f:
         f.writelines(json.dumps(row) + "\n" for row in rows)
-    final = reached or rows[-1]
     print(json.dumps({
         "bench": "multiagent_tictactoe",
         "target_win_or_draw": TARGET,
         "reached": reached is not None,
-        "time_s": final["time_s"],
-        "env_steps": final["env_steps"],
-        "ppo_first_vs_random": final.get("vs_random/ppo"),
-        "dqn_second_vs_random": final.get("vs_random/dqn"),
+        "reached_time_s": reached and reached["time_s"],
+        "reached_env_steps": reached and reached["env_steps"],
+        "time_s": rows[-1]["time_s"],
+        "env_steps": rows[-1]["env_steps"],
+        "ppo_first_vs_random": final["ppo"]["win_or_draw"],
+        "dqn_second_vs_random": final["dqn"]["win_or_draw"],
+        "ppo_first_score_vs_minimax": perfect["ppo"],
+        "dqn_second_score_vs_minimax": perfect["dqn"],
+        "games": 2 * args.games,
     }))  # fmt: skip
 
 

@@ -130,6 +130,61 @@ def test_train_writes_metrics_curve_checkpoints_and_resumes(tmp_path, capsys):
     assert json.loads(lines[2])["env_steps_sampled"] > json.loads(lines[1])["env_steps_sampled"]
 
 
+EXPERIMENT = """
+from hrl_tasks.policies.policy_map import PolicySpec
+
+def first_ppo_second_dqn(agent_id, episode):
+    return "ppo" if agent_id == "player_1" else "dqn"
+
+experiment = {
+    "algorithm": "composition",
+    "env": "tictactoe_v3",
+    "policies": {"ppo": PolicySpec("ppo", {"train_batch_size": 64, "minibatch_size": 32}),
+                 "dqn": PolicySpec("dqn", {"learning_starts": 16, "train_batch_size": 16,
+                                           "train_steps_per_round": 2, "hidden": (32, 32)})},
+    "policy_mapping_fn": first_ppo_second_dqn,
+    "config": {"num_workers": 1, "num_envs_per_worker": 2, "rollout_fragment_length": 16,
+               "min_steps_per_report": 64},
+    "stop": {"iteration": 2},
+}
+"""
+
+
+@pytest.mark.cluster
+def test_train_runs_a_multi_agent_experiment_from_a_python_file(tmp_path, capsys):
+    experiment = tmp_path / "experiment.py"
+    experiment.write_text(EXPERIMENT)
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(experiment), "--out", str(out), "--no-progress"]) == 0
+    assert "done: iteration 2" in capsys.readouterr().out  # the file's stop condition
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {"policy_return_mean/ppo", "policy_return_mean/dqn"} <= set(last)
+    assert "ppo/total" in last["info"] and "dqn/loss_td" in last["info"]
+    assert (out / "learning_curve.png").stat().st_size > 1000
+    argv = ["train", "ppo", "--env", "tictactoe_v3", "--stop-iters", "1", "--out",
+            str(tmp_path / "shared"), "--no-progress", "--num-workers", "1", "--set",
+            "train_batch_size=64"]  # fmt: skip
+    assert main(argv) == 0  # one policy shared by both players, no file needed
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("x = 1", "must define `experiment`"),
+        ("experiment = {'algorithm': 'ppo', 'stopp': {}}", "unknown keys ['stopp']"),
+        ("experiment = {'env': 'tictactoe_v3'}", "name the algorithm"),
+    ],
+)
+def test_bad_experiment_files_exit_with_one_line(tmp_path, capsys, text, says):
+    experiment = tmp_path / "experiment.py"
+    experiment.write_text(text)
+    assert main(["train", "--config", str(experiment)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1
+    assert main(["train", "--config", str(tmp_path / "missing.py")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
 @pytest.mark.cluster
 @pytest.mark.timeout(240)
 def test_tune_shows_a_table_and_writes_results_a_curve_and_checkpoints(tmp_path, capsys):

@@ -8,8 +8,15 @@ import pytest
 
 import hrl_tasks
 from hrl_tasks.algorithms import A2C, A3C, DQN, ES, IMPALA, PPO, ApeX
+from hrl_tasks.algorithms.composition import Composition
+from hrl_tasks.policies.policy_map import PolicySpec
 
 pytestmark = pytest.mark.cluster
+
+
+def first_ppo_second_dqn(agent_id, episode):
+    return "ppo" if agent_id == "player_1" else "dqn"
+
 
 TINY = {"num_workers": 2, "num_envs_per_worker": 2, "rollout_fragment_length": 16, "seed": 3}
 CASES = [
@@ -34,6 +41,20 @@ CASES = [
             "hidden": (32, 32),
             "num_replay_shards": 2,
             "train_batch_size": 32,
+        },
+    ),  # fmt: skip
+    (
+        Composition,  # PPO and DQN learning together, one player each, from one rollout flow
+        {
+            "env": "tictactoe_v3",
+            "min_steps_per_report": 64,
+            "policies": {
+                "ppo": PolicySpec("ppo", {"train_batch_size": 64, "minibatch_size": 32}),
+                "dqn": PolicySpec(
+                    "dqn", {"learning_starts": 32, "train_steps_per_round": 2, "hidden": (32, 32)}
+                ),
+            },
+            "policy_mapping_fn": first_ppo_second_dqn,
         },
     ),  # fmt: skip
 ]
@@ -67,6 +88,8 @@ def test_training_goes_on_after_a_rollout_worker_is_killed(fresh, algo_cls, extr
         assert after[-1]["env_steps_sampled"] > before["env_steps_sampled"]
         assert victim.alive and victim.address != pid_address(fresh, pid)
         assert fresh.stats()["workers_lost"] >= 1
+        for key in (k for k in before if k.startswith("policy_return_mean/")):
+            assert key in after[-1]  # a multi-agent run goes on reporting every policy
     finally:
         algo.stop()
 

@@ -92,6 +92,35 @@ def test_concurrently_round_robin_with_weights_and_output_indexes():
         Concurrently([a], mode="random")
 
 
+def test_duplicate_gives_every_copy_every_item_once_pulled_once():
+    pulled = []
+
+    def source():
+        for i in range(6):
+            pulled.append(i)
+            yield i
+
+    a, b = LocalIterator(source()).duplicate(2)
+    assert Concurrently([a, b], mode="round_robin").take(12) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert pulled == list(range(6))  # each item was taken from the source once
+    assert list(a) == [] and list(b) == []  # the source ended: so do the copies
+
+
+def test_duplicate_in_threads_holds_a_fast_copy_back_and_lets_go_of_a_closed_one():
+    a, b = LocalIterator(iter(range(1000))).duplicate(2, max_buffered=3)
+    fast = []
+    thread = threading.Thread(target=lambda: fast.extend(a.take(50)), daemon=True)
+    thread.start()
+    thread.join(timeout=2.0)
+    assert thread.is_alive() and len(fast) == 0  # b has 3 waiting: a waits for it
+    assert b.take(10) == list(range(10))  # b catches up, a runs on
+    b.close()  # b leaves: a no longer waits for it
+    thread.join(timeout=10.0)
+    assert not thread.is_alive() and fast == list(range(50))
+    with pytest.raises(ValueError, match="n >= 1"):
+        LocalIterator(iter(())).duplicate(0)
+
+
 def test_concurrently_async_yields_everything_and_surfaces_errors():
     got = sorted(
         Concurrently([LocalIterator(range(5)), LocalIterator(range(10, 13))], mode="async")

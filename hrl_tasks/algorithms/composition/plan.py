@@ -5,10 +5,15 @@ into each algorithm's sub-flow, the sub-flows run at the same time with ``Concur
     ppo_in, dqn_in = rollouts.duplicate(2)
     ppo_op = PPO.policy_flow(ppo_in, ..., ["ppo"], ppo_config)  # on-policy batches
     dqn_op = DQN.policy_flow(dqn_in, ..., ["dqn"], dqn_config)  # replay
-    train_op = Concurrently([ppo_op, dqn_op], mode="async")    # one thread each
+    train_op = Concurrently([ppo_op, dqn_op], mode="round_robin")
 
 Each policy's spec names its algorithm (``PolicySpec("dqn", {...})``), whose
-``policy_flow`` trains it; policies not in ``policies_to_train`` only act.
+``policy_flow`` trains it; policies not in ``policies_to_train`` only act. A
+sub-flow yields one item per rollout round it consumes (PPO learns when its
+batch is full, DQN replays ``train_steps_per_round`` times per round), so both
+learn from every round. RLlib's example joins them with ``mode="async"``
+(a thread each); here round robin keeps a checkpoint taken between
+iterations consistent, since no sub-flow runs ahead in the background.
 """
 
 from __future__ import annotations
@@ -48,13 +53,15 @@ class Composition(Algorithm):
     multi_agent = True
 
     def build_policy(self):
-        policy = super().build_policy()
-        if not self.config.policies:
+        specs = self.config.policies or {}
+        unnamed = [pid for pid, spec in specs.items() if spec.algorithm is None]
+        if not specs or unnamed:
             raise ConfigError(
                 "a composition needs policies={id: PolicySpec(algorithm, config)} naming each "
                 "policy's algorithm, e.g. {'a': PolicySpec('ppo'), 'b': PolicySpec('dqn')}"
+                + (f"; {unnamed} name none" if unnamed else "")
             )
-        return policy
+        return super().build_policy()
 
     def build_plan(self, workers, ctx):
         return composed_plan(self, workers, ctx)
@@ -80,6 +87,8 @@ def composed_plan(algo: Algorithm, workers, ctx):
     ]
     if not flows:  # nothing learns: the rollouts alone (evaluation-like runs)
         flows = [inputs[0]]
-    train_op = flows[0] if len(flows) == 1 else Concurrently(flows, mode="async")
+    # Each sub-flow yields one item per rollout round: round robin keeps them in step,
+    # and nothing runs between train() calls (checkpoints see a quiet state).
+    train_op = flows[0] if len(flows) == 1 else Concurrently(flows, mode="round_robin")
     steps = getattr(algo.config, "min_steps_per_report", 0)
     return StandardMetricsReporting(train_op, ctx, steps, workers.engine)

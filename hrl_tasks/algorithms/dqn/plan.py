@@ -33,27 +33,27 @@ class DQN(Algorithm):
 
     @staticmethod
     def policy_flow(rollouts: LocalIterator, workers, ctx, policy_ids, config) -> LocalIterator:
-        """DQN's sub-flow for some policies of a multi-agent flow, as its own plan: per
-        policy, its rows stored into its replay buffer after each rollout round, and
-        ``train_steps_per_round`` learner steps on replayed batches, in round robin."""
-        flows = []
+        """DQN's sub-flow for some policies of a multi-agent flow, as its own plan: each
+        rollout round's rows stored into each policy's replay buffer, then
+        ``train_steps_per_round`` learner steps per policy on replayed batches, in round
+        robin. One item per rollout round (the round's batch), so that sub-flows joined
+        round robin consume the rounds in step."""
+        buffers = {pid: make_buffer(config) for pid in policy_ids}
+        store_op = rollouts.for_each(StorePolicyRows(buffers))
         for pid in policy_ids:
-            buffer = make_buffer(config)
-            store_op = rollouts.for_each(StorePolicyRows(buffer, pid)).for_each(
-                ExploreAndSync(workers, ctx, config, policy_id=pid)
+            store_op = store_op.for_each(ExploreAndSync(workers, ctx, config, policy_id=pid))
+        replay_ops = [
+            Replay(buffers[pid], config.train_batch_size, config.learning_starts).for_each(
+                TrainPolicyOnReplay(workers, ctx, config, buffers[pid], pid)
             )
-            replay_op = Replay(buffer, config.train_batch_size, config.learning_starts).for_each(
-                TrainPolicyOnReplay(workers, ctx, config, buffer, pid)
-            )
-            flows.append(
-                Concurrently(
-                    [store_op, replay_op],
-                    mode="round_robin",
-                    output_indexes=[1],
-                    round_robin_weights=[1, config.train_steps_per_round],
-                )
-            )
-        return flows[0] if len(flows) == 1 else Concurrently(flows, mode="round_robin")
+            for pid in policy_ids
+        ]
+        return Concurrently(
+            [store_op, *replay_ops],
+            mode="round_robin",
+            output_indexes=[0],
+            round_robin_weights=[1] + [config.train_steps_per_round] * len(replay_ops),
+        )
 
     def build_plan(self, workers, ctx):
         if isinstance(workers.local_worker.policy, PolicyMap):
@@ -131,15 +131,16 @@ class ExploreAndSync:
 
 
 class StorePolicyRows:
-    """Multi-agent: add one policy's rows of each MultiAgentBatch to its replay buffer."""
+    """Multi-agent: add each policy's rows of a MultiAgentBatch to its replay buffer."""
 
-    def __init__(self, buffer, policy_id):
-        self.buffer, self.policy_id = buffer, policy_id
+    def __init__(self, buffers: dict):
+        self.buffers = buffers  # policy id -> replay buffer
 
     def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:
-        rows = batch.get(self.policy_id)
-        if rows is not None and len(rows):
-            self.buffer.add(rows)
+        for pid, buffer in self.buffers.items():
+            rows = batch.get(pid)
+            if rows is not None and len(rows):
+                buffer.add(rows)
         return batch
 
 

@@ -36,9 +36,14 @@ class PPO(Algorithm):
     def policy_flow(rollouts: LocalIterator, workers, ctx, policy_ids, config) -> LocalIterator:
         """PPO's sub-flow for some policies of a multi-agent flow (a ``composition``):
         their rows of each rollout round, concatenated to ``config.train_batch_size``
-        env steps, one learner step, the weights sent with the next samples."""
-        return (
-            rollouts.for_each(SelectExperiences(policy_ids))
-            .combine(ConcatBatches(config.train_batch_size))
-            .for_each(TrainOneStep(workers, ctx, defer_sync=True))
-        )
+        env steps, one learner step, the weights sent with the next samples. One item
+        per rollout round (the learner's result, or None while the batch fills), so
+        that sub-flows joined round robin consume the rounds in step."""
+        concat = ConcatBatches(config.train_batch_size)
+        train = TrainOneStep(workers, ctx, defer_sync=True)
+
+        def learn_when_full(batch):
+            full = concat(batch)
+            return train(full[0]) if full else None
+
+        return rollouts.for_each(SelectExperiences(policy_ids)).for_each(learn_when_full)

@@ -1,0 +1,117 @@
+"""Multi-agent training: a shared PPO policy, PPO and DQN composed, acting after load."""
+
+import numpy as np
+import pytest
+from pettingzoo.classic import tictactoe_v3
+
+import hrl_tasks
+from hrl_tasks.algorithms import DQN, PPO
+from hrl_tasks.algorithms.composition import Composition
+from hrl_tasks.algorithms.config import ConfigError
+from hrl_tasks.policies.policy_map import PolicyMap, PolicySpec
+from tests.multiagent.envs import race
+
+pytestmark = pytest.mark.cluster
+
+SMALL = {"num_workers": 2, "num_envs_per_worker": 2, "rollout_fragment_length": 16, "seed": 0}
+PPO_KEYS = {"train_batch_size": 128, "minibatch_size": 64, "num_sgd_iter": 2}
+DQN_KEYS = {"learning_starts": 64, "train_steps_per_round": 4, "hidden": (32, 32)}
+
+
+def first_ppo_second_dqn(agent_id, episode):
+    return "ppo" if agent_id == "player_1" else "dqn"
+
+
+def composition_config(**extra):
+    return {
+        **SMALL,
+        "env": "tictactoe_v3",
+        "min_steps_per_report": 200,
+        "policies": {"ppo": PolicySpec("ppo", PPO_KEYS), "dqn": PolicySpec("dqn", DQN_KEYS)},
+        "policy_mapping_fn": first_ppo_second_dqn,
+        **extra,
+    }
+
+
+def a_position():
+    """Tic-tac-toe after three moves, as PettingZoo shows it to the player to move."""
+    env = tictactoe_v3.env()
+    env.reset(seed=0)
+    for action in (4, 0, 8):
+        env.step(action)
+    observation, *_ = env.last()
+    return observation
+
+
+def test_one_ppo_policy_shared_by_both_players_learns_a_game(engine):
+    algo = PPO({**SMALL, **PPO_KEYS, "env": "tictactoe_v3"}, engine=engine)
+    try:
+        assert isinstance(algo.policy, PolicyMap) and algo.policy.shared_policy == "default_policy"
+        results = [algo.train() for _ in range(3)]
+        last = results[-1]
+        assert last["env_steps_sampled"] >= 3 * PPO_KEYS["train_batch_size"]
+        assert "default_policy/total" in last["info"]
+        assert last["episode_return_mean"] == 0.0  # the sum over both players of a zero-sum game
+        assert "policy_return_mean/default_policy" in last
+        observation = a_position()
+        for _ in range(10):
+            action = algo.compute_single_action(observation, explore=True)
+            assert observation["action_mask"][action] == 1
+    finally:
+        algo.stop()
+
+
+def test_ppo_and_dqn_learn_together_from_the_same_rollouts(engine, tmp_path):
+    algo = Composition(composition_config(), engine=engine)
+    try:
+        weights = algo.policy.get_weights()
+        results = [algo.train() for _ in range(3)]
+        info = results[-1]["info"]
+        assert "ppo/total" in info and "dqn/loss_td" in info and "dqn/epsilon" in info
+        for pid in ("ppo", "dqn"):
+            assert f"policy_return_mean/{pid}" in results[-1]
+            changed = algo.policy[pid].get_weights()
+            assert any(not np.array_equal(v, changed[k]) for k, v in weights[pid].items())
+        path = algo.save(tmp_path / "checkpoint.hrl")
+    finally:
+        algo.stop()
+    loaded = hrl_tasks.load(path)  # no cluster: acting only
+    observation = a_position()
+    for pid in ("ppo", "dqn"):
+        action = loaded.compute_single_action(observation, policy_id=pid)
+        assert observation["action_mask"][action] == 1
+        saved, restored = algo.policy[pid].get_weights(), loaded.policy[pid].get_weights()
+        for name, value in saved.items():
+            np.testing.assert_array_equal(restored[name], value)
+    with pytest.raises(ValueError, match="name the policy to act with"):
+        loaded.compute_single_action(observation)
+
+
+def test_dqn_alone_trains_several_policies_with_a_replay_buffer_each(engine):
+    config = {**SMALL, **DQN_KEYS, "env": race, "min_steps_per_report": 100,
+              "policies": {"even": None, "odd": {"config": {"lr": 1e-3}}},
+              "policy_mapping_fn": lambda agent, episode: "odd" if agent.endswith("1") else "even"}  # fmt: skip
+    algo = DQN(config, engine=engine)
+    try:
+        assert algo.policy["odd"].config.lr == 1e-3 and algo.policy["even"].config.lr == 5e-4
+        result = [algo.train() for _ in range(3)][-1]
+        assert {"even/loss_td", "odd/loss_td"} <= set(result["info"])
+        assert result["episode_len_mean"] == 4.0  # race: the last runner needs 4 steps
+    finally:
+        algo.stop()
+
+
+def test_multi_agent_configs_that_cannot_work_fail_before_any_cluster_starts():
+    two = {"a": PolicySpec(), "b": PolicySpec()}
+    with pytest.raises(ConfigError, match="need a policy_mapping_fn"):
+        PPO({"env": "tictactoe_v3", "policies": two})
+    with pytest.raises(ConfigError, match="policies are for multi-agent envs"):
+        PPO({"env": "CartPole-v1", "policies": two})
+    with pytest.raises(ConfigError, match="composition needs policies"):
+        Composition({"env": "tictactoe_v3"})
+    with pytest.raises(ConfigError, match="unknown algorithm 'sac'"):
+        Composition(composition_config(policies={"x": PolicySpec("sac")}))
+    with pytest.raises(ConfigError, match="no key 'buffer_sise' .*did you mean 'buffer_size'"):
+        Composition(composition_config(policies={"x": PolicySpec("dqn", {"buffer_sise": 10})}))
+    with pytest.raises(ConfigError, match=r"policies_to_train names \['c'\]"):
+        PPO({"env": "tictactoe_v3", "policies": two, "policies_to_train": ["c"]})
