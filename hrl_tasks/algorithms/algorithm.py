@@ -288,6 +288,8 @@ class Algorithm(abc.ABC):
         self.iteration += 1
         self.time_total_s += time.perf_counter() - start
         metrics.update(iteration=self.iteration, time_total_s=self.time_total_s)
+        if self.config.on_train_result is not None:
+            self.config.on_train_result(self, metrics)
         return metrics
 
     def evaluate(self, episodes: int | None = None) -> dict:
@@ -330,6 +332,7 @@ class Algorithm(abc.ABC):
                 for pid, spec in config["policies"].items()
             }
             config["policy_mapping_fn"] = None
+        config["on_train_result"] = None  # code: give it again when resuming
         return {
             "format": FORMAT,
             "version": hrl_tasks.__version__,

@@ -8,7 +8,9 @@ import hrl_tasks
 from hrl_tasks.algorithms import DQN, PPO
 from hrl_tasks.algorithms.composition import Composition
 from hrl_tasks.algorithms.config import ConfigError
+from hrl_tasks.algorithms.self_play import MAIN, SelfPlay
 from hrl_tasks.policies.policy_map import PolicyMap, PolicySpec
+from hrl_tasks.rollout.multi_agent_worker import Episode
 from tests.multiagent.envs import race
 
 pytestmark = pytest.mark.cluster
@@ -115,3 +117,33 @@ def test_multi_agent_configs_that_cannot_work_fail_before_any_cluster_starts():
         Composition(composition_config(policies={"x": PolicySpec("dqn", {"buffer_sise": 10})}))
     with pytest.raises(ConfigError, match=r"policies_to_train names \['c'\]"):
         PPO({"env": "tictactoe_v3", "policies": two, "policies_to_train": ["c"]})
+
+
+def test_self_play_puts_the_learner_in_one_seat_and_snapshots_it_on_schedule(engine):
+    league = SelfPlay(("player_0", "player_1"), snapshots=2, snapshot_every=2, self_play=0.0)
+    for eps_id in range(6):  # the main policy alternates seats; the other is a snapshot
+        episode = Episode(id=eps_id, worker_index=1)
+        seats = [league(agent, episode) for agent in ("player_0", "player_1")]
+        assert seats[eps_id % 2] == MAIN and seats[1 - eps_id % 2].startswith("snapshot_")
+        assert seats == [league(agent, episode) for agent in ("player_0", "player_1")]
+    config = {**SMALL, **PPO_KEYS, "env": "connect_four_v3", **league.config()}
+    algo = PPO(config, engine=engine)
+    try:
+        first = algo.train()
+        assert first["league/snapshots_taken"] == 0
+        assert set(first["info"]) == {k for k in first["info"] if k.startswith("main/")}
+        second = algo.train()
+        assert second["league/snapshots_taken"] == 1
+        main_weights = algo.policy[MAIN].get_weights()
+        for name, value in algo.policy["snapshot_0"].get_weights().items():
+            np.testing.assert_array_equal(value, main_weights[name])
+        third = algo.train()  # main learns on; its snapshot stays as it was
+        assert any(
+            not np.array_equal(v, algo.policy[MAIN].get_weights()[k])
+            for k, v in algo.policy["snapshot_0"].get_weights().items()
+        )
+        assert {"policy_return_mean/main"} <= set(third)
+    finally:
+        algo.stop()
+    with pytest.raises(ValueError, match="two agents"):
+        SelfPlay(("a", "b", "c"))
