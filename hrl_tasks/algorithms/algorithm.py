@@ -84,7 +84,7 @@ class Algorithm(abc.ABC):
         try:
             self.workers = WorkerSet(
                 self.engine,
-                self.config.env,
+                self.rollout_env(),
                 policy,
                 num_workers=self.num_rollout_workers(),
                 num_envs_per_worker=self.config.num_envs_per_worker,
@@ -120,6 +120,11 @@ class Algorithm(abc.ABC):
             torch.set_num_threads(parsed.learner_threads)
         return parsed
 
+    def rollout_env(self):
+        """The env spec rollout workers build: ``config.env``; PPO wraps a multi-agent
+        env for a centralized critic (``central_critic``)."""
+        return self.config.env
+
     def build_policy(self):
         """The learner's policy: a `PolicyMap` for a multi-agent env (algorithms with
         ``multi_agent``), else `make_policy` on the env's spaces.
@@ -128,7 +133,7 @@ class Algorithm(abc.ABC):
             MultiAgentEnvError: for a multi-agent env and a single-agent algorithm.
             ConfigError: for ``policies`` with a single-agent env.
         """
-        if self.multi_agent and is_multi_agent(self.config.env, self.config.env_config):
+        if self.multi_agent and is_multi_agent(self.rollout_env(), self.config.env_config):
             return self.make_policy_map()
         if self.config.policies is not None:
             raise ConfigError(
@@ -142,7 +147,7 @@ class Algorithm(abc.ABC):
         spec's algorithm with that algorithm's config keys over this config's; each
         policy's full config is kept in ``self.policy_configs``."""
         cfg = self.config
-        probe = make_multi_agent_env(cfg.env, cfg.env_config)
+        probe = make_multi_agent_env(self.rollout_env(), cfg.env_config)
         try:
             specs = cfg.policies or {DEFAULT_POLICY: PolicySpec()}
             first_agent = {}
@@ -231,7 +236,8 @@ class Algorithm(abc.ABC):
         continuous actions are clipped to the action space. In a multi-agent env
         the observation is one agent's (PettingZoo's dict with ``action_mask`` for
         the classic games: only legal actions are chosen), and ``policy_id`` names
-        the policy that acts (default: the shared one, when there is only one).
+        the policy that acts (default: the shared one, when there is only one). A
+        policy with a centralized critic acts on the agent's own observation.
 
         Raises:
             ValueError: for several policies and no ``policy_id``, or an unknown one.
@@ -245,6 +251,10 @@ class Algorithm(abc.ABC):
                     f"name the policy to act with: policy_id={policy_id!r} is not one of {known}"
                 )
             policy, observation = policy[pid], policy_observation(observation)
+            own = getattr(policy.observation_space, "own_size", 0)
+            if own and observation.size == own:  # a centralized critic's actor: its own part
+                state = policy.observation_space.shape[0] - own
+                observation = np.concatenate([observation.ravel(), np.zeros(state, np.float32)])
         actions, _ = policy.compute_actions(np.asarray(observation)[None], explore=explore)
         action = actions[0]
         space = policy.action_space

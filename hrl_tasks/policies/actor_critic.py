@@ -63,6 +63,7 @@ class ActorCriticPolicy(TorchPolicy):
             nn.Tanh,
             self.config.shared_trunk,
             mask_size=int(getattr(self.observation_space, "mask_size", 0)),
+            actor_inputs=int(getattr(self.observation_space, "own_size", 0)),
         )
 
     def postprocessor(self) -> Callable[[SampleBatch], SampleBatch] | None:

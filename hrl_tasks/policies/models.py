@@ -148,6 +148,9 @@ class ActorCritic(nn.Module):
         mask_size: The observation's last ``mask_size`` entries are an action
             mask (see `hrl_tasks.policies.policy_map.MaskedBox`): illegal actions'
             logits become `MASKED`, so they get no probability. 0: no mask.
+        actor_inputs: The actor sees only the first ``actor_inputs`` features
+            (an agent's own observation, with a centralized critic that sees them
+            all; see `hrl_tasks.policies.spaces.StateBox`). 0: all of them.
     """
 
     def __init__(
@@ -159,10 +162,14 @@ class ActorCritic(nn.Module):
         activation: Callable[[], nn.Module] = nn.Tanh,
         shared: bool = False,
         mask_size: int = 0,
+        actor_inputs: int = 0,
     ) -> None:
         super().__init__()
         self.encoder = encoder
         self.mask_size = int(mask_size)
+        self.actor_inputs = int(actor_inputs)
+        if self.actor_inputs and shared:
+            raise ValueError("a centralized critic needs separate trunks: shared_trunk=False")
         self.dist_head = dist_head
         n_out = dist_head.num_inputs
         if shared and hidden:
@@ -172,13 +179,15 @@ class ActorCritic(nn.Module):
             feature_dim, hidden = hidden[-1], ()
         else:
             self.trunk = nn.Identity()
-        self.actor = MLP(feature_dim, n_out, hidden, activation, output_gain=0.01)
+        actor_dim = self.actor_inputs or feature_dim
+        self.actor = MLP(actor_dim, n_out, hidden, activation, output_gain=0.01)
         self.critic = MLP(feature_dim, 1, hidden, activation, output_gain=1.0)
 
     def forward(self, obs: torch.Tensor) -> tuple[ActionDistribution, torch.Tensor]:
         """Returns the action distribution and the values ``V(obs)`` (shape ``obs.shape[:-k]``)."""
         features = self.trunk(self.encoder(obs))
-        logits = apply_mask(self.actor(features), obs, self.mask_size)
+        own = features[..., : self.actor_inputs] if self.actor_inputs else features
+        logits = apply_mask(self.actor(own), obs, self.mask_size)
         return self.dist_head(logits), self.critic(features).squeeze(-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:

@@ -66,6 +66,7 @@ class NumpyActorCritic(Policy):
             raise UnsupportedSpaceError(f"unsupported action space {action_space!r}")
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.mask_size = int(getattr(observation_space, "mask_size", 0))
+        self.actor_inputs = int(getattr(observation_space, "own_size", 0))
         self.postprocess = postprocess
         self._rng = np.random.default_rng(seed)
         self.set_weights(weights)
@@ -91,7 +92,7 @@ class NumpyActorCritic(Policy):
                 f"weights need 'actor.*' and 'critic.*' linear layers; got {sorted(self._weights)}"
             )
         n_in = int(np.prod(self.observation_space.shape))
-        first = (self._trunk or self._actor)[0][0].shape[0]
+        first = (self._trunk or self._critic)[0][0].shape[0]
         n_out = self.action_space.n if self.discrete else self.action_space.shape[0]
         if first != n_in or self._actor[-1][0].shape[1] != n_out:
             raise ValueError(
@@ -107,7 +108,8 @@ class NumpyActorCritic(Policy):
         self, obs: np.ndarray, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         features = self._features(obs)
-        head = _mlp(features, self._actor)
+        own = features[..., : self.actor_inputs] if self.actor_inputs else features
+        head = _mlp(own, self._actor)
         values = _mlp(features, self._critic)[..., 0]
         if self.mask_size:  # as the torch model's apply_mask: illegal actions get no probability
             head = np.where(np.asarray(obs)[..., -self.mask_size :] > 0.5, head, np.float32(MASKED))

@@ -26,3 +26,16 @@ class MaskedBox(gym.spaces.Box):
 
     def __repr__(self) -> str:
         return f"MaskedBox({self.shape[0] - self.mask_size} observation + {self.mask_size} mask)"
+
+
+class StateBox(gym.spaces.Box):
+    """A flat Box: an agent's own observation (the first ``own_size`` entries), then
+    the global state. Actor-critic policies act on the own part only and value the
+    whole (a centralized critic, as MAPPO)."""
+
+    def __init__(self, low: Any, high: Any, own_size: int, dtype: Any = np.float32) -> None:
+        super().__init__(low, high, dtype=dtype)
+        self.own_size = int(own_size)
+
+    def __repr__(self) -> str:
+        return f"StateBox({self.own_size} own + {self.shape[0] - self.own_size} state)"

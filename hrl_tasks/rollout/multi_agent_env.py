@@ -25,9 +25,11 @@ how policies see them).
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from hrl_tasks.rollout.env import EnvLike, MultiAgentEnvError, PettingZooSpec, env_name, resolve_env
 
@@ -157,6 +159,93 @@ class TurnBasedEnvAdapter(MultiAgentEnv):
 
     def close(self) -> None:
         self.env.close()
+
+
+class CentralCriticEnv(MultiAgentEnv):
+    """Each agent's observation followed by the global state, for a centralized critic.
+
+    The global state is the wrapped env's ``state()`` when it has one (PettingZoo
+    envs may), else every agent's latest observation in ``possible_agents`` order
+    (zeros for an agent not seen yet). Observations are flat float32 vectors in a
+    `StateBox`: actor-critic policies act on the own part only and value the whole
+    (MAPPO, Yu et al. 2022). Box observations only.
+
+    Raises:
+        UnsupportedSpaceError: for an agent whose observation space is not a Box.
+    """
+
+    def __init__(self, env: MultiAgentEnv) -> None:
+        from hrl_tasks.policies.spaces import StateBox, UnsupportedSpaceError
+
+        self.env = env
+        self.possible_agents = list(env.possible_agents)
+        spaces = {agent: env.observation_space(agent) for agent in self.possible_agents}
+        for agent, space in spaces.items():
+            if not isinstance(space, gym.spaces.Box):
+                raise UnsupportedSpaceError(
+                    f"a centralized critic needs Box observations; {agent!r} has {space!r}"
+                )
+        self._sizes = {agent: int(np.prod(space.shape)) for agent, space in spaces.items()}
+        self._latest = {agent: np.zeros(n, np.float32) for agent, n in self._sizes.items()}
+        state = self._env_state()
+        state_size = sum(self._sizes.values()) if state is None else state.size
+        self._spaces = {
+            agent: StateBox(
+                np.full(n + state_size, -np.inf, np.float32),
+                np.full(n + state_size, np.inf, np.float32),
+                n,
+            )  # fmt: skip
+            for agent, n in self._sizes.items()
+        }
+
+    def _env_state(self) -> np.ndarray | None:
+        inner = getattr(self.env, "env", self.env)
+        state = getattr(inner, "state", None)
+        if not callable(state):
+            return None
+        try:
+            return np.asarray(state(), np.float32).ravel()
+        except Exception:  # an env whose state() needs a reset first, or has none
+            return None
+
+    def observation_space(self, agent: AgentID) -> gym.Space:
+        return self._spaces[agent]
+
+    def action_space(self, agent: AgentID) -> gym.Space:
+        return self.env.action_space(agent)
+
+    def _augment(self, obs: dict) -> dict:
+        for agent, observation in obs.items():
+            self._latest[agent] = np.asarray(observation, np.float32).ravel()
+        state = self._env_state()
+        if state is None:
+            state = np.concatenate([self._latest[agent] for agent in self.possible_agents])
+        return {agent: np.concatenate([self._latest[agent], state]) for agent in obs}
+
+    def reset(self, *, seed=None, options=None):
+        self._latest = {agent: np.zeros(n, np.float32) for agent, n in self._sizes.items()}
+        obs, infos = self.env.reset(seed=seed, options=options)
+        return self._augment(obs), infos
+
+    def step(self, actions):
+        obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
+        return self._augment(obs), rewards, terminateds, truncateds, infos
+
+    def close(self) -> None:
+        self.env.close()
+
+
+@dataclass(frozen=True, repr=False)
+class CentralCritic:
+    """A picklable creator: the env ``spec`` wrapped in `CentralCriticEnv`."""
+
+    spec: Any
+
+    def __call__(self, **env_config: Any) -> CentralCriticEnv:
+        return CentralCriticEnv(make_multi_agent_env(self.spec, env_config))
+
+    def __repr__(self) -> str:  # how messages call it (env_name)
+        return f"{env_name(self.spec)}+central_critic"
 
 
 def as_multi_agent_env(env: Any) -> MultiAgentEnv | None:

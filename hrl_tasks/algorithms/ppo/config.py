@@ -23,5 +23,9 @@ class PPOConfig(AlgorithmConfig, PPOPolicyConfig):
     num_sgd_iter: int = 10
     minibatch_size: int = 128
     ent_coef: float = 0.0
+    central_critic: bool = False
+    """Multi-agent envs: the value function sees every agent's observation (or the
+    env's ``state()``), the policy only its own: MAPPO's centralized critic (Yu et
+    al. 2022). Acting needs only the agent's own observation."""
 
     BOUNDS: ClassVar[dict[str, str]] = {"train_batch_size": ">= 1"}

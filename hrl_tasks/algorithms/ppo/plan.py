@@ -1,6 +1,7 @@
 """PPO's plan: bulk-synchronous sampling, one learner step per batch, as in RLlib Flow."""
 
 from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.config import ConfigError
 from hrl_tasks.algorithms.ppo.config import PPOConfig
 from hrl_tasks.flow import (
     ConcatBatches,
@@ -12,6 +13,8 @@ from hrl_tasks.flow import (
 )
 from hrl_tasks.policies.ppo import PPOConfig as PPOPolicyConfig
 from hrl_tasks.policies.ppo import PPOPolicy
+from hrl_tasks.rollout import env_name
+from hrl_tasks.rollout.multi_agent_env import CentralCritic, is_multi_agent
 
 
 class PPO(Algorithm):
@@ -22,6 +25,16 @@ class PPO(Algorithm):
     policy_config_class = PPOPolicyConfig
     config_class = PPOConfig
     multi_agent = True  # a PolicyMap learns on MultiAgentBatches in the same plan
+
+    def rollout_env(self):
+        if not self.config.central_critic:
+            return self.config.env
+        if not is_multi_agent(self.config.env, self.config.env_config):
+            raise ConfigError(
+                f"central_critic is for multi-agent envs; {env_name(self.config.env)!r} has "
+                "one agent"
+            )
+        return CentralCritic(self.config.env)
 
     def build_plan(self, workers, ctx):
         rollouts = ParallelRollouts(  # speculative by default
