@@ -1,0 +1,1 @@
+"""Envs of our own: long-horizon tasks for hierarchical agents."""
