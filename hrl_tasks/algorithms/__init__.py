@@ -77,7 +77,9 @@ def train(
             return algo, result
 
 
-def load(path: str | os.PathLike, *, train: bool = False, engine=None, env=None) -> Algorithm:
+def load(
+    path: str | os.PathLike, *, train: bool = False, engine=None, env=None, config=None
+) -> Algorithm:
     """Restores any algorithm from a checkpoint, ready to act.
 
     Args:
@@ -89,6 +91,8 @@ def load(path: str | os.PathLike, *, train: bool = False, engine=None, env=None)
         engine: Run on this engine (implies ``train``).
         env: The env, when the run was made with a creator function (a
             checkpoint keeps only its name).
+        config: Keys over the checkpoint's config, e.g. the code a checkpoint does
+            not keep: ``{"policy_mapping_fn": fn}`` to train a multi-agent run on.
 
     Returns:
         The algorithm; call ``compute_single_action(observation)`` on it.
@@ -106,7 +110,7 @@ def load(path: str | os.PathLike, *, train: bool = False, engine=None, env=None)
         path = path / "checkpoints"
     state = read_checkpoint(path)
     cls = get_algorithm(str(state.get("algorithm")))
-    config = dict(state["config"], **({} if env is None else {"env": env}))
+    config = dict(state["config"], **({} if env is None else {"env": env}), **(config or {}))
     if train or engine is not None:
         algo = cls(config, engine=engine)
         try:

@@ -87,6 +87,15 @@ def test_ppo_and_dqn_learn_together_from_the_same_rollouts(engine, tmp_path):
             np.testing.assert_array_equal(restored[name], value)
     with pytest.raises(ValueError, match="name the policy to act with"):
         loaded.compute_single_action(observation)
+    with pytest.raises(ConfigError, match="need a policy_mapping_fn"):  # code is not saved
+        hrl_tasks.load(path, engine=engine)
+    resumed = hrl_tasks.load(
+        path, engine=engine, config={"policy_mapping_fn": first_ppo_second_dqn}
+    )
+    try:
+        assert resumed.iteration == 3 and resumed.train()["iteration"] == 4
+    finally:
+        resumed.stop()
 
 
 def test_dqn_alone_trains_several_policies_with_a_replay_buffer_each(engine):
