@@ -4,9 +4,10 @@ A `composition`: PPO plays first (``player_1``), DQN second (``player_2``); one
 rollout flow feeds PPO's on-policy sub-flow and DQN's replay sub-flow, which
 run at the same time. Every ``--eval-every`` iterations each policy plays
 ``--games`` greedy games against a uniformly random player, from its own
-seat. The target: each wins or draws at least 85% of them. At the end each
-plays ``2 * --games`` more against random, and ``--games`` against perfect
-play (minimax; a draw is the best possible score there, 0.5).
+seat. The target: each wins or draws at least 85% of them. Training stops at
+the first evaluation that meets it (``--train-on``: after ``--minutes``); then
+each plays ``2 * --games`` fresh games against random, and ``--games`` against
+perfect play (minimax; a draw is the best possible score there, 0.5).
 
     python bench/multiagent_tictactoe.py --minutes 20
 
@@ -70,6 +71,10 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--games", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--train-on", action="store_true",
+        help="go on training for all --minutes after the target is met (default: stop there)",
+    )  # fmt: skip
     parser.add_argument("--out", default="runs/bench-multiagent-tictactoe")
     args = parser.parse_args()
     out = Path(args.out)
@@ -91,6 +96,9 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 if reached is None and all(s["win_or_draw"] >= TARGET for s in scores.values()):
                     reached = row
+                    if not args.train_on:
+                        rows.append(row)
+                        break
             rows.append(row)
         algo.save(out / "checkpoint.hrl")
         final = against_random(algo, 2 * args.games, args.seed + 1)
