@@ -288,7 +288,10 @@ def read_experiment(path: Path) -> dict:
 
     if not path.is_file():
         raise ValueError(f"--config {path}: no such file")
-    experiment = runpy.run_path(str(path), run_name="hrl_tasks_experiment").get("experiment")
+    try:
+        experiment = runpy.run_path(str(path), run_name="hrl_tasks_experiment").get("experiment")
+    except Exception as exc:  # the file's own error, in one line
+        raise ValueError(f"--config {path} failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(experiment, dict):
         raise ValueError(
             f"--config {path} must define `experiment`, a dict with keys such as "
@@ -300,6 +303,11 @@ def read_experiment(path: Path) -> dict:
             f"--config {path}: `experiment` has unknown keys {unknown}; allowed: "
             f"{', '.join(EXPERIMENT_KEYS)}"
         )
+    for key in ("config", "stop"):
+        if not isinstance(experiment.get(key) or {}, dict):
+            raise ValueError(
+                f"--config {path}: experiment[{key!r}] must be a dict, got {experiment[key]!r}"
+            )
     return experiment
 
 

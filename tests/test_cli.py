@@ -173,6 +173,8 @@ def test_train_runs_a_multi_agent_experiment_from_a_python_file(tmp_path, capsys
         ("x = 1", "must define `experiment`"),
         ("experiment = {'algorithm': 'ppo', 'stopp': {}}", "unknown keys ['stopp']"),
         ("experiment = {'env': 'tictactoe_v3'}", "name the algorithm"),
+        ("import no_such_module", "failed: ModuleNotFoundError: No module named"),
+        ("experiment = {'algorithm': 'ppo', 'stop': 5}", "experiment['stop'] must be a dict"),
     ],
 )
 def test_bad_experiment_files_exit_with_one_line(tmp_path, capsys, text, says):

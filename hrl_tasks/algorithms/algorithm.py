@@ -46,6 +46,7 @@ from hrl_tasks.policies.policy_map import (
 from hrl_tasks.rollout import RolloutWorker, WorkerSet, env_name, make_env, require_single_agent
 from hrl_tasks.rollout.multi_agent_env import is_multi_agent, make_multi_agent_env
 from hrl_tasks.rollout.multi_agent_worker import Episode, MultiAgentRolloutWorker
+from hrl_tasks.rollout.worker import derive_seed
 from hrl_tasks.scheduler import Engine, EngineError
 
 
@@ -158,24 +159,40 @@ class Algorithm(abc.ABC):
                     if cfg.policy_mapping_fn is None
                     else cfg.policy_mapping_fn(agent, episode)
                 )
+                if pid not in specs:
+                    raise ConfigError(
+                        f"policy_mapping_fn({agent!r}, episode) returned {pid!r}, which is not "
+                        f"among the policies {sorted(map(str, specs))}"
+                    )
                 first_agent.setdefault(pid, agent)
             policies, self.policy_configs, self.policy_algorithms = {}, {}, {}
-            for pid, spec in specs.items():
-                agent = first_agent.get(pid, probe.possible_agents[0])
+            self.policy_agents = {}  # the agent whose spaces each policy took (checkpoints)
+            for index, (pid, spec) in enumerate(specs.items()):
+                agent = spec.agent if spec.agent is not None else first_agent.get(pid)
+                if agent is None:
+                    agent = probe.possible_agents[0]
+                if agent not in probe.possible_agents:
+                    raise ConfigError(
+                        f"policies[{pid!r}].agent is {agent!r}, not one of the env's agents "
+                        f"{probe.possible_agents}"
+                    )
+                self.policy_agents[pid] = agent
                 observation_space = policy_observation_space(
                     spec.observation_space or probe.observation_space(agent)
                 )
                 action_space = spec.action_space or probe.action_space(agent)
                 policies[pid], self.policy_configs[pid], self.policy_algorithms[pid] = (
-                    self.make_spec_policy(spec, observation_space, action_space)
+                    self.make_spec_policy(spec, observation_space, action_space, index)
                 )
         finally:
             probe.close()
         return PolicyMap(policies, cfg.policy_mapping_fn, cfg.policies_to_train)
 
-    def make_spec_policy(self, spec: PolicySpec, observation_space, action_space):
+    def make_spec_policy(self, spec: PolicySpec, observation_space, action_space, index=0):
         """``(policy, config, algorithm class)`` of one policy spec: the spec's algorithm
-        (this one by default) with its config keys over the shared ones of this config."""
+        (this one by default) with its config keys over the shared ones of this config.
+        The ``index``-th policy's seed is derived from the config's, so that policies
+        start from different weights (the first keeps the config's seed)."""
         from hrl_tasks.algorithms import get_algorithm
 
         cls = type(self) if spec.algorithm in (None, self.name) else get_algorithm(spec.algorithm)
@@ -183,7 +200,10 @@ class Algorithm(abc.ABC):
         if cls is not type(self):  # another algorithm: only the keys every algorithm has
             shared = {f.name for f in dataclasses.fields(AlgorithmConfig)}
             own = {key: value for key, value in own.items() if key in shared}
-        config = cls.config_class.from_dict(own, **dict(spec.config))
+        overrides = dict(spec.config)
+        if index and own.get("seed") is not None and "seed" not in overrides:
+            overrides["seed"] = derive_seed(own["seed"], index)
+        config = cls.config_class.from_dict(own, **overrides)
         policy = cls.policy_class(
             observation_space, action_space, config.pick(cls.policy_config_class)
         )
@@ -336,13 +356,18 @@ class Algorithm(abc.ABC):
         config = self.config.to_dict()
         if not isinstance(config["env"], str):  # a creator function: load(path, env=creator)
             config["env"] = env_name(config["env"])
-        if config["policies"] is not None:  # code and spaces stay out; acting names policy_id
+        if config["policies"] is not None:  # spaces stay out: the agent they came from goes in
+            agents = getattr(self, "policy_agents", {})
             config["policies"] = {
-                str(pid): {"algorithm": spec["algorithm"], "config": dict(spec["config"])}
+                str(pid): {
+                    "algorithm": spec["algorithm"],
+                    "config": dict(spec["config"]),
+                    "agent": agents.get(pid, spec.get("agent")),
+                }
                 for pid, spec in config["policies"].items()
             }
-            config["policy_mapping_fn"] = None
-        config["on_train_result"] = None  # code: give it again when resuming
+        for key in ("policy_mapping_fn", "on_train_result"):  # code: give it again to resume
+            config[key] = None
         return {
             "format": FORMAT,
             "version": hrl_tasks.__version__,

@@ -76,6 +76,11 @@ class SelfPlay:
 
     def __call__(self, agent_id: Any, episode: Any) -> str:
         """The policy of ``agent_id`` in ``episode`` (the mapping function)."""
+        if agent_id not in self.agents:
+            raise ValueError(
+                f"SelfPlay was given the agents {list(self.agents)}, and the env has "
+                f"{agent_id!r}: give SelfPlay the env's possible_agents"
+            )
         main_seat = episode.id % 2
         if agent_id == self.agents[main_seat]:
             return MAIN

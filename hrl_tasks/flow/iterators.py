@@ -97,6 +97,7 @@ class _Tee:
         self.queues: list[collections.deque | None] = [collections.deque() for _ in range(n)]
         self.max_buffered = max(1, int(max_buffered))
         self.changed = threading.Condition()
+        self.consumers: list[int | None] = [None] * n  # the thread that last took from each
         self.pulling = False
         self.ended = False
 
@@ -113,7 +114,9 @@ class _Tee:
                 self.changed.notify_all()
 
     def _next(self, index: int) -> Any:
+        me = threading.get_ident()
         with self.changed:
+            self.consumers[index] = me
             while True:
                 queue = self.queues[index]
                 if queue:
@@ -122,28 +125,35 @@ class _Tee:
                     return item
                 if self.ended:
                     return _END
-                full = any(q is not None and len(q) >= self.max_buffered for q in self.queues)
-                if self.pulling or full:
+                behind = [i for i, q in enumerate(self.queues)
+                          if q is not None and len(q) >= self.max_buffered]  # fmt: skip
+                if behind and all(self.consumers[i] == me for i in behind):
+                    raise RuntimeError(
+                        f"duplicate: copy {index} is {self.max_buffered} items ahead of copy "
+                        f"{behind[0]}, which this same thread consumes: it would wait for "
+                        "ever. Take items from the copies in step (round robin, one each), "
+                        "or consume them in threads"
+                    )
+                if self.pulling or behind:
                     self.changed.wait(STOP_CHECK_S)
                     continue
                 self.pulling = True
                 break
+        item = _END
         try:  # outside the lock: pulling may take long (sampling)
             item = next(self.source)
         except StopIteration:
-            item = _END
-        finally:
+            pass
+        finally:  # one step under the lock: no copy pulls before the others have the item
             with self.changed:
                 self.pulling = False
+                if item is _END:
+                    self.ended = True
+                else:
+                    for other, queue in enumerate(self.queues):
+                        if queue is not None and other != index:
+                            queue.append(item)
                 self.changed.notify_all()
-        with self.changed:
-            if item is _END:
-                self.ended = True
-                return _END
-            for other, queue in enumerate(self.queues):
-                if queue is not None and other != index:
-                    queue.append(item)
-            self.changed.notify_all()
         return item
 
 

@@ -139,9 +139,11 @@ class NumpyActorCritic(Policy):
         shifted = flat - flat.max(axis=1, keepdims=True)
         exp = np.exp(shifted)
         total = exp.sum(axis=1, keepdims=True)
-        if explore:  # inverse CDF: the first action whose cumulative weight exceeds u * total
+        if explore:  # inverse CDF: the first action whose cumulative weight exceeds u * total,
+            # the CDF's own last entry as the total, so that a zero-weight (masked) action,
+            # whose entry equals the one before it, is never the first to exceed it
             cdf = np.cumsum(exp, axis=1)
-            u = self._rng.random((len(flat), 1), dtype=np.float32) * total
+            u = self._rng.random((len(flat), 1), dtype=np.float32) * cdf[:, -1:]
             actions = np.minimum((cdf < u).sum(axis=1), flat.shape[1] - 1)
         else:
             actions = shifted.argmax(axis=1)

@@ -52,12 +52,16 @@ class PolicySpec:
         observation_space: The policy's observation space; None: that of the
             first agent mapped to it (as the env gives it).
         action_space: Likewise for actions.
+        agent: The agent whose spaces the policy takes when they are not given;
+            None: the first agent the mapping gives it. Checkpoints keep it, so a
+            policy of its own agent (a hierarchy's low level) loads without the mapping.
     """
 
     algorithm: str | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
     observation_space: gym.Space | None = None
     action_space: gym.Space | None = None
+    agent: Any = None
 
 
 def as_policy_spec(spec: Any, owner: str = "policies", policy_id: Any = None) -> PolicySpec:
@@ -73,7 +77,7 @@ def as_policy_spec(spec: Any, owner: str = "policies", policy_id: Any = None) ->
     if isinstance(spec, PolicySpec):
         return spec
     if isinstance(spec, Mapping):
-        fields = {"algorithm", "config", "observation_space", "action_space"}
+        fields = {"algorithm", "config", "observation_space", "action_space", "agent"}
         unknown = sorted(set(spec) - fields)
         if not unknown:
             return PolicySpec(**spec)
@@ -176,7 +180,7 @@ class PolicyMap(Policy):
         """The policy that acts for ``agent_id`` in ``episode``.
 
         Raises:
-            KeyError: if the mapping names a policy that does not exist.
+            ValueError: if the mapping names a policy that does not exist.
         """
         if self.mapping_fn is None:
             if len(self.policies) > 1:
@@ -187,7 +191,7 @@ class PolicyMap(Policy):
             return next(iter(self.policies))
         pid = self.mapping_fn(agent_id, episode)
         if pid not in self.policies:
-            raise KeyError(
+            raise ValueError(
                 f"policy_mapping_fn({agent_id!r}, episode) returned {pid!r}, which is not among "
                 f"the policies {sorted(map(str, self.policies))}"
             )

@@ -187,8 +187,11 @@ class CentralCriticEnv(MultiAgentEnv):
                 )
         self._sizes = {agent: int(np.prod(space.shape)) for agent, space in spaces.items()}
         self._latest = {agent: np.zeros(n, np.float32) for agent, n in self._sizes.items()}
+        env.reset()  # some envs have a state() only after a reset
         state = self._env_state()
+        self._use_state = state is not None  # decided once: the space's size depends on it
         state_size = sum(self._sizes.values()) if state is None else state.size
+        self._state_size = state_size
         self._spaces = {
             agent: StateBox(
                 np.full(n + state_size, -np.inf, np.float32),
@@ -217,8 +220,15 @@ class CentralCriticEnv(MultiAgentEnv):
     def _augment(self, obs: dict) -> dict:
         for agent, observation in obs.items():
             self._latest[agent] = np.asarray(observation, np.float32).ravel()
-        state = self._env_state()
-        if state is None:
+        if self._use_state:
+            state = self._env_state()
+            if state is None or state.size != self._state_size:
+                raise ValueError(
+                    f"the env's state() gave {None if state is None else state.size} values "
+                    f"after {self._state_size} at the start: a centralized critic needs a "
+                    "state of fixed size"
+                )
+        else:
             state = np.concatenate([self._latest[agent] for agent in self.possible_agents])
         return {agent: np.concatenate([self._latest[agent], state]) for agent in obs}
 

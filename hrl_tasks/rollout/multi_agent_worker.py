@@ -40,6 +40,8 @@ from hrl_tasks.rollout.env import EnvError, EnvLike, env_name
 from hrl_tasks.rollout.multi_agent_env import ALL, MultiAgentEnv, make_multi_agent_env
 from hrl_tasks.rollout.worker import EPS_ID_BITS, _torch_single_thread, derive_seed
 
+MAX_EPISODE_STEPS = 1_000_000  # whole episodes are sampled: one that never ends is an error
+
 
 @dataclass
 class Episode:
@@ -215,11 +217,17 @@ class MultiAgentRolloutWorker:
                 pending = episode.pending[agent]
                 pending[SampleBatch.REWARDS] = pending.get(SampleBatch.REWARDS, 0.0) + reward
         over = bool(terminateds.get(ALL)) or bool(truncateds.get(ALL))
+        default = ALL if over else None  # an episode's end is every agent's end
         for agent, observation in obs.items():
             if agent in episode.pending and SampleBatch.ACTIONS in episode.pending[agent]:
-                self._close(
-                    episode, agent, policy_observation(observation), terminateds, truncateds
-                )
+                vector = policy_observation(observation)
+                self._close(episode, agent, vector, terminateds, truncateds, default)
+        if not over and episode.length >= MAX_EPISODE_STEPS:
+            raise EnvError(
+                f"env {self.env_name!r} has run one episode for {episode.length} steps without "
+                "ending it: a multi-agent env ends an episode with terminateds['__all__'] or "
+                f"truncateds['__all__'] (rollout worker {self.worker_index})"
+            )
         if over:  # agents that got no last observation end where they last were
             for agent in list(episode.pending):
                 last = episode.pending[agent][SampleBatch.OBS]

@@ -24,6 +24,10 @@ def first_ppo_second_dqn(agent_id, episode):
     return "ppo" if agent_id == "player_1" else "dqn"
 
 
+def to_x(agent_id, episode):
+    return "x"
+
+
 def composition_config(**extra):
     return {
         **SMALL,
@@ -121,11 +125,48 @@ def test_multi_agent_configs_that_cannot_work_fail_before_any_cluster_starts():
     with pytest.raises(ConfigError, match="composition needs policies"):
         Composition({"env": "tictactoe_v3"})
     with pytest.raises(ConfigError, match="unknown algorithm 'sac'"):
-        Composition(composition_config(policies={"x": PolicySpec("sac")}))
+        Composition(composition_config(policies={"x": PolicySpec("sac")}, policy_mapping_fn=to_x))
     with pytest.raises(ConfigError, match="no key 'buffer_sise' .*did you mean 'buffer_size'"):
-        Composition(composition_config(policies={"x": PolicySpec("dqn", {"buffer_sise": 10})}))
+        Composition(
+            composition_config(policies={"x": PolicySpec("dqn", {"buffer_sise": 10})},
+                               policy_mapping_fn=to_x)
+        )  # fmt: skip
     with pytest.raises(ConfigError, match=r"policies_to_train names \['c'\]"):
         PPO({"env": "tictactoe_v3", "policies": two, "policies_to_train": ["c"]})
+    with pytest.raises(ConfigError, match="returned 'c', which is not among the policies"):
+        PPO({"env": "tictactoe_v3", "policies": two, "policy_mapping_fn": lambda a, e: "c"})
+    with pytest.raises(ConfigError, match="agent is 'nobody', not one of the env's agents"):
+        PPO({"env": "tictactoe_v3", "policies": {"a": PolicySpec(agent="nobody")}})
+
+
+def test_a_run_whose_config_holds_code_saves_without_it_and_policies_start_apart(tmp_path):
+    config = {**SMALL, **PPO_KEYS, "num_workers": 0, "env": "tictactoe_v3",
+              "policy_mapping_fn": lambda agent, episode: "default_policy",
+              "on_train_result": lambda algo, result: None}  # fmt: skip
+    algo = PPO(config, engine=hrl_tasks.SyncEngine())
+    try:
+        algo.save(tmp_path / "checkpoint.hrl")  # the functions stay out of the file
+    finally:
+        algo.stop()
+    two = PPO({**config, "policies": {"x": None, "y": None},
+               "policy_mapping_fn": lambda agent, episode: "x" if agent == "player_1" else "y"},
+              engine=hrl_tasks.SyncEngine())  # fmt: skip
+    try:
+        x, y = two.policy["x"].get_weights(), two.policy["y"].get_weights()
+        assert any(not np.array_equal(x[k], y[k]) for k in x)  # each its own seed
+    finally:
+        two.stop()
+
+
+def test_ppo_with_a_dqn_policy_trains_it_in_a_replay_sub_flow(engine):
+    config = {**SMALL, **PPO_KEYS, "env": "tictactoe_v3", "policy_mapping_fn": first_ppo_second_dqn,
+              "policies": {"ppo": None, "dqn": PolicySpec("dqn", DQN_KEYS)}}  # fmt: skip
+    algo = PPO(config, engine=engine)
+    try:
+        info = [algo.train() for _ in range(8)][-1]["info"]  # an iteration: a rollout round
+        assert "dqn/epsilon" in info and "dqn/loss_td" in info and "ppo/total" in info
+    finally:
+        algo.stop()
 
 
 def test_self_play_puts_the_learner_in_one_seat_and_snapshots_it_on_schedule(engine):

@@ -121,6 +121,35 @@ def test_duplicate_in_threads_holds_a_fast_copy_back_and_lets_go_of_a_closed_one
         LocalIterator(iter(())).duplicate(0)
 
 
+def test_duplicate_refuses_to_wait_for_a_copy_that_the_same_thread_consumes():
+    a, b = LocalIterator(iter(range(100))).duplicate(2, max_buffered=2)
+    assert next(b) == 0 and a.take(3) == [0, 1, 2]  # b has 1 and 2 waiting
+    with pytest.raises(RuntimeError, match="copy 0 is 2 items ahead of copy 1"):
+        next(a)
+
+
+def test_duplicate_in_threads_delivers_every_item_in_order():
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        for _ in range(5):
+            copies = LocalIterator(iter(range(300))).duplicate(3, max_buffered=4)
+            got = [[] for _ in copies]
+            threads = [
+                threading.Thread(target=lambda c=c, g=g: g.extend(c))
+                for c, g in zip(copies, got, strict=True)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=30)
+            assert all(g == list(range(300)) for g in got)
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def test_concurrently_async_yields_everything_and_surfaces_errors():
     got = sorted(
         Concurrently([LocalIterator(range(5)), LocalIterator(range(10, 13))], mode="async")

@@ -44,3 +44,23 @@ class Race(MultiAgentEnv):
 
 def race() -> Race:
     return Race()
+
+
+class EndTogether(MultiAgentEnv):
+    """Two agents for three steps; the end says only ``"__all__"`` (RLlib's way)."""
+
+    def __init__(self) -> None:
+        self.possible_agents = ["a", "b"]
+        box = gym.spaces.Box(0.0, 3.0, (1,), np.float32)
+        self.observation_spaces = {agent: box for agent in self.possible_agents}
+        self.action_spaces = {agent: gym.spaces.Discrete(2) for agent in self.possible_agents}
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return {a: np.zeros(1, np.float32) for a in self.possible_agents}, {}
+
+    def step(self, actions):
+        self.t += 1
+        obs = {a: np.full(1, self.t, np.float32) for a in actions}
+        return obs, {a: 1.0 for a in actions}, {ALL: self.t == 3}, {ALL: False}, {}

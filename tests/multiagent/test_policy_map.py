@@ -92,7 +92,7 @@ def test_the_mapping_names_a_policy_per_agent_and_unknown_names_are_refused():
     assert policy_map.policy_id("player_1", episode) == "ppo"
     assert policy_map.policy_id("player_2", episode) == "dqn"
     wrong = two_policies(mapping=lambda agent, episode: "sac")
-    with pytest.raises(KeyError, match="returned 'sac', which is not among the policies"):
+    with pytest.raises(ValueError, match="returned 'sac', which is not among the policies"):
         wrong.policy_id("player_1", episode)
     unmapped = PolicyMap(dict(two_policies().policies))
     with pytest.raises(ValueError, match="need a policy_mapping_fn"):

@@ -5,6 +5,7 @@ from collections import deque
 import numpy as np
 import pytest
 
+import hrl_tasks
 from hrl_tasks.algorithms import PPO
 from hrl_tasks.envs.rooms import (
     HIGH,
@@ -109,7 +110,7 @@ def test_reaching_the_goal_ends_the_episode_for_both_levels_and_pays_the_high_on
 
 
 @pytest.mark.cluster
-def test_both_levels_learn_in_one_multi_agent_flow(engine):
+def test_both_levels_learn_in_one_multi_agent_flow(engine, tmp_path):
     config = {"env": hierarchical_rooms, "env_config": {"rooms": 2, "size": 3, "max_steps": 100},
               "policies": {"high": PolicySpec(), "low": PolicySpec()},
               "policy_mapping_fn": high_or_low, "num_workers": 2, "num_envs_per_worker": 2,
@@ -122,5 +123,10 @@ def test_both_levels_learn_in_one_multi_agent_flow(engine):
         result = [algo.train() for _ in range(2)][-1]
         assert {"high/total", "low/total"} <= set(result["info"])
         assert {"policy_return_mean/high", "policy_return_mean/low"} <= set(result)
+        path = algo.save(tmp_path / "checkpoint.hrl")
     finally:
         algo.stop()
+    loaded = hrl_tasks.load(path, env=hierarchical_rooms)  # each policy's agent is saved
+    low_view = HierarchicalRooms(rooms=2, size=3).low_space.sample()
+    assert 0 <= loaded.compute_single_action(low_view, policy_id="low") < 4
+    assert 0 <= loaded.compute_single_action(np.zeros(4, np.float32), policy_id="high") < 5

@@ -8,7 +8,7 @@ from hrl_tasks.policies.policy_map import PolicyMap, policy_observation_space
 from hrl_tasks.policies.ppo import PPOConfig, PPOPolicy
 from hrl_tasks.rollout.multi_agent_env import make_multi_agent_env
 from hrl_tasks.rollout.multi_agent_worker import MultiAgentRolloutWorker
-from tests.multiagent.envs import race
+from tests.multiagent.envs import EndTogether, race
 
 
 def where(batch, mask):
@@ -83,3 +83,13 @@ def test_sampling_is_reproducible_with_a_seed_and_episodes_carry_over():
     ids = [set(np.unique(batch["eps_id"])) for batch in first]
     assert not ids[0] & ids[1]  # an episode is returned once, when it has ended
     assert min(ids[0]) >> 40 == 1  # the worker index is in the episode ids
+
+
+def test_an_episode_that_ends_for_all_ends_every_agents_trajectory():
+    worker = MultiAgentRolloutWorker(EndTogether, shared_policy(EndTogether), seed=0,
+                                     rollout_fragment_length=3)  # fmt: skip
+    rows = worker.sample()[0]["shared"]
+    last = rows["t"] == 2
+    assert last.sum() == 2 and rows["terminateds"][last].all()
+    assert not rows["terminateds"][~last].any()
+    assert (rows["next_values"][last] == 0).all()  # nothing is bootstrapped past the end

@@ -37,6 +37,11 @@ class PPO(Algorithm):
         return CentralCritic(self.config.env)
 
     def build_plan(self, workers, ctx):
+        mixed = set(getattr(self, "policy_algorithms", {}).values()) - {type(self)}
+        if mixed:  # policies of other algorithms learn in their own sub-flows
+            from hrl_tasks.algorithms.composition import composed_plan
+
+            return composed_plan(self, workers, ctx)
         rollouts = ParallelRollouts(  # speculative by default
             workers, ctx, mode="bulk_sync", prefetch=self.config.overlap_sampling
         )
