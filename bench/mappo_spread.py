@@ -44,7 +44,7 @@ def random_return(episodes: int, seed: int) -> float:
     return float(np.mean(totals))
 
 
-def train(central_critic: bool, steps: int, seed: int, out: Path) -> dict:
+def train(central_critic: bool, steps: int, seed: int, out: Path, extra: dict) -> dict:
     config = {
         "env": ENV,
         "env_config": ENV_CONFIG,
@@ -61,6 +61,7 @@ def train(central_critic: bool, steps: int, seed: int, out: Path) -> dict:
         "gamma": 0.99,
         "lam": 0.95,
         "metrics_smoothing_episodes": 200,
+        **extra,
     }
     label = "mappo" if central_critic else "ippo"
     algo, rows, start = PPO(config), [], time.perf_counter()
@@ -89,14 +90,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--random-episodes", type=int, default=500)
     parser.add_argument("--out", default="runs/bench-mappo-spread")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a PPO config key for both runs, e.g. --set grad_clip=10 (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args()
+    extra = {key: json.loads(value) for key, _, value in (item.partition("=") for item in args.set)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     baseline = random_return(args.random_episodes, args.seed)
     target = baseline + 0.25 * abs(baseline)
     runs = {
-        "ippo": train(False, args.steps, args.seed, out),
-        "mappo": train(True, args.steps, args.seed, out),
+        "ippo": train(False, args.steps, args.seed, out, extra),
+        "mappo": train(True, args.steps, args.seed, out, extra),
     }
     print(json.dumps({
         "bench": "mappo_spread",
@@ -106,6 +112,7 @@ def main() -> None:
         **{f"{name}_met": run["return"] >= target for name, run in runs.items()},
         **{f"{name}_time_s": run["time_s"] for name, run in runs.items()},
         "env_steps": args.steps,
+        "settings": extra,
     }))  # fmt: skip
 
 

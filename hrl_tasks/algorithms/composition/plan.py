@@ -69,21 +69,21 @@ class Composition(Algorithm):
 
 def composed_plan(algo: Algorithm, workers, ctx):
     """The flow of every trained policy's algorithm, fed by one duplicated rollout flow."""
-    policy_map = workers.local_worker.policy
-    groups: dict[type, list] = {}
-    for pid in policy_map.policies_to_train:
-        groups.setdefault(algo.policy_algorithms[pid], []).append(pid)
-    for cls in groups:
+    trained = list(workers.local_worker.policy.policies_to_train)
+    for pid in trained:
+        cls = algo.policy_algorithms[pid]
         if getattr(cls, "policy_flow", None) is None:
             raise ConfigError(
-                f"{cls.name} has no sub-flow for a composition; its policies can act "
-                "(leave them out of policies_to_train) but not learn here"
+                f"{cls.name} has no sub-flow for a composition; policy {pid!r} can act "
+                "(leave it out of policies_to_train) but not learn here"
             )
     rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync", speculative=False)
-    inputs = rollouts.duplicate(max(1, len(groups)))
-    flows = [
-        cls.policy_flow(stream, workers, ctx, pids, algo.policy_configs[pids[0]])
-        for stream, (cls, pids) in zip(inputs, groups.items(), strict=False)
+    inputs = rollouts.duplicate(max(1, len(trained)))
+    flows = [  # one sub-flow per trained policy, with that policy's own keys
+        algo.policy_algorithms[pid].policy_flow(
+            stream, workers, ctx, [pid], algo.policy_configs[pid]
+        )
+        for stream, pid in zip(inputs, trained, strict=False)
     ]
     if not flows:  # nothing learns: the rollouts alone (evaluation-like runs)
         flows = [inputs[0]]
