@@ -48,6 +48,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in ("ttt", "c4", "rooms", "mappo"):
         parser.add_argument(f"--{name}", type=Path)
+    parser.add_argument("--mappo-target", type=float, help="the target return line (printed "
+                        "by bench/mappo_spread.py)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("docs/learning"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,7 @@ def main() -> None:
             if (args.mappo / f"{name}.jsonl").exists()
         }  # fmt: skip
         plot(series, args.out / "mappo-spread.png", "simple_spread (mpe2), 3 agents",
-             "env steps", "episode return (sum over agents)")  # fmt: skip
+             "env steps", "episode return (sum over agents)", args.mappo_target)  # fmt: skip
 
 
 if __name__ == "__main__":
