@@ -3,10 +3,13 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from hrl_tasks.cli import build_parser, main, parse_value
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_help_lists_algorithms_and_options(capsys):
@@ -165,6 +168,18 @@ def test_train_runs_a_multi_agent_experiment_from_a_python_file(tmp_path, capsys
             str(tmp_path / "shared"), "--no-progress", "--num-workers", "1", "--set",
             "train_batch_size=64"]  # fmt: skip
     assert main(argv) == 0  # one policy shared by both players, no file needed
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples" / "multiagent").glob("*.py")),
+                         ids=lambda p: p.name)  # fmt: skip
+def test_the_example_experiment_files_hold_valid_configs(path):
+    from hrl_tasks.algorithms import get_algorithm
+    from hrl_tasks.cli import experiment_config, read_experiment
+
+    experiment = read_experiment(path)
+    config = experiment_config(experiment)
+    get_algorithm(experiment["algorithm"]).config_class.from_dict(config)
+    assert experiment["stop"] and callable(config["policy_mapping_fn"])
 
 
 @pytest.mark.parametrize(
