@@ -2,7 +2,7 @@
 
     python bench/plot_multiagent.py --ttt runs/bench-multiagent-tictactoe \\
         --c4 runs/bench-selfplay-connect-four --rooms runs/bench-hierarchical-rooms \\
-        --mappo runs/bench-mappo-spread --out docs/learning
+        --mappo runs/bench-mappo-spread=clip0.5 --out docs/learning
 
 Each argument is a bench's ``--out`` directory; missing ones are skipped.
 """
@@ -46,8 +46,10 @@ def evaluated(data: list[dict], key: str, x: str = "env_steps") -> tuple[list, l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name in ("ttt", "c4", "rooms", "mappo"):
+    for name in ("ttt", "c4", "rooms"):
         parser.add_argument(f"--{name}", type=Path)
+    parser.add_argument("--mappo", type=Path, nargs="+", metavar="DIR[=LABEL]",
+                        help="runs of bench/mappo_spread.py; a label names each's settings")  # fmt: skip
     parser.add_argument("--mappo-target", type=float, help="the target return line (printed "
                         "by bench/mappo_spread.py)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("docs/learning"))
@@ -73,13 +75,16 @@ def main() -> None:
         }
         plot(series, args.out / "hierarchical-rooms.png", "Rooms (4 x 4, 500 steps)",
              "env steps", "episodes reaching the goal")  # fmt: skip
-    if args.mappo and (args.mappo / "ippo.jsonl").exists():
-        series = {
-            label: evaluated(rows(args.mappo / f"{name}.jsonl"), "episode_return_mean",
-                             x="env_steps_sampled")
-            for name, label in (("ippo", "independent PPO"), ("mappo", "central critic (MAPPO)"))
-            if (args.mappo / f"{name}.jsonl").exists()
-        }  # fmt: skip
+    if args.mappo:
+        series = {}
+        for item in args.mappo:
+            directory, _, settings = str(item).partition("=")
+            for name, label in (("ippo", "independent PPO"), ("mappo", "central critic")):
+                path = Path(directory) / f"{name}.jsonl"
+                if path.exists():
+                    series[f"{label}, {settings}" if settings else label] = evaluated(
+                        rows(path), "episode_return_mean", x="env_steps_sampled"
+                    )
         plot(series, args.out / "mappo-spread.png", "simple_spread (mpe2), 3 agents",
              "env steps", "episode return (sum over agents)", args.mappo_target)  # fmt: skip
 
