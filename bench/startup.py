@@ -1,0 +1,107 @@
+"""Start-up as a user waits for it: whole processes, timed from outside, against
+Stable-Baselines3 in the same run.
+
+Interleaved, ``--reps`` times each (the machine's speed drifts):
+
+* ``sb3``: a process that imports Stable-Baselines3 and builds its
+  ``PPO("MlpPolicy", "CartPole-v1")`` (torch at one thread), the baseline;
+* ``train``: ``hrl-tasks train ppo --env CartPole-v1 --stop-iters 1``, exit included;
+* ``help``: ``hrl-tasks --help``; ``usage``: ``hrl-tasks train ppx`` (a usage error).
+
+With ``--solve``, also the whole ``hrl-tasks train ppo --env CartPole-v1
+--stop-reward 450`` process against a whole Stable-Baselines3 process with the
+rl-zoo settings of ``bench/ppo_cartpole.py`` until the same target, seed by seed,
+the libraries alternating.
+
+Targets (issue 18): train ≤ 1.0x sb3; help and usage ≤ 0.2x sb3; solve ≤ 0.7x
+(median of the per-seed ratios over at least 6 seeds). Prints one JSON line.
+
+    python bench/startup.py --reps 5 [--solve --seeds 0 1 2 3 4 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SB3_BUILD = (
+    "import torch; torch.set_num_threads(1)\n"
+    "from stable_baselines3 import PPO\n"
+    "PPO('MlpPolicy', 'CartPole-v1')\n"
+)
+SB3_SOLVE = """
+import sys, torch
+torch.set_num_threads(1)
+sys.path.insert(0, {bench!r})
+from ppo_cartpole import sb3_time_to_solve
+sb3_time_to_solve({seed}, {budget})
+"""
+CLI = [sys.executable, "-m", "hrl_tasks.cli"]
+
+
+def timed(command: list[str], cwd: str) -> float:
+    """Wall seconds of a whole process; raises if it fails (a usage error exits 2)."""
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900)
+    seconds = time.perf_counter() - start
+    if done.returncode not in (0, 2):
+        raise RuntimeError(f"{command} exited {done.returncode}: {done.stderr[-2000:]}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--solve", action="store_true")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
+    parser.add_argument("--budget", type=int, default=300_000)
+    args = parser.parse_args()
+    bench = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory() as work:
+        commands = {
+            "sb3": [sys.executable, "-c", SB3_BUILD],
+            "train": [*CLI, "train", "ppo", "--env", "CartPole-v1", "--stop-iters", "1",
+                      "--no-progress", "--out", os.path.join(work, "run")],
+            "help": [*CLI, "--help"],
+            "usage": [*CLI, "train", "ppx"],
+        }  # fmt: skip
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for rep in range(args.reps):
+            names = list(commands)
+            names = names[rep % len(names) :] + names[: rep % len(names)]  # rotate the order
+            for name in names:
+                times[name].append(timed(commands[name], work))
+        medians = {name: statistics.median(values) for name, values in times.items()}
+        result = {
+            "bench": "startup",
+            "reps": args.reps,
+            **{f"{name}_s": round(value, 2) for name, value in medians.items()},
+            **{f"{name}_ratio": round(medians[name] / medians["sb3"], 2)
+               for name in ("train", "help", "usage")},
+        }  # fmt: skip
+        if args.solve:
+            ratios, pairs = [], []
+            for seed in args.seeds:
+                ours = timed([*CLI, "train", "ppo", "--env", "CartPole-v1", "--stop-reward",
+                              "450", "--stop-steps", str(args.budget), "--seed", str(seed),
+                              "--no-progress", "--out", os.path.join(work, f"solve-{seed}")],
+                             work)  # fmt: skip
+                theirs = timed(
+                    [sys.executable, "-c",
+                     SB3_SOLVE.format(bench=bench, seed=seed, budget=args.budget)], work
+                )  # fmt: skip
+                ratios.append(ours / theirs)
+                pairs.append([round(ours, 1), round(theirs, 1)])
+            result.update(solve_ratio_median=round(statistics.median(ratios), 2),
+                          solve_seconds_per_seed=pairs)  # fmt: skip
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
