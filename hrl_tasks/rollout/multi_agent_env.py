@@ -72,12 +72,8 @@ class MultiAgentEnv:
         """Releases what the env holds."""
 
 
-class ParallelEnvAdapter(MultiAgentEnv):
-    """A PettingZoo ``ParallelEnv`` as a `MultiAgentEnv`: every live agent acts each step.
-
-    The episode is over when no agent is left (``env.agents`` is empty), or when
-    every agent that was live finished at this step.
-    """
+class _Wrapper(MultiAgentEnv):
+    """What the adapters and wrappers share: the wrapped env, its agents and spaces."""
 
     def __init__(self, env: Any) -> None:
         self.env = env
@@ -88,6 +84,17 @@ class ParallelEnvAdapter(MultiAgentEnv):
 
     def action_space(self, agent: AgentID) -> gym.Space:
         return self.env.action_space(agent)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class ParallelEnvAdapter(_Wrapper):
+    """A PettingZoo ``ParallelEnv`` as a `MultiAgentEnv`: every live agent acts each step.
+
+    The episode is over when no agent is left (``env.agents`` is empty), or when
+    every agent that was live finished at this step.
+    """
 
     def reset(self, *, seed=None, options=None):
         obs, infos = self.env.reset(seed=seed, options=options)
@@ -102,11 +109,8 @@ class ParallelEnvAdapter(MultiAgentEnv):
         terminateds[ALL], truncateds[ALL] = over and not truncated_all, truncated_all
         return dict(obs), dict(rewards), terminateds, truncateds, dict(infos)
 
-    def close(self) -> None:
-        self.env.close()
 
-
-class TurnBasedEnvAdapter(MultiAgentEnv):
+class TurnBasedEnvAdapter(_Wrapper):
     """A PettingZoo ``AECEnv`` (turn-based) as a `MultiAgentEnv`.
 
     Each step has one agent to act: ``obs`` holds only ``env.agent_selection``,
@@ -115,16 +119,6 @@ class TurnBasedEnvAdapter(MultiAgentEnv):
     the adapter steps them out of the AEC env with ``None`` actions, as
     PettingZoo requires.
     """
-
-    def __init__(self, env: Any) -> None:
-        self.env = env
-        self.possible_agents = list(env.possible_agents)
-
-    def observation_space(self, agent: AgentID) -> gym.Space:
-        return self.env.observation_space(agent)
-
-    def action_space(self, agent: AgentID) -> gym.Space:
-        return self.env.action_space(agent)
 
     def reset(self, *, seed=None, options=None):
         self.env.reset(seed=seed, options=options)
@@ -157,11 +151,8 @@ class TurnBasedEnvAdapter(MultiAgentEnv):
         terminateds[ALL], truncateds[ALL] = over and not truncated_all, truncated_all
         return obs, rewards, terminateds, truncateds, infos
 
-    def close(self) -> None:
-        self.env.close()
 
-
-class CentralCriticEnv(MultiAgentEnv):
+class CentralCriticEnv(_Wrapper):
     """Each agent's observation followed by the global state, for a centralized critic.
 
     The global state is the wrapped env's ``state()`` when it has one (PettingZoo
@@ -177,8 +168,7 @@ class CentralCriticEnv(MultiAgentEnv):
     def __init__(self, env: MultiAgentEnv) -> None:
         from hrl_tasks.policies.spaces import StateBox, UnsupportedSpaceError
 
-        self.env = env
-        self.possible_agents = list(env.possible_agents)
+        super().__init__(env)
         spaces = {agent: env.observation_space(agent) for agent in self.possible_agents}
         for agent, space in spaces.items():
             if not isinstance(space, gym.spaces.Box):
@@ -214,9 +204,6 @@ class CentralCriticEnv(MultiAgentEnv):
     def observation_space(self, agent: AgentID) -> gym.Space:
         return self._spaces[agent]
 
-    def action_space(self, agent: AgentID) -> gym.Space:
-        return self.env.action_space(agent)
-
     def _augment(self, obs: dict) -> dict:
         for agent, observation in obs.items():
             self._latest[agent] = np.asarray(observation, np.float32).ravel()
@@ -240,9 +227,6 @@ class CentralCriticEnv(MultiAgentEnv):
     def step(self, actions):
         obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
         return self._augment(obs), rewards, terminateds, truncateds, infos
-
-    def close(self) -> None:
-        self.env.close()
 
 
 @dataclass(frozen=True, repr=False)
