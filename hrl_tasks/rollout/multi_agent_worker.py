@@ -38,7 +38,7 @@ from hrl_tasks.policies import Policy
 from hrl_tasks.policies.policy_map import PolicyMap, policy_observation
 from hrl_tasks.rollout.env import EnvError, EnvLike, env_name
 from hrl_tasks.rollout.multi_agent_env import ALL, MultiAgentEnv, make_multi_agent_env
-from hrl_tasks.rollout.worker import EPS_ID_BITS, _torch_single_thread, derive_seed
+from hrl_tasks.rollout.worker import EPS_ID_BITS, WorkerCalls, _torch_single_thread, derive_seed
 
 MAX_EPISODE_STEPS = 1_000_000  # whole episodes are sampled: one that never ends is an error
 
@@ -62,7 +62,7 @@ class Episode:
     length: int = 0
 
 
-class MultiAgentRolloutWorker:
+class MultiAgentRolloutWorker(WorkerCalls):
     """Samples whole multi-agent episodes with a `PolicyMap` (see the module doc).
 
     Args:
@@ -263,25 +263,7 @@ class MultiAgentRolloutWorker:
         metrics["episode_returns"].append(float(sum(episode.returns.values())))
         metrics["episode_lengths"].append(episode.length)
 
-    # Weights, learning, metrics ------------------------------------------------------
-
-    def get_weights(self) -> dict[Any, dict[str, np.ndarray]]:
-        """Every policy's weights, by policy id."""
-        return self.policy.get_weights()
-
-    def set_weights(self, weights: Mapping[Any, dict[str, np.ndarray]]) -> None:
-        """Loads weights by policy id (the policies named)."""
-        self.policy.set_weights(weights)
-
-    def learn_on_batch(self, batch: MultiAgentBatch) -> dict[str, Any]:
-        """``policy.learn_on_batch(batch)``, for a local learner."""
-        return self.policy.learn_on_batch(batch)
-
-    def get_metrics(self) -> dict[str, Any]:
-        """As `RolloutWorker.get_metrics`."""
-        unreported = self._unreported
-        self._unreported = {key: [] for key in unreported}
-        return {"worker_index": self.worker_index, **self._totals, **unreported}
+    # Random numbers, closing (weights, learning and metrics: WorkerCalls) -----------
 
     def get_rng_state(self) -> dict[str, Any]:
         """The policies' random-number states and the next episode id."""
@@ -291,14 +273,6 @@ class MultiAgentRolloutWorker:
         """Restores a `get_rng_state` result."""
         self.policy.set_rng_state(state.get("policy"))
         self._next_eps = int(state["next_episode_id"])
-
-    def apply(self, fn, *args: Any) -> Any:
-        """Returns ``fn(self, *args)``, run where the worker lives."""
-        return fn(self, *args)
-
-    def ping(self) -> str:
-        """Returns ``"pong"``."""
-        return "pong"
 
     def close(self) -> None:
         """Closes the envs."""

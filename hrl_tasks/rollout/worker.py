@@ -61,7 +61,44 @@ def derive_seed(seed: int, *salt: int) -> int:
     return int(np.random.SeedSequence([seed, *salt]).generate_state(1)[0] >> 1)
 
 
-class RolloutWorker:
+class WorkerCalls:
+    """The calls every rollout worker answers alike, over its ``policy`` and counters
+    (`RolloutWorker`, and `MultiAgentRolloutWorker`, whose policy is a `PolicyMap`)."""
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The policy's weights (numpy)."""
+        return self.policy.get_weights()
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Loads weights into the policy."""
+        self.policy.set_weights(weights)
+
+    def learn_on_batch(self, batch: SampleBatch) -> dict[str, Any]:
+        """``policy.learn_on_batch(batch)``, for a local learner."""
+        return self.policy.learn_on_batch(batch)
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Totals since construction, and the episodes ended since the last call.
+
+        Returns:
+            ``worker_index``, ``env_steps``, ``episodes`` and ``env_errors``
+            (totals), ``episode_returns`` and ``episode_lengths`` (since the
+            previous `get_metrics`).
+        """
+        unreported = self._unreported
+        self._unreported = {key: [] for key in unreported}
+        return {"worker_index": self.worker_index, **self._totals, **unreported}
+
+    def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Returns ``fn(self, *args)``, run where the worker lives."""
+        return fn(self, *args)
+
+    def ping(self) -> str:
+        """Returns ``"pong"``: the worker is alive and its earlier calls have run."""
+        return "pong"
+
+
+class RolloutWorker(WorkerCalls):
     """Samples experience with a policy copy in a gymnasium vector env.
 
     Args:
@@ -330,31 +367,7 @@ class RolloutWorker:
         next_values[terminateds] = 0.0
         return next_values
 
-    # Weights, learning, metrics -----------------------------------------------------
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """The policy's weights (numpy)."""
-        return self.policy.get_weights()
-
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        """Loads weights into the policy."""
-        self.policy.set_weights(weights)
-
-    def learn_on_batch(self, batch: SampleBatch) -> dict[str, Any]:
-        """``policy.learn_on_batch(batch)``, for a local learner."""
-        return self.policy.learn_on_batch(batch)
-
-    def get_metrics(self) -> dict[str, Any]:
-        """Totals since construction, and the episodes ended since the last call.
-
-        Returns:
-            ``worker_index``, ``env_steps``, ``episodes`` and ``env_errors``
-            (totals), ``episode_returns`` and ``episode_lengths`` (since the
-            previous `get_metrics`).
-        """
-        unreported = self._unreported
-        self._unreported = {key: [] for key in unreported}
-        return {"worker_index": self.worker_index, **self._totals, **unreported}
+    # Random numbers, closing (weights, learning and metrics: WorkerCalls) -----------
 
     def get_rng_state(self) -> dict[str, Any]:
         """The random-number states of the policy and of each sub-env, and the next
@@ -372,14 +385,6 @@ class RolloutWorker:
         for env, env_state in zip(self.env.envs, state["envs"], strict=False):
             env.unwrapped.np_random = generator_from_state(env_state)
         self._next_eps = int(state["next_episode_id"])
-
-    def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Returns ``fn(self, *args)``, run where the worker lives."""
-        return fn(self, *args)
-
-    def ping(self) -> str:
-        """Returns ``"pong"``: the worker is alive and its earlier calls have run."""
-        return "pong"
 
     def close(self) -> None:
         """Closes the env (the engine calls this when the worker is killed)."""
