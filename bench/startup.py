@@ -16,7 +16,11 @@ the libraries alternating.
 Targets (issue 18): train ≤ 1.0x sb3; help and usage ≤ 0.2x sb3; solve ≤ 0.7x
 (median of the per-seed ratios over at least 6 seeds). Prints one JSON line.
 
-    python bench/startup.py --reps 5 [--solve --seeds 0 1 2 3 4 5]
+    python bench/startup.py --reps 5 [--solve --seeds 0 1 2 3 4 5] [--phases]
+
+``--phases`` also times the phases of a one-iteration run inside one process
+(imports, the embedded cluster, the rollout workers, iterations, checkpoint,
+the curve, closing), to show where the start-up goes.
 """
 
 from __future__ import annotations
@@ -43,6 +47,32 @@ from ppo_cartpole import sb3_time_to_solve
 sb3_time_to_solve({seed}, {budget})
 """
 CLI = [sys.executable, "-m", "hrl_tasks.cli"]
+PHASES = """
+import json, time
+t = [("start", time.perf_counter())]
+def mark(name):
+    t.append((name, time.perf_counter()))
+from hrl_tasks.algorithms import PPO
+mark("import algorithms (torch)")
+from hrl_tasks import Engine
+engine = Engine.local(n_workers=2, threads_per_worker=1)
+mark("Engine.local")
+algo = PPO({{"env": "CartPole-v1"}}, engine=engine)
+mark("build PPO (rollout workers)")
+algo.train()
+mark("first iteration")
+algo.train()
+mark("second iteration")
+algo.save({path!r})
+mark("checkpoint")
+from hrl_tasks.plotting import plot_learning_curve
+plot_learning_curve({{"ppo": []}}, {png!r})
+mark("matplotlib and the curve")
+algo.stop()
+engine.close()
+mark("close")
+print(json.dumps({{b[0]: round(b[1] - a[1], 2) for a, b in zip(t, t[1:])}}))
+"""
 
 
 def timed(command: list[str], cwd: str) -> float:
@@ -61,6 +91,8 @@ def main() -> None:
     parser.add_argument("--solve", action="store_true")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
     parser.add_argument("--budget", type=int, default=300_000)
+    parser.add_argument("--phases", action="store_true",
+                        help="also time the phases of a one-iteration run inside one process")  # fmt: skip
     args = parser.parse_args()
     bench = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory() as work:
@@ -100,6 +132,11 @@ def main() -> None:
                 pairs.append([round(ours, 1), round(theirs, 1)])
             result.update(solve_ratio_median=round(statistics.median(ratios), 2),
                           solve_seconds_per_seed=pairs)  # fmt: skip
+        if args.phases:
+            code = PHASES.format(path=os.path.join(work, "p.hrl"), png=os.path.join(work, "p.png"))
+            done = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True,
+                                  text=True, timeout=300)  # fmt: skip
+            result["phases_s"] = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(result))
 
 
