@@ -26,7 +26,6 @@ played, one per agent and episode).
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +37,7 @@ from hrl_tasks.policies import Policy
 from hrl_tasks.policies.policy_map import PolicyMap, policy_observation
 from hrl_tasks.rollout.env import EnvError, EnvLike, env_name
 from hrl_tasks.rollout.multi_agent_env import ALL, MultiAgentEnv, make_multi_agent_env
-from hrl_tasks.rollout.worker import EPS_ID_BITS, WorkerCalls, _torch_single_thread, derive_seed
+from hrl_tasks.rollout.worker import WorkerCalls, _torch_single_thread, derive_seed
 
 MAX_EPISODE_STEPS = 1_000_000  # whole episodes are sampled: one that never ends is an error
 
@@ -109,12 +108,8 @@ class MultiAgentRolloutWorker(WorkerCalls):
         self.policy: PolicyMap = policy
         if single_thread:
             _torch_single_thread()
-        if seed is not None:
-            self.policy.seed(derive_seed(seed, self.worker_index, 1))
-        elif self.worker_index != 0:
-            self.policy.seed(derive_seed(secrets.randbits(62), self.worker_index, 1))
-        first_eps = 0 if seed is not None else secrets.randbits(EPS_ID_BITS - 1)
-        self._next_eps = (self.worker_index << EPS_ID_BITS) + first_eps
+        self._seed_policy(seed)
+        self._next_eps = self._first_episode_id(seed)
         env_seed = None if seed is None else derive_seed(seed, self.worker_index, 0)
         self._obs: list[dict] = []
         self._episodes: list[Episode] = []

@@ -97,6 +97,18 @@ class WorkerCalls:
         """Returns ``"pong"``: the worker is alive and its earlier calls have run."""
         return "pong"
 
+    def _seed_policy(self, seed: int | None) -> None:
+        if seed is not None:
+            self.policy.seed(derive_seed(seed, self.worker_index, 1))
+        elif self.worker_index != 0:  # copies of one policy must not explore in lockstep
+            self.policy.seed(derive_seed(secrets.randbits(62), self.worker_index, 1))
+
+    def _first_episode_id(self, seed: int | None) -> int:
+        """The worker index in the high bits; with no seed a random offset, so that a
+        re-created worker does not reuse its ids."""
+        first = 0 if seed is not None else secrets.randbits(EPS_ID_BITS - 1)
+        return (self.worker_index << EPS_ID_BITS) + first
+
 
 class RolloutWorker(WorkerCalls):
     """Samples experience with a policy copy in a gymnasium vector env.
@@ -159,8 +171,7 @@ class RolloutWorker(WorkerCalls):
         self._seed_policy(seed)
         self._action_bounds = self._bounds(self.env.single_action_space)
         self._obs, _ = self.env.reset(seed=env_seed)
-        first_eps = 0 if seed is not None else secrets.randbits(EPS_ID_BITS - 1)
-        self._next_eps = (self.worker_index << EPS_ID_BITS) + first_eps
+        self._next_eps = self._first_episode_id(seed)
         self._eps_id = np.array([self._new_eps_id() for _ in range(num_envs)], np.int64)
         self._ep_return = np.zeros(num_envs, np.float64)
         self._ep_len = np.zeros(num_envs, np.int64)
@@ -178,12 +189,6 @@ class RolloutWorker(WorkerCalls):
         if not isinstance(policy, Policy):
             raise TypeError(f"the policy factory returned {type(policy).__name__}, not a Policy")
         return policy
-
-    def _seed_policy(self, seed: int | None) -> None:
-        if seed is not None:
-            self.policy.seed(derive_seed(seed, self.worker_index, 1))
-        elif self.worker_index != 0:  # copies of one policy must not explore in lockstep
-            self.policy.seed(derive_seed(secrets.randbits(62), self.worker_index, 1))
 
     @staticmethod
     def _bounds(space: gym.Space) -> tuple[np.ndarray, np.ndarray] | None:
