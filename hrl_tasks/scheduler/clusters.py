@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import sys
 
 import dask
@@ -359,11 +360,24 @@ def start_batch_cluster(
     declared = {**declared, **given}
     # One word: dask-jobqueue joins the arguments unquoted.
     extra += ["--resources", ",".join(f"{k}={v:g}" for k, v in declared.items())]
-    cluster = getattr(dask_jobqueue, BATCH_SYSTEMS[system])(worker_extra_args=extra, **options)
+    prologue = list(options.pop("job_script_prologue", None)
+                    or dask.config.get(f"jobqueue.{system}.job-script-prologue", None) or [])  # fmt: skip
+    prologue += allocator_exports(os.environ)
+    cluster = getattr(dask_jobqueue, BATCH_SYSTEMS[system])(
+        worker_extra_args=extra, job_script_prologue=prologue, **options
+    )
     # Adaptive with a fixed size, not scale(): a job that ends (walltime, scancel, a
     # pre-empted node) is replaced; scale() would leave it counted and gone.
     cluster.adapt(minimum_jobs=jobs, maximum_jobs=jobs)
     return cluster
+
+
+def allocator_exports(environ) -> list[str]:
+    """Shell lines that give worker jobs the driver's glibc allocator settings
+    (``MALLOC_*``, such as ``MALLOC_MMAP_THRESHOLD_`` for long IMPALA runs, see
+    docs/benchmarks.md), which PBS, SGE and LSF jobs would not inherit. Pure."""
+    return [f"export {k}={shlex.quote(v)}" for k, v in sorted(environ.items())
+            if k.startswith("MALLOC_")]  # fmt: skip
 
 
 def without_resources(args: list[str]) -> tuple[list[str], dict]:

@@ -69,6 +69,10 @@ class TrialScheduler(ABC):
         decision = scheduler.on_result(trial_id, iteration, value)  # after each iteration
         scheduler.on_checkpoint(trial_id)                            # after each save
         scheduler.on_trial_complete(trial_id)                        # when it ends
+
+    ``iteration`` is the trial's progress in whatever unit the caller counts: `tune`
+    passes training iterations, or env steps when its only budget is ``--stop-steps``
+    (``max_t``, grace periods and intervals are then in env steps too).
     """
 
     def on_trial_add(self, trial_id: Hashable, config: Mapping[str, Any]) -> None:

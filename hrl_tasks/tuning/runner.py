@@ -69,11 +69,13 @@ def run_chunk(
     until: int | None,
     stop: dict,
     seconds: float,
+    time_attr: str = "iteration",
 ) -> dict:
     """Train one stretch of a trial; runs in a task (or in the driver, engine permitting).
 
     Builds ``algorithm`` with ``config`` on the current engine, loads ``state`` if
-    given, and trains until iteration ``until``, a ``stop`` condition, or
+    given, and trains until its ``time_attr`` (``"iteration"`` or
+    ``"env_steps_sampled"``) reaches ``until``, a ``stop`` condition holds, or
     ``seconds`` have passed (checked after each iteration).
 
     Returns:
@@ -94,7 +96,7 @@ def run_chunk(
         while True:
             result = algo.train()
             results.append(jsonable({k: v for k, v in result.items() if k != "engine"}))
-            if until is not None and result["iteration"] >= until:
+            if until is not None and result.get(time_attr, 0) >= until:
                 break
             if stop_reached(result, stop) or time.monotonic() - start >= seconds:
                 break
@@ -179,12 +181,14 @@ class Trial:
 
 @dataclass
 class TuneResult:
-    """What `tune` returns: every trial, and the best one by ``metric`` and ``mode``."""
+    """What `tune` returns: every trial, and the best one by ``metric`` and ``mode``.
+    Each trial's ``config`` holds its searched keys; ``fixed`` the keys all shared."""
 
     trials: list[dict]
     metric: str
     mode: Mode
     out: Path | None = None
+    fixed: dict = field(default_factory=dict)
 
     @property
     def best_trial(self) -> dict | None:
@@ -197,9 +201,10 @@ class TuneResult:
 
     @property
     def best_config(self) -> dict | None:
-        """The best trial's config (searched and fixed keys)."""
+        """The best trial's whole config, the fixed keys and its searched ones: what
+        `hrl_tasks.train` takes to train it again."""
         best = self.best_trial
-        return None if best is None else dict(best["config"])
+        return None if best is None else {**self.fixed, **best["config"]}
 
     @property
     def best_checkpoint(self) -> str | None:
@@ -217,13 +222,13 @@ def make_scheduler(
 ) -> TrialScheduler:
     """The trial scheduler called ``scheduler``, with defaults taken from ``stop``.
 
-    ASHA judges in iterations up to ``stop["iteration"]`` (100 without it), first
-    after a sixteenth of that; PBT takes a step every tenth of it. Pass a
-    `TrialScheduler` for other settings.
+    ASHA judges in the units of `scheduler_budget` up to its budget, first after a
+    sixteenth of it; PBT takes a step every tenth of it. Pass a `TrialScheduler` for
+    other settings.
     """
     if isinstance(scheduler, TrialScheduler):
         return scheduler
-    max_t = int(stop.get("iteration", 100))
+    max_t = scheduler_budget(stop)[1]
     if scheduler == "fifo":
         return FIFOScheduler()
     if scheduler == "asha":
@@ -231,6 +236,15 @@ def make_scheduler(
     if scheduler == "pbt":
         return PBTScheduler(space, perturbation_interval=max(1, max_t // 10), mode=mode, seed=seed)
     raise SearchError(f"unknown scheduler {scheduler!r}; available: {', '.join(SCHEDULERS)}")
+
+
+def scheduler_budget(stop: Mapping[str, Any]) -> tuple[str, int]:
+    """What trial schedulers count a trial's progress in, and its budget there: the
+    iterations of ``stop["iteration"]``; else the env steps of
+    ``stop["env_steps_sampled"]`` (``--stop-steps``); else 100 iterations. Pure."""
+    if "iteration" in stop or "env_steps_sampled" not in stop:
+        return "iteration", int(stop.get("iteration", 100))
+    return "env_steps_sampled", int(stop["env_steps_sampled"])
 
 
 # --- the search ----------------------------------------------------------------------
@@ -264,6 +278,7 @@ class Search:
         self.trial_resources, self.max_concurrent = trial_resources, max_concurrent
         self.checkpoint_interval_s, self.max_failures = checkpoint_interval_s, max_failures
         self.reporter = reporter
+        self.time_attr = scheduler_budget(stop)[0]
         from hrl_tasks.algorithms import get_algorithm
 
         self.config_class = get_algorithm(algorithm).config_class
@@ -336,10 +351,10 @@ class Search:
         return trial
 
     def start_chunk(self, trial: Trial) -> None:
-        until = self.scheduler.next_decision(trial.trial_id, trial.iterations)
+        until = self.scheduler.next_decision(trial.trial_id, self.elapsed(trial))
         ref = self.engine.submit(
             run_chunk, self.algorithm, {**self.config, **trial.config}, trial.state, until,
-            self.stop, self.checkpoint_interval_s,
+            self.stop, self.checkpoint_interval_s, self.time_attr,
             resources=self.trial_resources or None, name=f"trial-{trial.trial_id}",
         )  # fmt: skip
         trial.status = RUNNING
@@ -361,7 +376,7 @@ class Search:
         for result in chunk["results"]:
             self.record(trial, result)
             decision = self.scheduler.on_result(
-                trial.trial_id, trial.iterations, self.value(result)
+                trial.trial_id, self.elapsed(trial), self.value(result)
             )
             if decision != CONTINUE:
                 break
@@ -373,8 +388,8 @@ class Search:
         if isinstance(decision, Exploit) and not finished:  # no source until it trains on
             source = self.trials[decision.source]
             trial.state, trial.config = source.state, dict(decision.config)
-            trial.iterations = int(source.state["iteration"])
-            self.scheduler.on_trial_restore(trial.trial_id, trial.iterations)
+            trial.iterations, trial.env_steps = int(source.state["iteration"]), source.env_steps
+            self.scheduler.on_trial_restore(trial.trial_id, self.elapsed(trial))
             self.log(trial, {"exploit": decision.source, "config": trial.config})
             self.save_checkpoint(trial)
         else:
@@ -383,10 +398,14 @@ class Search:
         if finished:
             self.end(trial, TERMINATED)
         elif decision == STOP:
-            at_the_end = getattr(self.scheduler, "max_t", math.inf) <= trial.iterations
+            at_the_end = getattr(self.scheduler, "max_t", math.inf) <= self.elapsed(trial)
             self.end(trial, TERMINATED if at_the_end else STOPPED)
         else:
             self.pause(trial)
+
+    def elapsed(self, trial: Trial) -> int:
+        """How far ``trial`` has trained, in what the trial scheduler counts."""
+        return trial.env_steps if self.time_attr == "env_steps_sampled" else trial.iterations
 
     def value(self, result: Mapping) -> float:
         value = result.get(self.metric)
@@ -433,7 +452,7 @@ class Search:
 
     def result(self) -> TuneResult:
         return TuneResult([t.record() for t in self.trials.values()], self.metric, self.mode,
-                          self.out)  # fmt: skip
+                          self.out, dict(self.config))  # fmt: skip
 
     # The output directory ----------------------------------------------------------------
 

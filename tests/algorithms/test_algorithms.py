@@ -121,8 +121,9 @@ def test_an_algorithm_trains_inside_a_task_and_stops_promptly(engine, algorithm)
     settings = dict(IN_A_TASK[algorithm], num_workers=1)
     found = engine.submit(train_inside_a_task, 2, algorithm, **settings).result(timeout=100)
     assert found["iteration"] == 2
-    # A kill that waited for its timeout (30 s) would mean a rollout worker never ended.
-    assert found["stop_s"] < 30.0
+    # A kill that waited for its timeout (30 s) would mean a rollout worker never ended;
+    # a clean stop takes well under a second.
+    assert found["stop_s"] < 10.0
 
 
 @pytest.mark.timeout(120)

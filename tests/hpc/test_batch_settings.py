@@ -3,6 +3,7 @@
 import pytest
 
 from hrl_tasks.scheduler.clusters import (
+    allocator_exports,
     batch_processes,
     probe_address,
     version_mismatches,
@@ -40,3 +41,11 @@ def test_versions_differ_by_hrl_tasks_version_or_by_major_version_of_the_others(
 def test_bad_addresses_are_named_at_once(address, says):
     with pytest.raises(OSError, match=says):
         probe_address(address, timeout=2)
+
+
+def test_the_drivers_allocator_settings_are_exported_to_worker_jobs_quoted():
+    environ = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_ARENA_MAX": "2 x", "HOME": "/root"}
+    assert allocator_exports(environ) == [
+        "export MALLOC_ARENA_MAX='2 x'",
+        "export MALLOC_MMAP_THRESHOLD_=65536",
+    ]

@@ -111,10 +111,16 @@ def test_the_command_line_submits_jobs_prints_them_and_resumes_on_new_ones(tmp_p
 
 
 @pytest.mark.timeout(300)
-def test_a_resource_only_worker_jobs_declare_places_rollout_workers_on_each_of_them(tmp_path):
+def test_a_resource_only_worker_jobs_declare_places_rollout_workers_on_each_of_them(
+    tmp_path, monkeypatch
+):
+    # The driver's allocator settings reach the worker jobs too.
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     # No GPU here: a custom resource name stands for one.
     with hrl_tasks.Engine.batch("slurm", 2, options(tmp_path), resources={"sampler": 1}) as engine:
         engine.client.wait_for_workers(2, timeout=120)
+        found = engine.client.run(os.getenv, "MALLOC_MMAP_THRESHOLD_")
+        assert set(found.values()) == {"65536"}, found
         declared = {w: r["declared"] for w, r in engine.resources().items()}
         assert all(r == {"CPU": 1.0, "sampler": 1.0} for r in declared.values()), declared
         algo = PPO(

@@ -51,6 +51,9 @@ def test_the_best_trial_follows_the_mode_and_skips_trials_without_a_value():
     trials = [{"trial_id": str(i), "best": b, "config": {"lr": i}, "checkpoint": f"c{i}"}
               for i, b in enumerate([1.0, None, 3.0, math.nan])]  # fmt: skip
     assert TuneResult(trials, "m", "max").best_config == {"lr": 2}
+    assert TuneResult(trials, "m", "max", fixed={"lr": 0, "gamma": 0.9}).best_config == {
+        "lr": 2, "gamma": 0.9,
+    }  # fmt: skip
     assert TuneResult(trials, "m", "min").best_checkpoint == "c0"
     assert TuneResult(trials[1:2], "m", "max").best_trial is None
 
@@ -84,7 +87,8 @@ def test_fifo_runs_every_trial_to_its_stop_and_writes_what_users_read(engine, tm
         assert [json.loads(x)["iteration"] for x in lines.splitlines()] == [1, 2, 3]
     assert sorted(t["config"]["lr"] for t in result.trials) == [1e-3, 1e-3, 3e-3, 3e-3]
     best = max(result.trials, key=lambda t: t["best"])
-    assert result.best_config == best["config"] and result.best_checkpoint == best["checkpoint"]
+    assert result.best_config == {**TINY, "env": "CartPole-v1", **best["config"]}
+    assert result.best_checkpoint == best["checkpoint"]
     rows = list(csv.DictReader((tmp_path / "results.csv").open()))
     assert [r["trial_id"] for r in rows] == [t["trial_id"] for t in result.trials]
     assert (tmp_path / "curves.png").stat().st_size > 10_000
@@ -212,16 +216,56 @@ def test_a_search_survives_a_killed_worker_process():
 
 def search_in_a_task(n):
     engine = hrl_tasks.current_engine()
+    config = dict(TINY, num_workers=2, rollout_worker_resources={"CPU": 1})
     result = hrl_tasks.tune("ppo", "CartPole-v1", space={"lr": loguniform(1e-4, 1e-2)},
-                            config=TINY, num_samples=n, stop={"iteration": 2}, engine=engine,
-                            trial_resources={})  # fmt: skip
-    return [t["status"] for t in result.trials]
+                            config=config, num_samples=n, stop={"iteration": 3},
+                            engine=engine, verbose=False)  # fmt: skip
+    return result.trials
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_a_search_inside_a_task_holds_what_its_trials_hold_from_the_root_ledger():
+    # Two processes with two threads each declare CPU=2 each. Each trial holds three
+    # slots (its task and two rollout workers): four threads would run several trials
+    # at once, the ledger only one. The search's own task lends its slot back while it
+    # waits, so that a parent never starves its children.
+    with hrl_tasks.Engine.local(n_workers=2, threads_per_worker=2) as engine:
+        trials = engine.submit(search_in_a_task, 3, resources={"CPU": 1}).result(timeout=280)
+    assert [t["status"] for t in trials] == ["TERMINATED"] * 3
+    assert most_at_once(trials) == 1
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_only_as_many_trials_run_at_once_as_the_ledger_has_room_for():
+    # Four threads, but each trial holds two of the four CPU slots: two at once.
+    config = dict(TINY, rollout_worker_resources={"CPU": 1})
+    with hrl_tasks.Engine.local(n_workers=2, threads_per_worker=2) as engine:
+        result = hrl_tasks.tune("ppo", "CartPole-v1", space={"lr": loguniform(1e-4, 1e-2)},
+                                config=config, num_samples=4, stop={"iteration": 3},
+                                engine=engine, verbose=False)  # fmt: skip
+    assert [t["status"] for t in result.trials] == ["TERMINATED"] * 4
+    assert most_at_once(result.trials) == 2
 
 
 @pytest.mark.cluster
 @pytest.mark.timeout(240)
-def test_a_search_runs_inside_a_task(engine):
-    assert engine.submit(search_in_a_task, 2).result(timeout=200) == ["TERMINATED"] * 2
+def test_asha_counts_env_steps_when_the_budget_is_env_steps(engine):
+    # --stop-steps alone: rungs and the end are in env steps, not a default of 100 iterations.
+    asha = hrl_tasks.tuning.runner.make_scheduler("asha", {}, {"env_steps_sampled": 640},
+                                                  "max", 0)  # fmt: skip
+    assert asha.max_t == 640 and asha.rungs[0] == 40
+    result = hrl_tasks.tune("ppo", "CartPole-v1", space={"lr": grid([1e-5, 3e-3])},
+                            config=TINY, scheduler="asha", stop={"env_steps_sampled": 640},
+                            engine=engine, verbose=False)  # fmt: skip
+    for trial in result.trials:
+        assert trial["status"] in ("TERMINATED", "STOPPED")
+        if trial["status"] == "TERMINATED":
+            assert trial["env_steps"] == 640 and trial["iterations"] == 10
+        else:  # stopped at the first rung it lost at, a multiple of 64 steps past it
+            assert any(r <= trial["env_steps"] < r + 64 for r in asha.rungs)
+    assert any(t["status"] == "TERMINATED" for t in result.trials)
 
 
 def test_the_table_counts_trials_by_status_and_names_the_best():
@@ -271,3 +315,40 @@ def test_a_search_from_the_command_line_ends_without_errors_on_stderr(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert "done: best trial" in run.stdout
     assert "Traceback" not in run.stderr and "CRITICAL" not in run.stderr, run.stderr[-3000:]
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_an_interrupted_search_from_the_command_line_resumes_without_rerunning_trials(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    argv = [sys.executable, "-m", "hrl_tasks.cli", "tune", "ppo", "--env", "CartPole-v1",
+            "--space", "lr=choice(0.001,0.002,0.003)", "--samples", "3", "--stop-iters", "4",
+            "--max-concurrent", "1", "--set", "num_workers=1", "--set", "train_batch_size=64",
+            "--out", str(tmp_path)]  # fmt: skip
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=tmp_path)  # fmt: skip
+    trials_json = tmp_path / "trials.json"
+    deadline = time.monotonic() + 150
+    finished = set()
+    while not finished and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.2)
+        try:
+            finished = {t["trial_id"] for t in json.loads(trials_json.read_text())
+                        if t["status"] == "TERMINATED"}  # fmt: skip
+        except (OSError, ValueError):  # not written yet, or written as it is read
+            continue
+    run.send_signal(signal.SIGINT)  # Ctrl-C
+    run.communicate(timeout=60)
+    before = {t["trial_id"]: t for t in json.loads(trials_json.read_text())}
+    finished = {i for i, t in before.items() if t["status"] == "TERMINATED"}
+    assert finished and len(finished) < 3
+    resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True,
+                             timeout=180, cwd=tmp_path)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = {t["trial_id"]: t for t in json.loads(trials_json.read_text())}
+    assert len(after) == 3 and {t["status"] for t in after.values()} == {"TERMINATED"}
+    for trial_id in finished:
+        assert after[trial_id]["chunks"] == before[trial_id]["chunks"]  # not run again
