@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -37,7 +38,12 @@ def slurm():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI runs SLURM (.ci/run starts it), but {why}")
         pytest.skip(why)
-    pytest.importorskip("dask_jobqueue", reason="needs the hpc extra: pip install -e .[hpc]")
+    try:
+        import dask_jobqueue  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI installs the test extra, which has dask-jobqueue")
+        pytest.skip("needs the hpc extra: pip install -e .[hpc]")
 
 
 def queued() -> set[str]:
@@ -138,25 +144,63 @@ def test_a_resource_only_worker_jobs_declare_places_rollout_workers_on_each_of_t
                                      engine=engine)  # fmt: skip
 
 
+def job_of(engine, address: str) -> str:
+    """The SLURM job id of the worker process at ``address`` (one process per job)."""
+    name = engine.client.scheduler_info()["workers"][address]["name"]
+    return str(engine.cluster.workers[name].job_id)
+
+
 @pytest.mark.timeout(300)
 def test_a_worker_job_cancelled_mid_training_costs_no_iteration_and_is_replaced(tmp_path):
+    # Each 1-CPU job holds one rollout worker: the lost one can only come back on the
+    # job that replaces the cancelled one.
     with hrl_tasks.Engine.batch("slurm", 2, options(tmp_path)) as engine:
         engine.client.wait_for_workers(2, timeout=120)
         first = job_ids(engine.cluster)
-        algo = PPO({"num_workers": 2, "train_batch_size": 256}, engine=engine)
+        algo = PPO({"num_workers": 2, "train_batch_size": 1024,
+                    "rollout_worker_resources": {"CPU": 1}}, engine=engine)  # fmt: skip
         try:
             for _ in range(3):
                 algo.train()
-            subprocess.run(["scancel", first[0]], check=True)
+            before = {h.address: job_of(engine, h.address) for h in algo.workers.remote_workers}
+            assert sorted(before.values()) == first
+            # Cancelled while training runs, not between two calls of train().
+            cancel = threading.Timer(0.5, subprocess.run, (["scancel", first[0]],))
+            cancel.start()
             results = [algo.train() for _ in range(12)]
+            cancel.join()
             assert [r["iteration"] for r in results] == list(range(4, 16))
-            # The lost rollout worker was re-created (on the other job or the new one).
-            assert sum(h.restarts for h in algo.workers.remote_workers) >= 1
-            engine.client.wait_for_workers(2, timeout=120)
+            assert sum(h.restarts for h in algo.workers.remote_workers) == 1
             now = job_ids(engine.cluster)
             assert first[0] not in now and len(set(now) - set(first)) >= 1
+            after = {job_of(engine, h.address) for h in algo.workers.remote_workers}
+            assert first[1] in after and after - {first[1]} <= set(now) - set(first), after
         finally:
             algo.stop()
+
+
+@pytest.mark.timeout(180)
+def test_settings_and_a_users_own_resources_come_from_dasks_jobqueue_configuration(tmp_path):
+    import dask
+
+    logs = tmp_path / "logs"
+    settings = {"jobqueue.slurm.cores": 1, "jobqueue.slurm.memory": "2GB",
+                "jobqueue.slurm.walltime": "00:19:00", "jobqueue.slurm.log-directory": str(logs),
+                "jobqueue.slurm.worker-extra-args": ["--resources", "sampler=1"]}  # fmt: skip
+    with dask.config.set(settings), hrl_tasks.Engine.batch("slurm", 1) as engine:
+        engine.client.wait_for_workers(1, timeout=120)
+        script = engine.cluster.job_script()
+        assert "#SBATCH -t 00:19:00" in script and "#SBATCH --mem=" in script, script
+        assert [r["declared"] for r in engine.resources().values()] == [
+            {"CPU": 1.0, "sampler": 1.0}
+        ]
+        algo = PPO({"num_workers": 1, "train_batch_size": 64,
+                    "rollout_worker_resources": {"sampler": 1}}, engine=engine)  # fmt: skip
+        try:
+            assert algo.train()["iteration"] == 1
+        finally:
+            algo.stop()
+    assert list(logs.glob("*.err")) or list(logs.glob("*.out")), "no job log in log-directory"
 
 
 @pytest.mark.timeout(300)

@@ -106,14 +106,13 @@ def stub_distribution(root, name, version):
 def test_a_worker_whose_environment_differs_is_named_at_connect(tmp_path):
     stub = stub_distribution(tmp_path / "stub", "gymnasium", "0.0.1")
     for cluster in start_external_cluster(tmp_path, [stub, ROOT]):
-        client = hrl.Engine  # the check runs before any engine exists
+        wait_for_a_worker(cluster.address)
         start = time.monotonic()
-        with pytest.raises(hrl.EngineError) as info:
-            wait_for_a_worker(cluster.address)
-            client.connect(cluster.address)
+        with pytest.raises(hrl.EngineError) as info:  # before any engine exists
+            hrl.Engine.connect(cluster.address)
         message = str(info.value)
         assert "gymnasium 0.0.1 (needs 1.x" in message and "tcp://" in message, message
-        assert time.monotonic() - start < 30
+        assert time.monotonic() - start < 10  # a connect takes about a second here
 
 
 def test_upload_gives_workers_without_the_package_this_one(tmp_path):
