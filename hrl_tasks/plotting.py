@@ -14,6 +14,16 @@ def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+def pyplot():
+    """``matplotlib.pyplot`` on the headless Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_learning_curve(
     runs: dict[str, Sequence[dict]],
     path: str | Path,
@@ -30,10 +40,7 @@ def plot_learning_curve(
         title: the plot's title.
         threshold: draw the target return as a dashed line.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     for label, metrics in runs.items():
@@ -68,10 +75,7 @@ def plot_win_rates(metrics: Sequence[dict], path: str | Path, title: str = "") -
         path: the PNG to write.
         title: the plot's title.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     opponents = sorted(
         {k.partition("/")[2] for m in metrics for k in m if k.startswith("win_rate/")}

@@ -20,6 +20,7 @@ from torch import nn
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy, normalize
+from hrl_tasks.policies.adam import Adam
 from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
 from hrl_tasks.policies.postprocessing import add_gae
 from hrl_tasks.policies.torch_policy import adam
@@ -116,7 +117,7 @@ class PPOPolicy(ActorCriticPolicy):
         config = resolve_config(config, PPOConfig)
         super().__init__(observation_space, action_space, config, single_thread=single_thread)
 
-    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+    def make_optimizer(self, model: nn.Module) -> Adam:
         return adam(model.parameters(), lr=self.config.lr, eps=1e-5)
 
     def postprocessor(self):

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.adam import Adam
 from hrl_tasks.policies.policy import Info, Policy
 from hrl_tasks.policies.torch_utils import (
     load_module_weights,
@@ -21,10 +22,9 @@ from hrl_tasks.policies.torch_utils import (
 )
 
 
-def adam(params, lr: float, **kwargs) -> torch.optim.Optimizer:
-    """``torch.optim.Adam`` with its fused kernel (one op per step for all
-    parameters; about 12% off a small PPO update on CPU)."""
-    return torch.optim.Adam(params, lr=lr, fused=True, **kwargs)
+def adam(params, lr: float, **kwargs) -> Adam:
+    """`Adam`, step for step ``torch.optim.Adam``, which would import ``torch._dynamo``."""
+    return Adam(params, lr=lr, **kwargs)
 
 
 class TorchPolicy(Policy):
@@ -66,7 +66,7 @@ class TorchPolicy(Policy):
             torch.manual_seed(int(torch.randint(2**62, (), generator=self.generator)))
             self.model = self.make_model()
         self.params = list(self.model.parameters())  # looked up once: it is not free per step
-        self._optimizer: torch.optim.Optimizer | None = None
+        self._optimizer: Adam | None = None
         self._optimizer_state: dict | None = None  # loaded when the optimizer is built
         self.num_grad_updates = 0
 
@@ -78,17 +78,13 @@ class TorchPolicy(Policy):
     def make_model(self) -> nn.Module:
         """Builds the model (called once, under a seed derived from ``config.seed``)."""
 
-    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        """Builds the optimizer; Adam with ``config.lr`` by default."""
+    def make_optimizer(self, model: nn.Module) -> Adam:
+        """Builds the optimizer; `Adam` with ``config.lr`` by default."""
         return adam(model.parameters(), lr=self.config.lr)
 
     @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        """The optimizer, built on first use.
-
-        Rollout copies of a policy never step it, and building the first torch
-        optimizer of a process imports ``torch._dynamo`` (about 1.5 s).
-        """
+    def optimizer(self) -> Adam:
+        """The optimizer, built on first use (rollout copies of a policy never step it)."""
         if self._optimizer is None:
             self._optimizer = self.make_optimizer(self.model)
             if self._optimizer_state is not None:

@@ -70,6 +70,24 @@ def start_added_workers(cluster) -> None:
     cluster.sync(cluster._correct_state)  # noqa: SLF001
 
 
+def preload_forkserver(modules: list[str]) -> None:
+    """Have worker processes forked from a server that has imported ``modules`` once,
+    instead of each spawned process importing them again.
+
+    Why: the first time distributed is asked for a ``forkserver`` context,
+    ``distributed.utils.get_mp_context`` imports every package of its optional
+    list (pandas among them) into the calling process, to preload them in the
+    server. The driver has no use for those. Public replacement: none (no setting
+    for the server's preload list).
+    """
+    import multiprocessing
+
+    from distributed import utils
+
+    utils._forkserver_preload_set = True  # noqa: SLF001
+    multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
+
+
 # --- the workers --------------------------------------------------------------------
 
 

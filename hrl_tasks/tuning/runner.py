@@ -579,14 +579,9 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 def plot_trials(trials, path: Path, metric: str, threshold: float | None = None) -> Path:
     """Every trial's metric against env steps, one line per trial, in one PNG."""
-    import matplotlib
+    from hrl_tasks.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from hrl_tasks.plotting import save_figure
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(7, 4), dpi=110)
     for trial in trials:
         points = [(x, y) for x, y in trial.curve if not math.isnan(y)]
         if points:
