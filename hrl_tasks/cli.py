@@ -596,10 +596,6 @@ def run_keys(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """The command line, for ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     args = build_parser().parse_args(argv)  # help and usage errors end here, quickly
-    if args.command in ("train", "tune") and args.address is None and args.cluster is None:
-        from hrl_tasks import forkserver
-
-        forkserver.start()  # for the embedded cluster's workers: its imports run beside ours
     from hrl_tasks.scheduler import EngineError
 
     try:

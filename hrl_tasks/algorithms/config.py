@@ -144,12 +144,14 @@ class AlgorithmConfig:
             if not self.policies:
                 raise ConfigError(f"{owner} is empty; give at least one policy, or None")
         if self.policies_to_train is not None:
+            owner = f"{type(self).__name__}.policies_to_train"
+            self.policies_to_train = tuple(self.policies_to_train)
             known = set(self.policies or {"default_policy": None})
             unknown = [pid for pid in self.policies_to_train if pid not in known]
-            if unknown:
+            if unknown or not self.policies_to_train:
                 raise ConfigError(
-                    f"{type(self).__name__}.policies_to_train names {unknown}, which are not "
-                    f"among the policies {sorted(map(str, known))}"
+                    f"{owner} must name at least one of the policies {sorted(map(str, known))}"
+                    f" (or be None: all of them); got {list(self.policies_to_train)}"
                 )
 
     @classmethod

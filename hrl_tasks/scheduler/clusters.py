@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import os
 import shlex
 import sys
@@ -12,7 +13,6 @@ import dask
 import psutil
 from distributed import Client
 
-from hrl_tasks import forkserver
 from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler.errors import EngineError
 
@@ -215,11 +215,15 @@ def local_settings() -> dict:
         # a quiet stream takes hours to fill its log. 100 entries each.
         "distributed.admin.low-level-log-length": 100,
         # Worker processes forked from a server that imported what they need once
-        # (hrl_tasks.forkserver), not spawned to import it each: on two cores, starting
-        # two workers took about 1 s of CPU less. The server starts with the first
-        # cluster, or before it, and serves later ones too.
+        # (WORKER_PRELOAD), not spawned to import it each: on two cores, starting two
+        # workers took about 1 s of CPU less. The server starts with the first cluster
+        # and serves later ones too.
         "distributed.worker.multiprocessing-method": "forkserver",
     }
+
+
+WORKER_PRELOAD = ["distributed", "hrl_tasks.scheduler.runtime", "hrl_tasks.rollout.worker"]
+"""What the server the embedded cluster's workers fork from imports once (no torch)."""
 
 
 def start_local(
@@ -255,9 +259,9 @@ def start_local(
     # Task errors reach the caller as exceptions; the worker logs need not repeat them.
     cluster_kwargs.setdefault("silence_logs", logging.CRITICAL)
     settings = local_settings()
-    if forkserver.available():
-        dask_compat.preload_forkserver(forkserver.WORKER_PRELOAD)
-    else:
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        dask_compat.preload_forkserver(WORKER_PRELOAD)
+    else:  # Windows
         settings.pop("distributed.worker.multiprocessing-method")
     with dask.config.set(settings):
         try:

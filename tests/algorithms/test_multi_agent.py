@@ -131,7 +131,7 @@ def test_multi_agent_configs_that_cannot_work_fail_before_any_cluster_starts():
             composition_config(policies={"x": PolicySpec("dqn", {"buffer_sise": 10})},
                                policy_mapping_fn=to_x)
         )  # fmt: skip
-    with pytest.raises(ConfigError, match=r"policies_to_train names \['c'\]"):
+    with pytest.raises(ConfigError, match=r"policies_to_train must name .* got \['c'\]"):
         PPO({"env": "tictactoe_v3", "policies": two, "policies_to_train": ["c"]})
     with pytest.raises(ConfigError, match="returned 'c', which is not among the policies"):
         PPO({"env": "tictactoe_v3", "policies": two, "policy_mapping_fn": lambda a, e: "c"})
