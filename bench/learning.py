@@ -60,6 +60,10 @@ RUNS = {
         algorithm="impala", env="CartPole-v1", threshold=450.0, budget=400_000,
         config={**CARTPOLE},  # defaults: 2 requests in flight per worker, V-trace
     ),
+    "appo-cartpole": dict(
+        algorithm="appo", env="CartPole-v1", threshold=450.0, budget=400_000,
+        config={**CARTPOLE},  # defaults: IMPALA's, clip 0.2, one step per train batch
+    ),
     "mpc-pendulum": dict(
         algorithm="mpc", env="Pendulum-v1", threshold=-200.0, budget=10_000,
         config={},  # PETS defaults: 5 members, CEM 400 x 5 over 25 steps; last-10 mean

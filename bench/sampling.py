@@ -49,9 +49,10 @@ def make_policy(numpy: bool = False):
     return policy.inference_copy() if numpy else policy
 
 
-def plain_loop(seconds: float, numpy: bool = False) -> float:
-    """env.step with the policy's actions, nothing else: the baseline."""
-    policy = make_policy(numpy)
+def plain_loop(seconds: float, numpy: bool = False, policy=None) -> float:
+    """env.step with the policy's actions, nothing else: the baseline (``policy``
+    default: `make_policy`)."""
+    policy = make_policy(numpy) if policy is None else policy
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(ENVS)])
     obs, _ = envs.reset(seed=0)
     steps, start = 0, time.perf_counter()

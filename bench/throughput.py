@@ -1,9 +1,16 @@
-"""Algorithm throughput: IMPALA, Ape-X and ES on CartPole-v1, 2 and 4 workers; where the time goes.
+"""Algorithm throughput: IMPALA, APPO, Ape-X and ES on CartPole-v1, 2 and 4 workers; where the time goes.
 
-In one run: the plain single-process loop of bench/sampling.py (the baseline),
-then IMPALA and Ape-X with 2 and 4 rollout workers (env steps sampled and
-trained per second, and their ratio to the plain loop), then ES with 2 and 4
-worker processes (antithetic pairs of perturbations evaluated per second).
+In one run: the baselines, then IMPALA, APPO and Ape-X with 2 and 4 rollout
+workers (env steps sampled and trained per second, and their ratio to their
+baseline), then ES with 2 and 4 worker processes (antithetic pairs of
+perturbations evaluated per second), then the baselines again.
+
+The baselines are the fastest single-process loop (bench/sampling.py's: a
+vector of 8 envs stepped with the policy's actions, nothing else) with the
+policy the algorithm's rollout workers act with: the numpy copy of the
+actor-critic for IMPALA and APPO, the torch Q-network acting epsilon-greedily
+for Ape-X. Each is measured before and after the algorithms, and ratios are
+taken against the mean of the two.
 Every algorithm runs with the baseline's 8 envs per rollout worker and 64x64
 MLP, its other keys at their defaults, on its own embedded cluster; train() is
 called until warm (and, for Ape-X, learning), then repeatedly for --seconds.
@@ -35,14 +42,16 @@ import torch
 from hrl_tasks.algorithms import ALGORITHMS
 
 # bench/sampling.py, found because this script's directory is on sys.path.
-from sampling import ENVS, plain_loop  # isort: skip
+from sampling import ENVS, make_policy, plain_loop  # isort: skip
 
 ENV = "CartPole-v1"
 WORKER_COUNTS = (2, 4)
-STEP_ALGORITHMS = ("impala", "apex")  # measured in env steps per second
+STEP_ALGORITHMS = ("impala", "appo", "apex")  # measured in env steps per second
 RUNS = ("plain", *STEP_ALGORITHMS, "es")
+BASELINE_OF = {"impala": "numpy_actor_critic", "appo": "numpy_actor_critic", "apex": "dqn"}
 CONFIGS = {
     "impala": {"num_envs_per_worker": ENVS, "hidden": (64, 64)},
+    "appo": {"num_envs_per_worker": ENVS, "hidden": (64, 64)},
     "apex": {"num_envs_per_worker": ENVS, "hidden": (64, 64)},  # Ape-X's default is 256x256
     "es": {"hidden": (64, 64)},  # no rollout workers: each antithetic pair is a task
 }
@@ -53,6 +62,27 @@ INFO_KEYS = ("learner_queue_size", "learner_steps", "perturbations_per_s")
 MIN_THREAD_CPU_S = 0.05  # smaller threads are summed as "other"
 
 
+def baseline_policy(kind: str):
+    """What the rollout workers act with: the actor-critic's numpy copy, or the 64x64
+    DQN Q-network (torch, epsilon-greedy with epsilon 0.1)."""
+    if kind == "numpy_actor_critic":
+        return make_policy(numpy=True)
+    import gymnasium as gym
+
+    from hrl_tasks.policies import DQNConfig, DQNPolicy
+
+    env = gym.make(ENV)
+    return DQNPolicy(
+        env.observation_space, env.action_space, DQNConfig(hidden=(64, 64), seed=0, epsilon=0.1)
+    )
+
+
+def baselines(seconds: float) -> dict:
+    """Env steps per second of the single-process loop with each baseline policy."""
+    return {kind: plain_loop(seconds, policy=baseline_policy(kind))
+            for kind in sorted(set(BASELINE_OF.values()))}  # fmt: skip
+
+
 def cpu_snapshot() -> dict:
     """CPU seconds (user + system) of the driver, of each of its threads and of each child."""
     driver = psutil.Process()
@@ -61,7 +91,8 @@ def cpu_snapshot() -> dict:
     for child in driver.children(recursive=True):
         try:
             times = child.cpu_times()
-            tracker = "resource_tracker" in " ".join(child.cmdline())
+            command = " ".join(child.cmdline())
+            tracker = "resource_tracker" in command or "forkserver" in command
         except psutil.Error:  # exited meanwhile
             continue
         children[child.pid] = ("other" if tracker else "worker", times.user + times.system)
@@ -196,9 +227,11 @@ def main():
     torch.set_num_threads(1)  # as rollout processes and the learners (learner_threads=1) do
     figures: dict = {}
     breakdowns, errors = {}, {}
-    plain = plain_loop(args.seconds) if "plain" in only else None
-    figures["plain_loop_steps_per_s"] = None if plain is None else round(plain)
+    before = baselines(args.seconds) if "plain" in only else {}
     for name in (n for n in RUNS if n != "plain" and n in only):
+        if name not in ALGORITHMS:
+            errors[name] = f"no algorithm {name!r} here"
+            continue
         for num_workers in args.workers:
             run = f"{name}_{num_workers}"
             try:
@@ -216,9 +249,17 @@ def main():
                 figures[f"{run}_env_steps_per_s"] = round(measured["sampled_steps_per_s"])
                 continue
             for kind in ("sampled", "trained"):
-                rate = measured[f"{kind}_steps_per_s"]
-                figures[f"{run}_{kind}_steps_per_s"] = round(rate)
-                figures[f"{run}_{kind}_vs_plain"] = None if not plain else round(rate / plain, 3)
+                figures[f"{run}_{kind}_steps_per_s"] = round(measured[f"{kind}_steps_per_s"])
+    after = baselines(args.seconds) if "plain" in only else {}
+    plain = {kind: (before[kind] + after[kind]) / 2 for kind in before}
+    for kind in plain:
+        figures[f"baseline_{kind}_steps_per_s"] = [round(before[kind]), round(after[kind])]
+    for key in [
+        k for k in figures if k.endswith("_steps_per_s") and k.split("_")[0] in BASELINE_OF
+    ]:
+        baseline = plain.get(BASELINE_OF[key.split("_")[0]])
+        ratio = None if not baseline else round(figures[key] / baseline, 3)
+        figures[key.replace("_steps_per_s", "_vs_baseline")] = ratio
     print(
         json.dumps(
             {

@@ -11,6 +11,7 @@ ALGORITHM_PATHS: dict[str, str] = {
     "a3c": "hrl_tasks.algorithms.a3c:A3C",
     "dqn": "hrl_tasks.algorithms.dqn:DQN",
     "impala": "hrl_tasks.algorithms.impala:IMPALA",
+    "appo": "hrl_tasks.algorithms.appo:APPO",
     "es": "hrl_tasks.algorithms.es:ES",
     "apex": "hrl_tasks.algorithms.apex:ApeX",
     "alphazero": "hrl_tasks.algorithms.alphazero:AlphaZero",

@@ -10,6 +10,7 @@ from hrl_tasks.algorithms.a3c import A3C, A3CConfig
 from hrl_tasks.algorithms.algorithm import Algorithm, CheckpointError
 from hrl_tasks.algorithms.alphazero import AlphaZero, AlphaZeroConfig
 from hrl_tasks.algorithms.apex import ApeX, ApeXConfig
+from hrl_tasks.algorithms.appo import APPO, APPOConfig
 from hrl_tasks.algorithms.checkpoint import read_checkpoint
 from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
 from hrl_tasks.algorithms.dqn import DQN, DQNConfig
@@ -144,6 +145,8 @@ __all__ = [
     "A2CConfig",
     "A3C",
     "A3CConfig",
+    "APPO",
+    "APPOConfig",
     "Algorithm",
     "ApeX",
     "ApeXConfig",

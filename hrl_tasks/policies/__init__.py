@@ -2,8 +2,8 @@
 
 Estimators (`gae`, `vtrace`, ...) and losses (`clipped_surrogate_loss`, ...)
 are pure functions; the policy classes (`PGPolicy`, `PPOPolicy`, `DQNPolicy`,
-`IMPALAPolicy`, `ESPolicy`) are thin layers over them, each with a config
-dataclass. `NumpyActorCritic` is the numpy acting copy that rollout workers use.
+`IMPALAPolicy`, `APPOPolicy`, `ESPolicy`) are thin layers over them, each with a
+config dataclass. `NumpyActorCritic` is the numpy acting copy that rollout workers use.
 
 Names are imported from their modules on first use, so that a rollout process
 acting with a numpy copy (`Policy.inference_copy`) never imports torch.
@@ -13,6 +13,7 @@ import importlib
 
 _MODULES = {
     "actor_critic": ("ActorCriticPolicy",),
+    "appo": ("APPOConfig", "APPOPolicy"),
     "distributions": (
         "ActionDistribution",
         "Categorical",

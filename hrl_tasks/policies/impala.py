@@ -119,13 +119,43 @@ class IMPALAPolicy(ActorCriticPolicy):
         cfg = self.config
         tm = self.time_major(batch)
         dist, values, logp = self.forward_batch(tm)
+        vs, pg_advantages = self.vtrace_targets(tm, values, logp)
+        entropy = dist.entropy()
+        terms = {
+            "loss_policy": -(pg_advantages * logp).mean(),
+            "loss_value": cfg.vf_coef * value_loss(values, vs),
+            "loss_entropy": cfg.ent_coef * entropy_loss(entropy),
+        }
+        mean_rho = torch.exp(logp.detach() - self.column(tm, SampleBatch.LOGP)).mean()
+        return {
+            **terms,
+            "total": sum(terms.values()),
+            "entropy": entropy.mean().detach(),
+            "mean_rho": mean_rho,
+        }
+
+    def vtrace_targets(
+        self, tm: SampleBatch, values: torch.Tensor, logp: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`estimators.vtrace` on a time-major batch, for the learner's ``V(x_t)`` and
+        ``log pi(a_t|x_t)``.
+
+        Args:
+            tm: The columns of `time_major`.
+            values: ``V(x_t)`` of ``tm["obs"]`` (gradients are not followed).
+            logp: ``log pi(a_t|x_t)`` of ``tm["actions"]`` (gradients are not followed).
+
+        Returns:
+            ``(vs, pg_advantages)`` as float32 tensors shaped like `values`: the value
+            targets and ``rho_pg_t * (r_t + gamma * vs_{t+1} - V(x_t))``.
+        """
+        cfg = self.config
         terminateds = np.asarray(tm[SampleBatch.TERMINATEDS], bool)
         truncateds = np.asarray(tm[SampleBatch.TRUNCATEDS], bool) & ~terminateds
         next_values = np.asarray(tm[SampleBatch.NEXT_VALUES], np.float32)
         rewards = np.asarray(tm[SampleBatch.REWARDS], np.float32)
-        behaviour_logp = np.asarray(tm[SampleBatch.LOGP], np.float32)
         vs, pg_advantages = vtrace(
-            behaviour_logp=behaviour_logp,
+            behaviour_logp=np.asarray(tm[SampleBatch.LOGP], np.float32),
             target_logp=logp.detach().numpy(),
             rewards=rewards + cfg.gamma * truncateds * next_values,
             values=values.detach().numpy(),
@@ -135,19 +165,10 @@ class IMPALAPolicy(ActorCriticPolicy):
             clip_c_threshold=cfg.clip_c_threshold,
             clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
         )
-        entropy = dist.entropy()
-        terms = {
-            "loss_policy": -(torch.from_numpy(pg_advantages.astype(np.float32)) * logp).mean(),
-            "loss_value": cfg.vf_coef * value_loss(values, torch.from_numpy(vs.astype(np.float32))),
-            "loss_entropy": cfg.ent_coef * entropy_loss(entropy),
-        }
-        mean_rho = torch.exp(logp.detach() - torch.from_numpy(behaviour_logp)).mean()
-        return {
-            **terms,
-            "total": sum(terms.values()),
-            "entropy": entropy.mean().detach(),
-            "mean_rho": mean_rho,
-        }
+        return (
+            torch.from_numpy(vs.astype(np.float32)),
+            torch.from_numpy(pg_advantages.astype(np.float32)),
+        )
 
     def time_major(self, batch: SampleBatch) -> SampleBatch:
         """The columns the loss reads, reshaped to ``[L, B, ...]`` when fragments are concatenated.

@@ -106,6 +106,7 @@ IN_A_TASK = {
     "dqn": {"learning_starts": 32, "train_steps_per_round": 2, "min_steps_per_report": 32},
     "apex": {"learning_starts": 32, "min_steps_per_report": 32, "train_batch_size": 16},
     "impala": {"train_batch_size": 32, "min_steps_per_report": 32},
+    "appo": {"train_batch_size": 32, "min_steps_per_report": 32},
     "es": {"num_perturbations": 2, "max_episode_steps": 50},
     "alphazero": {"env": "tictactoe_v3", "games_per_iteration": 2, "simulations": 16,
                   "evaluation_interval": 1, "evaluation_games": 2,

@@ -92,6 +92,9 @@ def test_stop_conditions():
         ("dqn", {"max_restarts": -1}, "DQNConfig.max_restarts must be >= 0, got -1"),
         ("impala", {"num_workers": 0}, "IMPALAConfig.num_workers must be >= 1, got 0"),
         ("impala", {"clip_rho_threshold": 0}, "IMPALAConfig.clip_rho_threshold must be > 0"),
+        ("appo", {"num_workers": 0}, "APPOConfig.num_workers must be >= 1, got 0"),
+        ("appo", {"clip": 0}, "APPOConfig.clip must be > 0, got 0.0"),
+        ("appo", {"num_sgd_iter": 0}, "APPOConfig.num_sgd_iter must be >= 1, got 0"),
         ("es", {"noise_stdev": 0}, "ESConfig.noise_stdev must be > 0, got 0.0"),
         ("es", {"max_episode_steps": 0}, "ESConfig.max_episode_steps must be >= 1, got 0"),
         ("apex", {"weight_sync_every": 0}, "ApeXConfig.weight_sync_every must be >= 1, got 0"),
@@ -112,6 +115,7 @@ def test_out_of_range_values_are_named(algorithm, values, message):
         ("dqn", {"buffer_size": 64, "learning_starts": 64, "train_batch_size": 64}),
         ("es", {"theta_eval_episodes": 0, "max_episode_steps": None, "l2_coeff": 0}),
         ("impala", {"min_steps_per_report": 0, "clip_c_threshold": None}),
+        ("appo", {"num_sgd_iter": 1, "clip_pg_rho_threshold": None}),
         ("apex", {"buffer_size": 2, "learning_starts": 2, "train_batch_size": 512}),
     ],
 )

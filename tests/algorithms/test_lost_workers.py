@@ -7,7 +7,7 @@ import time
 import pytest
 
 import hrl_tasks
-from hrl_tasks.algorithms import A2C, A3C, DQN, ES, IMPALA, PPO, ApeX
+from hrl_tasks.algorithms import A2C, A3C, APPO, DQN, ES, IMPALA, PPO, ApeX
 from hrl_tasks.algorithms.composition import Composition
 from hrl_tasks.policies.policy_map import PolicySpec
 
@@ -33,6 +33,7 @@ CASES = [
         },
     ),  # fmt: skip
     (IMPALA, {"train_batch_size": 64, "min_steps_per_report": 64}),
+    (APPO, {"train_batch_size": 64, "min_steps_per_report": 64}),
     (
         ApeX,  # the killed process holds a rollout worker and, packed, the replay shards
         {

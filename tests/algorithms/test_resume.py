@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hrl_tasks.algorithms import A2C, A3C, DQN, ES, IMPALA, PPO, ApeX, CheckpointError
+from hrl_tasks.algorithms import A2C, A3C, APPO, DQN, ES, IMPALA, PPO, ApeX, CheckpointError
 from hrl_tasks.algorithms.algorithm import read_checkpoint
 
 pytestmark = pytest.mark.cluster
@@ -16,6 +16,7 @@ CASES = [
     (A3C, {"min_steps_per_report": 64}),
     (DQN, {**SMALL_DQN, "train_steps_per_round": 2, "epsilon_steps": 1000}),
     (IMPALA, {"train_batch_size": 64, "min_steps_per_report": 64}),
+    (APPO, {"train_batch_size": 64, "min_steps_per_report": 64}),
     (ApeX, {**SMALL_DQN, "num_replay_shards": 2, "train_batch_size": 32}),
     (ES, {"num_perturbations": 2, "num_workers": 2}),
 ]

@@ -90,7 +90,9 @@ def test_a_killed_worker_is_recreated_and_resynced(fresh, direct):
     )
     try:
         new = perturbed(workers.local_worker.get_weights(), seed=1)
-        workers.sync_weights(new)
+        # Waited for: a call the driver does not know ended yet counts as the running one
+        # at a loss, and the sample behind it as never started (re-issued, not failed).
+        engine.gather(workers.sync_weights(new), timeout=60)
         victim = workers.remote_workers[0]
         pids = engine.client.run(os.getpid)  # before sampling: the call waits for a busy worker
         # The victim's sample is made 50x slower so that it is surely in flight at the kill.
