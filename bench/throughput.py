@@ -92,7 +92,11 @@ def cpu_snapshot() -> dict:
         try:
             times = child.cpu_times()
             command = " ".join(child.cmdline())
-            tracker = "resource_tracker" in command or "forkserver" in command
+            # multiprocessing's helpers; worker processes forked from the forkserver
+            # carry its command line too, but are its children.
+            tracker = "resource_tracker" in command or (
+                "forkserver" in command and child.ppid() == driver.pid
+            )
         except psutil.Error:  # exited meanwhile
             continue
         children[child.pid] = ("other" if tracker else "worker", times.user + times.system)

@@ -1,0 +1,248 @@
+"""The engine's cost as rollout workers grow: 2 to 32, embedded and on separate processes.
+
+Each rollout worker's env sleeps instead of computing (`SleepEnv`, ``--sleep-ms``
+a step), so the two cores are not the limit, and samples a fixed fragment per
+iteration, so the batch grows with the workers (as in RLlib). One PPO-style
+iteration is one broadcast of new weights (`WorkerSet.sync_weights`, the
+learner's update left out) and one sample call per worker, gathered; its remote
+workers act with the policy's numpy copy through direct calls, as PPO's do.
+
+Two clusters per worker count: the embedded one (`Engine.local`: its scheduler
+and nannies run in the driver's process) and separate ``dask scheduler`` and
+``dask worker --nworkers N`` processes reached with `Engine.connect`. Per
+iteration, over ``--iterations`` after a warm-up (CPU and bytes: means; times:
+medians):
+
+* ``driver_cpu_ms``: the driver process's CPU (embedded: its scheduler included);
+* ``driver_main_cpu_ms``: the thread that runs the iteration (the flow);
+* ``scheduler_cpu_ms``: the separate scheduler process (None when embedded);
+* ``driver_sent_kb``: bytes the driver process handed to its sockets (embedded:
+  the scheduler's and nannies' messages included), beside ``weights_kb``;
+* ``beyond_slowest_ms``: the iteration's wall time less the slowest sample call's
+  own time, measured inside each worker.
+
+Targets (issue 18): bytes sent per weight update constant as workers grow (one
+broadcast); driver CPU per iteration with 32 workers at most 3x that with 2.
+Prints one JSON line; ``--plot PATH`` draws each figure against the worker count.
+
+    python bench/scale.py [--workers 2 4 8 16 32] [--iterations 30] [--plot docs/images/scale.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import psutil
+
+import hrl_tasks as hrl
+from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.rollout import WorkerSet
+
+FRAGMENT = 50  # steps per sample call (one env per worker)
+
+
+class SleepEnv(gym.Env):
+    """CartPole's spaces; each step sleeps ``sleep_s`` and returns a random observation;
+    episodes of 200 steps. Defined in the script, so it travels by value to the workers."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, sleep_s: float = 0.002):
+        self.sleep_s, self.t = sleep_s, 0
+        self.rng = np.random.default_rng(0)
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.t = 0
+        return self.rng.uniform(-1, 1, 4).astype(np.float32), {}
+
+    def step(self, action):
+        time.sleep(self.sleep_s)
+        self.t += 1
+        obs = self.rng.uniform(-1, 1, 4).astype(np.float32)
+        return obs, 1.0, False, self.t >= 200, {}
+
+
+def sleep_env(sleep_s: float):
+    return lambda env_config=None: SleepEnv(sleep_s)
+
+
+def timed_sample(worker):
+    """A sample call that also says how long it took inside the worker (run there through
+    ``apply``; defined in the script, so it travels by value)."""
+    start = time.perf_counter()
+    result = worker.sample()
+    return result, time.perf_counter() - start
+
+
+class SocketBytes:
+    """Bytes this process's tornado streams (Dask's TCP comms) hand to their sockets,
+    counted by wrapping ``IOStream.write_to_fd`` (measurement only)."""
+
+    def __init__(self):
+        from tornado.iostream import IOStream
+
+        self.total = 0
+        original = IOStream.write_to_fd
+
+        def write_to_fd(stream, data):
+            sent = original(stream, data)
+            self.total += sent
+            return sent
+
+        IOStream.write_to_fd = write_to_fd
+
+
+def thread_cpu(thread_id: int) -> float:
+    """CPU seconds of one thread of this process (clock ticks: sum many iterations)."""
+    for t in psutil.Process().threads():
+        if t.id == thread_id:
+            return t.user_time + t.system_time
+    return 0.0
+
+
+def measure(engine, n, iterations, sleep_s, scheduler_pid, sent: SocketBytes) -> dict:
+    policy = PPOPolicy(SleepEnv.observation_space, SleepEnv.action_space,
+                       PPOConfig(hidden=(256, 256), seed=0))  # fmt: skip
+    workers = WorkerSet(engine, sleep_env(sleep_s), policy, n, 1, FRAGMENT, seed=0,
+                        remote_policy=policy.inference_copy(), direct_calls=True)  # fmt: skip
+    me = threading.get_native_id()
+    scheduler = psutil.Process(scheduler_pid) if scheduler_pid else None
+    weights = policy.get_weights()
+
+    def iteration() -> tuple[float, float]:
+        nonlocal weights
+        weights = {k: v + np.float32(1e-6) for k, v in weights.items()}  # new weights
+        start = time.perf_counter()
+        workers.sync_weights(weights)
+        refs = [w.call("apply", timed_sample, direct=True) for w in workers.remote_workers]
+        results = engine.gather(refs, timeout=120)
+        wall = time.perf_counter() - start
+        return wall, wall - max(seconds for _, seconds in results)
+
+    try:
+        for _ in range(3):  # warm up
+            iteration()
+        cpu, main, bytes_before = time.process_time(), thread_cpu(me), sent.total
+        sched = sum(scheduler.cpu_times()[:2]) if scheduler else None
+        walls, beyond = zip(*(iteration() for _ in range(iterations)), strict=True)
+        per = 1e3 / iterations
+        return {
+            "driver_cpu_ms": round((time.process_time() - cpu) * per, 2),
+            "driver_main_cpu_ms": round((thread_cpu(me) - main) * per, 2),
+            "scheduler_cpu_ms": None if scheduler is None
+            else round((sum(scheduler.cpu_times()[:2]) - sched) * per, 2),
+            "driver_sent_kb": round((sent.total - bytes_before) / 1024 / iterations, 1),
+            "weights_kb": round(sum(v.nbytes for v in weights.values()) / 1024, 1),
+            "beyond_slowest_ms": round(statistics.median(beyond) * 1e3, 2),
+            "wall_ms": round(statistics.median(walls) * 1e3, 2),
+        }  # fmt: skip
+    finally:
+        workers.stop()
+
+
+def separate_cluster(n: int, directory: str):
+    """``dask scheduler`` and ``dask worker --nworkers n`` processes; (address, processes,
+    scheduler pid)."""
+    dask = shutil.which("dask") or "dask"
+    file = os.path.join(directory, f"scheduler-{n}.json")
+    scheduler = subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                  "--dashboard-address", ":0", "--scheduler-file", file],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline, address = time.monotonic() + 60, None
+    while address is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        try:
+            with open(file) as f:
+                address = json.load(f)["address"]
+        except (OSError, ValueError, KeyError):  # not written yet, or half written
+            continue
+    workers = subprocess.Popen([dask, "worker", address, "--nworkers", str(n), "--nthreads", "1",
+                                "--memory-limit", "0", "--host", "127.0.0.1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    return address, (scheduler, workers), scheduler.pid
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawTextHelpFormatter)  # fmt: skip
+    parser.add_argument("--workers", nargs="+", type=int, default=[2, 4, 8, 16, 32])
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--sleep-ms", type=float, default=2.0, help="each env step sleeps this")
+    parser.add_argument("--clusters", nargs="+", default=["embedded", "separate"],
+                        choices=["embedded", "separate"])  # fmt: skip
+    parser.add_argument("--plot", help="write the figures against the worker count here")
+    args = parser.parse_args()
+    sleep_s = args.sleep_ms / 1e3
+    figures = {kind: {} for kind in args.clusters}
+    sent = SocketBytes()
+    with tempfile.TemporaryDirectory() as directory:
+        for n in args.workers:
+            if "embedded" in args.clusters:
+                with hrl.Engine.local(n_workers=n, threads_per_worker=1) as engine:
+                    figures["embedded"][n] = measure(engine, n, args.iterations, sleep_s, None,
+                                                     sent)  # fmt: skip
+                time.sleep(2.0)
+            if "separate" in args.clusters:
+                address, processes, scheduler_pid = separate_cluster(n, directory)
+                try:
+                    with hrl.Engine.connect(address) as engine:
+                        engine.client.wait_for_workers(n, timeout=120)
+                        figures["separate"][n] = measure(engine, n, args.iterations, sleep_s,
+                                                         scheduler_pid, sent)  # fmt: skip
+                finally:
+                    for process in reversed(processes):
+                        process.terminate()
+                        process.wait(timeout=60)
+                time.sleep(2.0)
+            print(json.dumps({"workers": n, **{k: v.get(n) for k, v in figures.items()}}),
+                  file=sys.stderr, flush=True)  # fmt: skip
+    result = {
+        "bench": "scale",
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "sleep_ms": args.sleep_ms,
+        "fragment": FRAGMENT,
+        "iterations": args.iterations,
+        **{kind: {str(n): row for n, row in rows.items()} for kind, rows in figures.items()},
+    }
+    print(json.dumps(result))
+    if args.plot:
+        plot(figures, args.plot)
+
+
+def plot(figures: dict, path: str) -> None:
+    from hrl_tasks.plotting import pyplot, save_figure
+
+    plt = pyplot()
+    keys = ["driver_cpu_ms", "scheduler_cpu_ms", "driver_sent_kb", "beyond_slowest_ms"]
+    fig, axes = plt.subplots(1, len(keys), figsize=(14, 3.4), dpi=110)
+    for ax, key in zip(axes, keys, strict=True):
+        for kind, rows in figures.items():
+            ns = [n for n in sorted(rows) if rows[n][key] is not None]
+            if ns:
+                ax.plot(ns, [rows[n][key] for n in ns], marker="o", label=kind)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("rollout workers")
+        ax.set_title(key.replace("_", " "), fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    save_figure(fig, axes[-1], path, "per iteration")
+
+
+if __name__ == "__main__":
+    main()
