@@ -226,22 +226,30 @@ def main():
 
 
 def plot(figures: dict, path: str) -> None:
-    from hrl_tasks.plotting import pyplot, save_figure
+    """Each figure against the worker count, one panel each, a line per cluster."""
+    from hrl_tasks.plotting import pyplot
 
     plt = pyplot()
     keys = ["driver_cpu_ms", "scheduler_cpu_ms", "driver_sent_kb", "beyond_slowest_ms"]
+    colors = {"embedded": "C0", "separate": "C1"}
     fig, axes = plt.subplots(1, len(keys), figsize=(14, 3.4), dpi=110)
     for ax, key in zip(axes, keys, strict=True):
         for kind, rows in figures.items():
-            ns = [n for n in sorted(rows) if rows[n][key] is not None]
+            ns = sorted(int(n) for n in rows if rows[n][key] is not None)
+            rows = {int(n): row for n, row in rows.items()}
             if ns:
-                ax.plot(ns, [rows[n][key] for n in ns], marker="o", label=kind)
+                ax.plot(ns, [rows[n][key] for n in ns], marker="o", label=kind, color=colors[kind])
         ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({int(n) for rows in figures.values() for n in rows}))
+        ax.set_xticklabels([str(t) for t in ax.get_xticks()])
         ax.set_xlabel("rollout workers")
-        ax.set_title(key.replace("_", " "), fontsize=9)
+        ax.set_title(key.replace("_", " ") + " per iteration", fontsize=9)
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    axes[0].legend()
-    save_figure(fig, axes[-1], path, "per iteration")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
