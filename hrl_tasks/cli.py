@@ -335,8 +335,9 @@ def config_from_args(args) -> dict:
     return config
 
 
-def stop_conditions(args, experiment_stop: dict | None = None) -> dict:
-    """The run's stop conditions: the options', over those of ``--config``'s ``stop``."""
+def stop_conditions(args, experiment_stop: dict | None = None, default: dict | None = None):
+    """The run's stop conditions: the options', over those of ``--config``'s ``stop``;
+    none given: ``default`` (100 iterations unless said)."""
     stop = {
         "episode_return_mean": args.stop_reward,
         "env_steps_sampled": args.stop_steps,
@@ -346,7 +347,7 @@ def stop_conditions(args, experiment_stop: dict | None = None) -> dict:
     stop = {**(experiment_stop or {}), **{k: v for k, v in stop.items() if v is not None}}
     for item in args.stop:
         stop.update(parse_stop(item))
-    return stop or {"iteration": 100}
+    return stop or ({"iteration": 100} if default is None else default)
 
 
 def parse_stop(item: str) -> dict:
@@ -431,6 +432,7 @@ def run_train(args) -> int:
         if engine is not None:
             engine.close()
         raise
+    board = None
     try:
         if checkpoint is not None:
             algo.set_state(checkpoint)
@@ -457,8 +459,6 @@ def run_train(args) -> int:
                 if stop_reached(result, stop):
                     break
         save_checkpoint(algo, out, result["iteration"], args.keep_checkpoints)
-        if board is not None:
-            board.close()
         env = env_name(algo.config.env)
         metrics = read_metrics(metrics_path)
         if any(key.startswith("win_rate/") for key in result):
@@ -474,6 +474,8 @@ def run_train(args) -> int:
             f"curve in {out / 'learning_curve.png'}"
         )
     finally:
+        if board is not None:  # also on Ctrl-C: its last events are written at close
+            board.close()
         algo.stop()
         if engine is not None:
             engine.close()
@@ -493,7 +495,8 @@ def run_tune(args) -> int:
         raise ValueError(f"nothing to resume in {out}: it holds no search.pkl")
     options = dict(
         space=space, config=config, num_samples=args.samples, scheduler=args.scheduler,
-        sampler=args.sampler, metric=args.metric, mode=args.mode, stop=stop_conditions(args),
+        sampler=args.sampler, metric=args.metric, mode=args.mode,
+        stop=stop_conditions(args, default={}) or None,  # none: as saved, or tune's default
         trial_resources=resources or None, max_concurrent=args.max_concurrent, out=out,
         resume=args.resume, seed=0 if args.seed is None else args.seed,
     )  # fmt: skip

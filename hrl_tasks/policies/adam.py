@@ -64,7 +64,7 @@ class Adam:
         moments = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states])
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
-        update = fused_update if hasattr(torch, "_fused_adam_") else foreach_update
+        update = fused_update if has_fused_kernel(params[0]) else foreach_update
         update(params, [p.grad for p in params], *moments, steps, group)
 
     def state_dict(self) -> dict:
@@ -106,6 +106,15 @@ class Adam:
         self.param_groups[0].update({k: float(group[k]) for k in ("lr", "eps") if k in group})
         if "betas" in group:
             self.param_groups[0]["betas"] = tuple(map(float, group["betas"]))
+
+
+def has_fused_kernel(param: torch.Tensor) -> bool:
+    """Whether torch has Adam's fused kernel for ``param``'s device: CUDA since 2.0, CPU
+    since 2.4 (older CPU builds have the operation but fail in it)."""
+    if not hasattr(torch, "_fused_adam_"):
+        return False
+    version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    return param.device.type != "cpu" or version >= (2, 4)
 
 
 def fused_update(params, grads, exp_avgs, exp_avg_sqs, steps, group) -> None:

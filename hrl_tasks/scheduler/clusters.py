@@ -217,7 +217,10 @@ def local_settings() -> dict:
         # Worker processes forked from a server that imported what they need once
         # (WORKER_PRELOAD), not spawned to import it each: on two cores, starting two
         # workers took about 1 s of CPU less. The server starts with the first cluster
-        # and serves later ones too.
+        # and serves later ones too, with the environment it started with: set
+        # variables that workers read at start (MALLOC_*) before the first cluster.
+        # Workers restarted after a loss are spawned (this setting is not in force
+        # then), with the environment of that moment.
         "distributed.worker.multiprocessing-method": "forkserver",
     }
 

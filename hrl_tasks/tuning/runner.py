@@ -270,6 +270,7 @@ class Search:
         checkpoint_interval_s: float,
         max_failures: int,
         reporter: Callable[[Search], None] | None,
+        time_attr: str = "iteration",
     ):
         self.algorithm, self.config = algorithm, config
         self.sampler, self.scheduler = sampler, scheduler
@@ -278,7 +279,7 @@ class Search:
         self.trial_resources, self.max_concurrent = trial_resources, max_concurrent
         self.checkpoint_interval_s, self.max_failures = checkpoint_interval_s, max_failures
         self.reporter = reporter
-        self.time_attr = scheduler_budget(stop)[0]
+        self.time_attr = time_attr  # what the trial scheduler counts: iterations or env steps
         from hrl_tasks.algorithms import get_algorithm
 
         self.config_class = get_algorithm(algorithm).config_class
@@ -388,7 +389,9 @@ class Search:
         if isinstance(decision, Exploit) and not finished:  # no source until it trains on
             source = self.trials[decision.source]
             trial.state, trial.config = source.state, dict(decision.config)
-            trial.iterations, trial.env_steps = int(source.state["iteration"]), source.env_steps
+            trial.iterations = int(source.state["iteration"])
+            counters = source.state.get("flow", {}).get("counters", {})
+            trial.env_steps = int(counters.get("env_steps_sampled", source.env_steps))
             self.scheduler.on_trial_restore(trial.trial_id, self.elapsed(trial))
             self.log(trial, {"exploit": decision.source, "config": trial.config})
             self.save_checkpoint(trial)
@@ -495,7 +498,8 @@ class Search:
         records = [t.record() for t in self.trials.values()]
         write_atomically(self.out / "trials.json", json.dumps(records, indent=1).encode())
         decisions = {"sampler": self.sampler, "scheduler": self.scheduler,
-                     "exhausted": self.exhausted}  # fmt: skip
+                     "exhausted": self.exhausted, "stop": self.stop,
+                     "time_attr": self.time_attr}  # fmt: skip
         write_atomically(self.out / "search.pkl", pickle.dumps(decisions))
 
     def write_summary(self) -> None:
@@ -522,9 +526,9 @@ class Search:
         their latest checkpoint, and the sampler and scheduler as they were."""
         from hrl_tasks.algorithms.checkpoint import read_checkpoint
 
-        decisions = pickle.loads((out / "search.pkl").read_bytes())
+        decisions = read_decisions(out)
         search = cls(sampler=decisions["sampler"], scheduler=decisions["scheduler"], out=out,
-                     **kwargs)  # fmt: skip
+                     time_attr=decisions.get("time_attr", "iteration"), **kwargs)  # fmt: skip
         search.exhausted = decisions["exhausted"]
         for record in json.loads((out / "trials.json").read_text()):
             fields = {k: v for k, v in record.items() if k in Trial.__dataclass_fields__}
@@ -538,6 +542,12 @@ class Search:
                 trial.state = read_checkpoint(trial.checkpoint) if trial.checkpoint else None
             search.trials[trial.trial_id] = trial
         return search
+
+
+def read_decisions(out: Path) -> dict:
+    """What `Search.save_trials` saved of a search's decisions in ``out``: its sampler,
+    trial scheduler, stop conditions and the units its scheduler counts."""
+    return pickle.loads((out / "search.pkl").read_bytes())
 
 
 def check_search(algorithm: str, config: Mapping[str, Any], space: Mapping[str, Any]) -> None:
@@ -679,6 +689,8 @@ def tune(
     space, config = dict(space or {}), dict(config or {})
     if env is not None:
         config["env"] = env
+    if resume and not stop and out is not None and (Path(out) / "search.pkl").exists():
+        stop = read_decisions(Path(out)).get("stop")  # the saved search's, unless given anew
     stop = dict(stop or {"iteration": 10})
     check_search(algorithm, config, space)
     trial_resources = normalize_request(
@@ -697,13 +709,15 @@ def tune(
     else:
         chosen_sampler = make_sampler(sampler, space, num_samples, seed, metric, mode)
         chosen_scheduler = make_scheduler(scheduler, space, stop, mode, seed)
+        # A scheduler given as an object counts iterations, whatever the stop conditions.
+        time_attr = scheduler_budget(stop)[0] if isinstance(scheduler, str) else "iteration"
     engine = engine or Engine.local()
     try:
         if resume:
             search = Search.resume(out, engine=engine, **settings)
         else:
             search = Search(sampler=chosen_sampler, scheduler=chosen_scheduler, engine=engine,
-                            out=out, **settings)  # fmt: skip
+                            out=out, time_attr=time_attr, **settings)  # fmt: skip
         capacity = engine.capacity()
         if capacity and not fits([search.bundle()], capacity):
             wanted = " + ".join(str(r) for r in search.bundle() if r) or "{}"

@@ -125,6 +125,7 @@ def test_a_resource_only_worker_jobs_declare_places_rollout_workers_on_each_of_t
     # No GPU here: a custom resource name stands for one.
     with hrl_tasks.Engine.batch("slurm", 2, options(tmp_path), resources={"sampler": 1}) as engine:
         engine.client.wait_for_workers(2, timeout=120)
+        assert "export MALLOC_MMAP_THRESHOLD_=65536" in engine.cluster.job_script()
         found = engine.client.run(os.getenv, "MALLOC_MMAP_THRESHOLD_")
         assert set(found.values()) == {"65536"}, found
         declared = {w: r["declared"] for w, r in engine.resources().items()}

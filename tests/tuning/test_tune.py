@@ -251,21 +251,28 @@ def test_only_as_many_trials_run_at_once_as_the_ledger_has_room_for():
 
 @pytest.mark.cluster
 @pytest.mark.timeout(240)
-def test_asha_counts_env_steps_when_the_budget_is_env_steps(engine):
+def test_asha_counts_env_steps_when_the_budget_is_env_steps(engine, tmp_path):
     # --stop-steps alone: rungs and the end are in env steps, not a default of 100 iterations.
-    asha = hrl_tasks.tuning.runner.make_scheduler("asha", {}, {"env_steps_sampled": 640},
-                                                  "max", 0)  # fmt: skip
-    assert asha.max_t == 640 and asha.rungs[0] == 40
-    result = hrl_tasks.tune("ppo", "CartPole-v1", space={"lr": grid([1e-5, 3e-3])},
-                            config=TINY, scheduler="asha", stop={"env_steps_sampled": 640},
-                            engine=engine, verbose=False)  # fmt: skip
+    from hrl_tasks.tuning.runner import make_scheduler, read_decisions
+
+    asha = make_scheduler("asha", {}, {"env_steps_sampled": 640}, "max", 0)
+    assert asha.max_t == 640 and asha.rungs == (40, 160, 640)
+    options = dict(space={"lr": grid([1e-6, 1e-5, 3e-3, 1e-2])}, config=TINY, scheduler="asha",
+                   engine=engine, verbose=False, out=tmp_path)  # fmt: skip
+    result = hrl_tasks.tune("ppo", "CartPole-v1", stop={"env_steps_sampled": 640}, **options)
+    statuses = [t["status"] for t in result.trials]
+    assert "STOPPED" in statuses and "TERMINATED" in statuses
     for trial in result.trials:
-        assert trial["status"] in ("TERMINATED", "STOPPED")
         if trial["status"] == "TERMINATED":
             assert trial["env_steps"] == 640 and trial["iterations"] == 10
-        else:  # stopped at the first rung it lost at, a multiple of 64 steps past it
-            assert any(r <= trial["env_steps"] < r + 64 for r in asha.rungs)
-    assert any(t["status"] == "TERMINATED" for t in result.trials)
+        else:  # at the rung it lost at (counted in iterations, rung 40 would be iteration 40)
+            assert any(r <= trial["env_steps"] < r + 64 for r in asha.rungs), trial
+    # A resume without stop conditions keeps the saved ones, and their units.
+    saved = read_decisions(tmp_path)
+    assert saved["stop"] == {"env_steps_sampled": 640}
+    assert saved["time_attr"] == "env_steps_sampled"
+    again = hrl_tasks.tune("ppo", "CartPole-v1", resume=True, **options)
+    assert [t["chunks"] for t in again.trials] == [t["chunks"] for t in result.trials]
 
 
 def test_the_table_counts_trials_by_status_and_names_the_best():
