@@ -162,11 +162,12 @@ def warm_up(algo) -> dict:
     return result
 
 
-def measure(name: str, num_workers: int, seconds: float) -> dict:
+def measure(name: str, num_workers: int, seconds: float, overrides: dict | None = None) -> dict:
     """Build the algorithm, warm it up, then call train() for ``seconds``; rates and breakdown."""
     faulthandler.dump_traceback_later(seconds + HANG_REPORT_S)
     try:
-        algo = ALGORITHMS[name](env=ENV, seed=0, num_workers=num_workers, **CONFIGS[name])
+        config = {**CONFIGS[name], **(overrides or {})}
+        algo = ALGORITHMS[name](env=ENV, seed=0, num_workers=num_workers, **config)
         try:
             first = warm_up(algo)
             engine_before, cpu_before = algo.engine.stats(), cpu_snapshot()
@@ -226,7 +227,19 @@ def main():
     parser.add_argument(
         "--workers", nargs="+", type=int, default=list(WORKER_COUNTS), help="worker counts"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="ALGO.KEY=VALUE",
+        help="a config key of one algorithm, e.g. impala.train_batch_size=1024",
+    )
     args = parser.parse_args()
+    overrides: dict[str, dict] = defaultdict(dict)
+    for item in args.set:
+        target, _, value = item.partition("=")
+        name, _, key = target.partition(".")
+        overrides[name][key] = json.loads(value)
     only = args.only or RUNS
     torch.set_num_threads(1)  # as rollout processes and the learners (learner_threads=1) do
     figures: dict = {}
@@ -239,7 +252,7 @@ def main():
         for num_workers in args.workers:
             run = f"{name}_{num_workers}"
             try:
-                measured = measure(name, num_workers, args.seconds)
+                measured = measure(name, num_workers, args.seconds, overrides.get(name))
             except Exception as exc:
                 traceback.print_exc(file=sys.stderr)
                 errors[run] = f"{type(exc).__name__}: {exc}"
@@ -273,6 +286,7 @@ def main():
                 "env": ENV,
                 "envs_per_worker": ENVS,
                 "seconds": args.seconds,
+                "overrides": overrides,
                 **figures,
                 "errors": errors,
                 "breakdown": breakdowns,

@@ -422,6 +422,7 @@ def run_train(args) -> int:
         raise ValueError("name the algorithm: hrl-tasks train ALGO, or `algorithm` in --config")
     algo_cls = get_algorithm(args.algorithm)
     env_label = config.get("env", "env") if isinstance(config.get("env", "env"), str) else "env"
+    env_label = env_label.replace("/", "-").replace(":", "-")  # ALE/Breakout-v5: one folder
     out = args.out or args.resume or Path("runs") / f"{args.algorithm}-{env_label}"
     algo_cls.config_class.from_dict(config)  # a bad config fails before any connection
     import_in_background()

@@ -71,20 +71,29 @@ class CNN(nn.Module):
 
     Conv 32x8x8 stride 4, conv 64x4x4 stride 2, conv 64x3x3 stride 1, then a
     linear layer to `out_dim`, each followed by ReLU. Input is channel-last
-    ``[..., H, W, C]`` with values in 0..255 (e.g. uint8), scaled to [0, 1].
+    ``[..., H, W, C]`` or, with ``channels_first``, ``[..., C, H, W]`` (stacked
+    Atari frames, see `hrl_tasks.envs.atari`), with values in 0..255 (e.g.
+    uint8), scaled to [0, 1] here: batches carry the bytes, not floats.
     Images must be at least 36x36.
 
     Args:
-        obs_shape: ``(H, W, C)``.
+        obs_shape: ``(H, W, C)``, or ``(C, H, W)`` with ``channels_first``.
         out_dim: Output features.
+        channels_first: The channel axis is the first one.
     """
 
-    def __init__(self, obs_shape: Sequence[int], out_dim: int = 512) -> None:
+    def __init__(
+        self, obs_shape: Sequence[int], out_dim: int = 512, channels_first: bool = False
+    ) -> None:
         super().__init__()
         if len(obs_shape) != 3:
             raise ValueError(f"CNN needs (H, W, C) observations, got shape {tuple(obs_shape)}")
-        height, width, channels = obs_shape
+        if channels_first:
+            channels, height, width = obs_shape
+        else:
+            height, width, channels = obs_shape
         self.obs_shape = tuple(obs_shape)
+        self.channels_first = channels_first
         self.convs = nn.Sequential(
             layer_init(nn.Conv2d(channels, 32, 8, stride=4)),
             nn.ReLU(),
@@ -101,15 +110,20 @@ class CNN(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         lead = obs.shape[:-3]
-        x = obs.reshape(-1, *self.obs_shape).permute(0, 3, 1, 2).float() / 255.0
+        x = obs.reshape(-1, *self.obs_shape)
+        if not self.channels_first:
+            x = x.permute(0, 3, 1, 2)
+        x = x.float() / 255.0
         return self.fc(self.convs(x)).reshape(*lead, self.out_dim)
 
 
 def make_encoder(observation_space: gym.Space) -> tuple[nn.Module, int]:
     """The feature extractor for an observation space.
 
-    A uint8 ``Box(H, W, C)`` gets a `CNN` (512 features); any other Box is
-    flattened over its own dimensions.
+    A uint8 3-D Box gets a `CNN` (512 features): channels first when the
+    first axis is the shortest (``(4, 84, 84)``, stacked Atari frames), else
+    channels last (``(H, W, C)``); any other Box is flattened over its own
+    dimensions.
 
     Args:
         observation_space: A gymnasium observation space.
@@ -126,7 +140,7 @@ def make_encoder(observation_space: gym.Space) -> tuple[nn.Module, int]:
         )
     shape = observation_space.shape
     if len(shape) == 3 and observation_space.dtype == np.uint8:
-        cnn = CNN(shape)
+        cnn = CNN(shape, channels_first=shape[0] < min(shape[1:]))
         return cnn, cnn.out_dim
     return nn.Flatten(start_dim=-len(shape)), int(np.prod(shape))
 

@@ -3,7 +3,10 @@
 An env argument is one of (the one env-spec rule, for every algorithm and the CLI)
 
 * a gymnasium id (``"CartPole-v1"``, or ``"module:Id-v0"`` to import the
-  module that registers it first);
+  module that registers it first); an Atari id (``"ALE/Breakout-v5"``, any
+  ``ALE/`` id of ale-py) gets the standard Atari wrappers of
+  `hrl_tasks.envs.atari.make_atari` (uint8 observations ``(4, 84, 84)``), and
+  ale-py is imported only for these ids;
 * a name registered with `register_env` (kept in gymnasium's own registry,
   so ``gymnasium.make(name)`` works too);
 * a PettingZoo env by name (``"tictactoe_v3"``, ``"connect_four_v3"``: looked
@@ -18,10 +21,12 @@ Gymnasium ids win over PettingZoo names. Single-agent algorithms refuse
 PettingZoo envs with `MultiAgentEnvError`.
 
 ``env_config`` is passed as keyword arguments: to ``gymnasium.make`` for ids,
-names and specs, and to the callable otherwise. `make_env` builds a
-``SyncVectorEnv`` with same-step autoreset: when a sub-env ends an episode, the
-step returns the first observation of the next one and puts the last one in
-``infos["final_obs"]``, which is what bootstrapping on truncation needs::
+names and specs, to `make_atari` for ``ALE/`` ids (its wrappers' options, e.g.
+``clip_rewards=False``, and ``gymnasium.make``'s), and to the callable
+otherwise. `make_env` builds a ``SyncVectorEnv`` with same-step autoreset:
+when a sub-env ends an episode, the step returns the first observation of the
+next one and puts the last one in ``infos["final_obs"]``, which is what
+bootstrapping on truncation needs::
 
     envs = make_env("CartPole-v1", num_envs=4, seed=0)
     obs, _ = envs.reset()
@@ -45,6 +50,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector.utils import concatenate, iterate
+
+from hrl_tasks.envs.atari import INSTALL_HINT, is_ale_id, make_atari, register_ale
 
 PETTINGZOO_FAMILIES = ("classic", "butterfly", "sisl", "atari")
 
@@ -131,6 +138,8 @@ def resolve_env(env: EnvLike) -> EnvLike:
     if ":" in env:
         module, _, env_id = env.partition(":")
         importlib.import_module(module)
+    elif is_ale_id(env_id):
+        _register_ale()
     elif env_id not in gym.registry:
         found = find_pettingzoo(env_id)
         if found is not None:
@@ -139,6 +148,11 @@ def resolve_env(env: EnvLike) -> EnvLike:
         known = [*gym.registry, *pettingzoo_names()]
         close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        if is_ale_id(env_id):
+            raise UnknownEnvError(
+                f"unknown env {env_id!r}{hint} (not an id of the installed ale-py; ALE ids "
+                f"and their ROMs come with it: {INSTALL_HINT})"
+            )
         raise UnknownEnvError(
             f"unknown env {env_id!r}{hint} (a gymnasium id, a PettingZoo env such as "
             "'tictactoe_v3', or register your own with hrl_tasks.rollout.register_env(name, "
@@ -146,6 +160,14 @@ def resolve_env(env: EnvLike) -> EnvLike:
         )
     spec = gym.registry[env_id]
     return spec if callable(spec.entry_point) else env
+
+
+def _register_ale() -> None:
+    """`register_ale`, with a missing package as an `UnknownEnvError` (one line in the CLI)."""
+    try:
+        register_ale()
+    except ModuleNotFoundError as exc:
+        raise UnknownEnvError(str(exc)) from exc
 
 
 def find_pettingzoo(name: str) -> PettingZooSpec | None:
@@ -200,8 +222,9 @@ def env_creator(env: EnvLike, env_config: Mapping[str, Any] | None = None) -> Ca
     """A zero-argument function that builds one (unvectorized) env.
 
     Args:
-        env: A gymnasium id, a registered name, an ``EnvSpec`` or a callable.
-        env_config: Keyword arguments for ``gymnasium.make`` or the callable.
+        env: A gymnasium id, a registered name, an ``EnvSpec`` or a callable;
+            an ``ALE/`` id is built by `make_atari`.
+        env_config: Keyword arguments for ``gymnasium.make``, `make_atari` or the callable.
 
     Raises:
         UnknownEnvError: If ``env`` is an unknown id.
@@ -212,6 +235,8 @@ def env_creator(env: EnvLike, env_config: Mapping[str, Any] | None = None) -> Ca
         raise MultiAgentEnvError(
             f"{env.name!r} is a PettingZoo (multi-agent) env; a gymnasium env is needed here"
         )
+    if is_ale_id(env):
+        return functools.partial(make_atari, env, **config)
     if isinstance(env, str | EnvSpec):
         return functools.partial(gym.make, env, **config)
     return functools.partial(_call_creator, env, config)
