@@ -1,10 +1,8 @@
 """APPO: IMPALA's plan with the clipped-surrogate policy, on a real cluster."""
 
-import numpy as np
 import pytest
 
 import hrl_tasks
-from hrl_tasks.algorithms.algorithm import read_checkpoint
 from hrl_tasks.algorithms.appo import APPO
 from hrl_tasks.algorithms.config import ConfigError
 from hrl_tasks.policies import APPOPolicy
@@ -43,30 +41,6 @@ def test_smoke(engine):
     finally:
         algo.stop()
     assert not algo.learner.is_alive()
-
-
-@pytest.mark.cluster
-def test_save_and_restore(engine, tmp_path):
-    first = APPO(TINY, engine=engine)
-    try:
-        first.train(), first.train()
-        path = first.save(tmp_path / "appo.hrl")
-    finally:
-        first.stop()
-    saved = read_checkpoint(path)
-    assert saved["algorithm"] == "appo"
-    second = APPO(TINY, engine=engine)
-    try:
-        second.restore(path)
-        restored = second.get_state()
-        assert restored["iteration"] == 2
-        assert restored["flow"]["counters"] == saved["flow"]["counters"]
-        for name, value in saved["policy"]["weights"].items():
-            np.testing.assert_array_equal(restored["policy"]["weights"][name], value)
-        assert restored["policy"]["num_grad_updates"] == saved["policy"]["num_grad_updates"] > 0
-        assert second.train()["iteration"] == 3
-    finally:
-        second.stop()
 
 
 @pytest.mark.cluster
