@@ -52,6 +52,8 @@ class ActorCriticPolicy(TorchPolicy):
     `inference_copy` hands to the numpy copy for rollout workers.
     """
 
+    reads_next_obs = False  # it learns from next_values, which the rollout worker computes
+
     def make_model(self) -> nn.Module:
         encoder, feature_dim = make_encoder(self.observation_space)
         head = make_action_dist(self.action_space)

@@ -53,6 +53,8 @@ class NumpyActorCritic(Policy):
         ValueError: If `weights` do not describe an actor and a critic that fit the spaces.
     """
 
+    reads_next_obs = False  # as the `ActorCriticPolicy` it copies
+
     def __init__(
         self,
         observation_space: gym.Space,

@@ -43,6 +43,11 @@ class Policy(abc.ABC):
         config: The policy's config dataclass.
     """
 
+    reads_next_obs = True
+    """Whether learning reads ``next_obs`` (Q-learning does). A rollout worker drops
+    the column from its batches when not: once ``next_values`` are computed,
+    actor-critics never read it, and it is as large as ``obs`` (an Atari frame stack)."""
+
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any) -> None:
         self.observation_space = observation_space
         self.action_space = action_space

@@ -230,6 +230,8 @@ class RolloutWorker(WorkerCalls):
         self._check_finite(columns)
         if SampleBatch.VALUES in columns:
             columns[SampleBatch.NEXT_VALUES] = self._next_values(columns)
+        if not self.policy.reads_next_obs:
+            del columns[SampleBatch.NEXT_OBS]
         fragments = [
             self.policy.postprocess_trajectory(
                 SampleBatch({k: v[:, i] for k, v in columns.items()})

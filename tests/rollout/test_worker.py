@@ -20,6 +20,18 @@ def numpy_ppo(obs_space, act_space):
     return ppo(obs_space, act_space).inference_copy()
 
 
+def keeping_next_obs(factory):
+    """``factory``'s policies, whose batches keep ``next_obs`` (an actor-critic's drop it:
+    it never reads them) so that tests can check what the worker wrote there."""
+
+    def make(obs_space, act_space):
+        policy = factory(obs_space, act_space)
+        policy.reads_next_obs = True
+        return policy
+
+    return make
+
+
 @pytest.fixture(params=["torch", "numpy"])
 def actor(request):
     """The PPO policy, or its numpy inference copy: rollouts behave the same."""
@@ -41,7 +53,10 @@ def blocks(batch, num_envs):
 
 
 def test_cartpole_batch_columns_shapes_and_layout(actor):
-    worker = RolloutWorker("CartPole-v1", actor, num_envs=2, rollout_fragment_length=40, seed=0)
+    plain, _ = RolloutWorker("CartPole-v1", actor, num_envs=2, seed=0).sample()
+    assert "next_obs" not in plain.columns  # an actor-critic never reads it
+    worker = RolloutWorker("CartPole-v1", keeping_next_obs(actor), num_envs=2,
+                           rollout_fragment_length=40, seed=0)  # fmt: skip
     batch, metrics = worker.sample()
     assert len(batch) == 80 and metrics["env_steps"] == 80
     expected = {
@@ -93,7 +108,8 @@ def test_pendulum_actions_are_clipped_for_the_env_but_kept_in_the_batch(actor):
 
 
 def test_next_values_bootstrap_the_final_observation_on_truncation(actor):
-    worker = RolloutWorker(truncating_chain, actor, rollout_fragment_length=8, seed=0)
+    worker = RolloutWorker(truncating_chain, keeping_next_obs(actor), rollout_fragment_length=8,
+                           seed=0)  # fmt: skip
     batch, metrics = worker.sample()
 
     def value(t):
@@ -179,7 +195,7 @@ def test_copies_of_one_policy_object_explore_differently_without_a_seed(actor):
 def test_an_env_that_raises_is_rebuilt_and_counted():
     worker = RolloutWorker(
         ChainEnv,
-        ppo,
+        keeping_next_obs(ppo),
         rollout_fragment_length=10,
         seed=0,
         env_config={"fail_at": 4, "terminate_at": 5},
