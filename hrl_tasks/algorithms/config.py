@@ -142,7 +142,7 @@ class AlgorithmConfig:
                 pid: as_policy_spec(spec, owner, pid) for pid, spec in self.policies.items()
             }
             if not self.policies:
-                raise ConfigError(f"{owner} is empty; give at least one policy, or None")
+                raise ConfigError(f"{owner} must hold at least one policy, or be None; got {{}}")
         if self.policies_to_train is not None:
             owner = f"{type(self).__name__}.policies_to_train"
             self.policies_to_train = tuple(self.policies_to_train)
