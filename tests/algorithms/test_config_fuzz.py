@@ -91,6 +91,9 @@ def assert_passes_every_check(config, values: dict) -> None:
         assert config.learning_starts <= config.buffer_size
         assert config.num_replay_shards <= config.buffer_size
     for key, value in values.items():
+        if key == "policies" and value is not None:  # each spec normalized to a PolicySpec
+            assert set(config.policies) == set(value)
+            continue
         assert getattr(config, key) == (tuple(value) if isinstance(value, list) else value)
 
 
