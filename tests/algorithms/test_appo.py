@@ -6,16 +6,7 @@ import hrl_tasks
 from hrl_tasks.algorithms.appo import APPO
 from hrl_tasks.algorithms.config import ConfigError
 from hrl_tasks.policies import APPOPolicy
-
-TINY = {
-    "num_workers": 2,
-    "num_envs_per_worker": 2,
-    "rollout_fragment_length": 16,
-    "train_batch_size": 64,
-    "learner_queue_size": 1,
-    "min_steps_per_report": 128,
-    "seed": 3,
-}
+from tests.algorithms.test_impala import TINY  # IMPALA's small settings fit APPO too
 
 
 def test_config_checks():
