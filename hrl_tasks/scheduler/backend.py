@@ -43,6 +43,7 @@ from hrl_tasks.scheduler.state import EngineState
 from hrl_tasks.scheduler.taskref import Local, TaskRef
 from hrl_tasks.scheduler.worker_objects import (
     DIRECT_HANDLER,
+    PackedCall,
     call_object,
     create_object,
     destroy_object,
@@ -428,9 +429,11 @@ class DaskBackend(BackendRecords):
         try:
             await self._created(launch, address)
             handler = getattr(self.client.rpc(address), DIRECT_HANDLER)
-            response = await handler(spec=spec, call=to_serialize(call))
+            response = await handler(spec=spec, call=to_serialize(PackedCall(call)))
             if response["status"] == "input-lost":  # its holder is gone: send the values
-                response = await handler(spec=spec, call=to_serialize(inline(call, values)))
+                response = await handler(
+                    spec=spec, call=to_serialize(PackedCall(inline(call, values)))
+                )
         except (OSError, WorkerLostError) as exc:
             if self.client.status not in CONNECTED:  # the workers went with their scheduler
                 self.feed(ev.SchedulerLost(str(self.lost_scheduler())))
