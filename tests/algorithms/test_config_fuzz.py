@@ -102,7 +102,8 @@ def names_an_offending_key(message: str, cls, values: dict) -> bool:
     for key in values:
         if key not in fields and f"{owner} has no key" in message and repr(key) in message:
             return True
-        if key in fields and (f"{owner}.{key} must" in message or f"<= {key} (" in message):
+        named = f"{owner}.{key} must" in message or f"{owner}.{key}[" in message  # an entry
+        if key in fields and (named or f"<= {key} (" in message):
             return True
     return False
 
