@@ -5,7 +5,9 @@ a step), so the two cores are not the limit, and samples a fixed fragment per
 iteration, so the batch grows with the workers (as in RLlib). One PPO-style
 iteration is one broadcast of new weights (`WorkerSet.sync_weights`, the
 learner's update left out) and one sample call per worker, gathered; its remote
-workers act with the policy's numpy copy through direct calls, as PPO's do.
+workers act with the policy's numpy copy through direct calls, as PPO's do. As
+in PPO's plan (``sync_weights(defer=True)``), the weights ride on each worker's
+sample call; ``--separate-sync`` sends them in a call of their own first.
 
 Two clusters per worker count: the embedded one (`Engine.local`: its scheduler
 and nannies run in the driver's process) and separate ``dask scheduler`` and
@@ -81,14 +83,6 @@ def sleep_env(sleep_s: float):
     return lambda env_config=None: SleepEnv(sleep_s)
 
 
-def timed_sample(worker):
-    """A sample call that also says how long it took inside the worker (run there through
-    ``apply``; defined in the script, so it travels by value)."""
-    start = time.perf_counter()
-    result = worker.sample()
-    return result, time.perf_counter() - start
-
-
 class SocketBytes:
     """Bytes this process's tornado streams (Dask's TCP comms) hand to their sockets,
     counted by wrapping ``IOStream.write_to_fd`` (measurement only)."""
@@ -115,7 +109,9 @@ def thread_cpu(thread_id: int) -> float:
     return 0.0
 
 
-def measure(engine, n, iterations, sleep_s, scheduler_pid, sent: SocketBytes) -> dict:
+def measure(
+    engine, n, iterations, sleep_s, scheduler_pid, sent: SocketBytes, separate_sync: bool
+) -> dict:
     policy = PPOPolicy(SleepEnv.observation_space, SleepEnv.action_space,
                        PPOConfig(hidden=(256, 256), seed=0))  # fmt: skip
     workers = WorkerSet(engine, sleep_env(sleep_s), policy, n, 1, FRAGMENT, seed=0,
@@ -128,11 +124,10 @@ def measure(engine, n, iterations, sleep_s, scheduler_pid, sent: SocketBytes) ->
         nonlocal weights
         weights = {k: v + np.float32(1e-6) for k, v in weights.items()}  # new weights
         start = time.perf_counter()
-        workers.sync_weights(weights)
-        refs = [w.call("apply", timed_sample, direct=True) for w in workers.remote_workers]
-        results = engine.gather(refs, timeout=120)
+        workers.sync_weights(weights, defer=not separate_sync)
+        results = engine.gather(workers.sample(), timeout=120)
         wall = time.perf_counter() - start
-        return wall, wall - max(seconds for _, seconds in results)
+        return wall, wall - max(metrics["sample_s"] for _, metrics in results)
 
     try:
         for _ in range(3):  # warm up
@@ -186,6 +181,12 @@ def main():
     parser.add_argument("--clusters", nargs="+", default=["embedded", "separate"],
                         choices=["embedded", "separate"])  # fmt: skip
     parser.add_argument("--plot", help="write the figures against the worker count here")
+    parser.add_argument(
+        "--separate-sync",
+        action="store_true",
+        help="send the weights in a call of their own before each sample call "
+        "(two calls per worker), instead of riding on it as PPO's do",
+    )
     args = parser.parse_args()
     sleep_s = args.sleep_ms / 1e3
     figures = {kind: {} for kind in args.clusters}
@@ -195,7 +196,7 @@ def main():
             if "embedded" in args.clusters:
                 with hrl.Engine.local(n_workers=n, threads_per_worker=1) as engine:
                     figures["embedded"][n] = measure(engine, n, args.iterations, sleep_s, None,
-                                                     sent)  # fmt: skip
+                                                     sent, args.separate_sync)  # fmt: skip
                 time.sleep(2.0)
             if "separate" in args.clusters:
                 address, processes, scheduler_pid = separate_cluster(n, directory)
@@ -203,7 +204,8 @@ def main():
                     with hrl.Engine.connect(address) as engine:
                         engine.client.wait_for_workers(n, timeout=120)
                         figures["separate"][n] = measure(engine, n, args.iterations, sleep_s,
-                                                         scheduler_pid, sent)  # fmt: skip
+                                                         scheduler_pid, sent,
+                                                         args.separate_sync)  # fmt: skip
                 finally:
                     for process in reversed(processes):
                         process.terminate()
@@ -218,6 +220,7 @@ def main():
         "sleep_ms": args.sleep_ms,
         "fragment": FRAGMENT,
         "iterations": args.iterations,
+        "weights": "own call" if args.separate_sync else "with the sample call",
         **{kind: {str(n): row for n, row in rows.items()} for kind, rows in figures.items()},
     }
     print(json.dumps(result))

@@ -19,6 +19,8 @@ arrays raise TypeError. A single ext payload is limited to 4 GiB by msgpack.
 
 from __future__ import annotations
 
+import functools
+import math
 import struct
 import sys
 from collections.abc import Iterable, Sequence
@@ -231,7 +233,7 @@ def _unpack_arrays(payload: bytes) -> tuple[Any, list[np.ndarray]]:
         dtype = _checked_dtype(dtype_str)
         if not all(isinstance(d, int) and d >= 0 for d in shape):
             raise DecodeError(f"invalid array shape {shape!r}")
-        count = int(np.prod(shape, dtype=object))
+        count = math.prod(shape)
         offset += -offset % _ALIGN
         end = offset + count * dtype.itemsize
         if end > len(payload):
@@ -246,7 +248,16 @@ def _unpack_arrays(payload: bytes) -> tuple[Any, list[np.ndarray]]:
 def _checked_dtype(dtype_str: Any) -> np.dtype:
     if not isinstance(dtype_str, str):
         raise DecodeError(f"dtype must be a string, got {dtype_str!r}")
-    dtype = np.dtype(dtype_str)
+    return _known_dtype(dtype_str)
+
+
+@functools.lru_cache(maxsize=256)
+def _known_dtype(dtype_str: str) -> np.dtype:
+    """A dtype string checked once (a batch has a dozen columns of a few dtypes)."""
+    try:
+        dtype = np.dtype(dtype_str)
+    except TypeError as err:
+        raise DecodeError(f"unknown dtype {dtype_str!r}") from err
     if dtype.kind not in _DTYPE_KINDS or dtype.fields is not None or dtype.hasobject:
         raise DecodeError(f"refusing to decode an array of dtype {dtype_str!r}")
     return dtype

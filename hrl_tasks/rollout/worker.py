@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -215,8 +216,10 @@ class RolloutWorker(WorkerCalls):
             ``(batch, metrics)``: the postprocessed batch, and a dict with
             ``env_steps`` (rows), ``episode_returns`` and ``episode_lengths``
             (episodes that ended during this call, env errors excluded),
-            ``env_errors`` (steps that raised) and ``worker_index``.
+            ``env_errors`` (steps that raised), ``worker_index`` and
+            ``sample_s`` (seconds this call took in the worker).
         """
+        started = time.perf_counter()
         steps = self.rollout_fragment_length if num_steps is None else int(num_steps)
         if steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {steps}")
@@ -240,6 +243,7 @@ class RolloutWorker(WorkerCalls):
         ]
         metrics["env_errors"] = self._errors_seen - errors_before
         metrics["worker_index"] = self.worker_index
+        metrics["sample_s"] = time.perf_counter() - started
         self._totals["env_steps"] += metrics["env_steps"]
         self._totals["env_errors"] += metrics["env_errors"]
         for key in self._unreported:

@@ -422,6 +422,10 @@ class DaskBackend(BackendRecords):
         (args, kwargs), values = direct_arguments((margs, mkwargs), address)
         call = (launch.obj_id, launch.seq, method, args, kwargs)
         spec = self._spec(launch.key, launch.name, launch.attempt, {}, topic, launch.internal)
+        # Not followed by speculation: the call's time comes with its reply, and no
+        # start or end report travels through the scheduler. Such a call does not
+        # count as busy on its worker: it runs in its object's threads, not Dask's.
+        spec["quiet"] = not launch.watched
         self.futures[launch.key] = None
         self.start(self._direct, launch, address, spec, call, values)
 
@@ -448,13 +452,17 @@ class DaskBackend(BackendRecords):
         except Exception as exc:  # the object did not start, or the message could not be made
             self.feed(ev.AttemptDone(launch.key, "error", exc))
             return
+        elapsed = response.get("elapsed")  # a short call: its time came with the reply
+        timed = (
+            () if elapsed is None else (ev.Ended(launch.key, launch.name, address, elapsed, 0.0),)
+        )
         if response["status"] != "OK":
-            self.feed(ev.AttemptDone(launch.key, "error", response["exception"]))
+            self.feed(*timed, ev.AttemptDone(launch.key, "error", response["exception"]))
             return
         if launch.key in self.futures:
             self.futures[launch.key] = Local(response["result"])
         value = response["result"] if launch.fetch else None
-        self.feed(ev.AttemptDone(launch.key, "finished", value=value))
+        self.feed(*timed, ev.AttemptDone(launch.key, "finished", value=value))
 
     async def _created(self, launch: ev.Launch, address: str) -> None:
         """Wait for the object's creation; raise as a pinned call would if it failed."""

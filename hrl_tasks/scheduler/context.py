@@ -40,6 +40,7 @@ class TaskContext:
     finished: bool = False
     left_pool: bool = False  # waited once: the thread already left the pool
     direct: bool = False  # a direct call, run outside Dask's task machinery
+    elapsed: float | None = None  # a direct call's time, when its reply carries it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def cancelled(self) -> bool:

@@ -201,7 +201,9 @@ class Launch:
     ``inputs`` maps each dependency's task id to the key whose result to use.
     ``workers``: run only there. ``fetch``: report the result's value in
     :class:`AttemptDone` (creations and snapshots). ``state``: the snapshot a
-    creation restores.
+    creation restores. ``watched``: speculation follows this attempt, so its
+    start must be reported (a direct call that is not watched reports its
+    time in its reply only).
     """
 
     key: str
@@ -221,6 +223,7 @@ class Launch:
     method: str | None = None
     state: Any = None
     args_of: str | None = None  # the task whose arguments to use (a backup call's original)
+    watched: bool = False
 
 
 @dataclass(frozen=True)

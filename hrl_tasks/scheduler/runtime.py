@@ -36,6 +36,7 @@ class WorkerRuntime(WorkerPlugin):
         self.objects: dict[str, Any] = {}  # obj_id -> ObjectEntry (worker_objects.py)
         self.reports: dict[str, list] = {}
         self.reports_lock = threading.Lock()
+        self.unsent_starts: dict[str, tuple] = {}  # direct calls' start reports not flushed yet
         self.flushing = False
         self.engine = None  # the engine of ``current_engine()`` in tasks here
         self.faults = None  # a FaultInjector while tests or benchmarks inject faults
@@ -65,28 +66,49 @@ class WorkerRuntime(WorkerPlugin):
         event = (kind, key, name, self.worker.address, elapsed, time.monotonic())
         with self.reports_lock:
             self.reports.setdefault(topic, []).append(event)
+            if kind == "start" and key in self.running and self.running[key].direct:
+                self.unsent_starts[key] = (topic, event)
             start_flusher = not self.flushing
             self.flushing = True
         if start_flusher:
             self.worker.loop.add_callback(self._flush_later)
 
+    def withdraw_start(self, key: str) -> bool:
+        """Take back a direct call's start report if it has not left yet: the call's
+        reply then carries its time instead (one message fewer per short call)."""
+        with self.reports_lock:
+            unsent = self.unsent_starts.pop(key, None)
+            if unsent is None:
+                return False
+            topic, event = unsent
+            self.reports[topic].remove(event)
+            return True
+
     async def _flush_later(self):
         await asyncio.sleep(FLUSH_INTERVAL_S)
         with self.reports_lock:
             reports, self.reports = self.reports, {}
+            self.unsent_starts.clear()
             self.flushing = False
+            reports = {topic: events for topic, events in reports.items() if events}
         now = time.monotonic()
         for topic, events in reports.items():
             self.worker.log_event(topic, [[*e[:5], now - e[5]] for e in events])
 
     @contextlib.contextmanager
-    def reported(self, ctx: TaskContext):
+    def reported(self, ctx: TaskContext, quiet: bool = False):
         """Run the body as ``ctx``'s task: reported at its start and end, and findable
-        by ``current_task()`` and by this runtime meanwhile."""
-        self.report(ctx.topic, "start", ctx.key, ctx.name, None)
+        by ``current_task()`` and by this runtime meanwhile.
+
+        A direct call reports nothing when ``quiet`` (its driver does not need its
+        start), or keeps both reports back when it ends before its start report left;
+        either way its time is left in ``ctx.elapsed`` for its reply to carry.
+        """
         token = enter_task(ctx)
         ctx.thread = threading.current_thread()
         self.running[ctx.key] = ctx
+        if not quiet:
+            self.report(ctx.topic, "start", ctx.key, ctx.name, None)
         start = time.perf_counter()
         try:
             yield
@@ -94,7 +116,10 @@ class WorkerRuntime(WorkerPlugin):
             elapsed = time.perf_counter() - start
             leave_task(token)
             self.running.pop(ctx.key, None)
-            self.report(ctx.topic, "end", ctx.key, ctx.name, elapsed)
+            if quiet or (ctx.direct and self.withdraw_start(ctx.key)):
+                ctx.elapsed = elapsed
+            else:
+                self.report(ctx.topic, "end", ctx.key, ctx.name, elapsed)
 
     def call_with_faults(self, spec: dict, fn, args: tuple, kwargs: dict) -> Any:
         """``fn(*args, **kwargs)``, with the faults injected into this worker (not internal work)."""

@@ -288,6 +288,7 @@ class EngineState:
             fetch=task.kind in ("create", "snapshot"), obj_id=task.obj_id, seq=task.seq,
             method=task.method, state=obj.snapshot if obj and task.kind == "create" else None,
             args_of=task.backup_of,
+            watched=task.speculation is not None or task.backup_of is not None,
         ))  # fmt: skip
 
     def _failed_input(self, task: Task) -> BaseException | None:

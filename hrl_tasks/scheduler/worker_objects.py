@@ -209,7 +209,9 @@ async def direct_call(runtime: WorkerRuntime, spec: dict, call: tuple) -> dict:
     Answers ``{"status": "OK", "result": ...}``, ``{"status": "error",
     "exception": ...}`` (what the method raised) or ``{"status":
     "input-lost", "key": ...}`` when a shared input cannot be fetched (the
-    call did not run; the driver sends it again with the value).
+    call did not run; the driver sends it again with the value). The first
+    two carry ``elapsed``: the call's time when its start was never reported,
+    else None.
     """
     obj_id, seq, method, args, kwargs = call.call if isinstance(call, PackedCall) else call
     try:
@@ -220,16 +222,20 @@ async def direct_call(runtime: WorkerRuntime, spec: dict, call: tuple) -> dict:
     loop = asyncio.get_running_loop()
     call = (obj_id, seq, method, args, kwargs)
     try:
-        result = await loop.run_in_executor(
+        ok, value, elapsed = await loop.run_in_executor(
             entry.direct_executor(), run_direct, runtime, spec, call
         )
-    except Exception as exc:  # the method's error, for the caller
-        return {"status": "error", "exception": to_serialize(exc)}
-    return {"status": "OK", "result": to_serialize(result)}
+    except Exception as exc:  # the object's threads are gone (it was destroyed)
+        ok, value, elapsed = False, exc, None
+    if ok:
+        return {"status": "OK", "result": to_serialize(value), "elapsed": elapsed}
+    return {"status": "error", "exception": to_serialize(value), "elapsed": elapsed}
 
 
-def run_direct(runtime: WorkerRuntime, spec: dict, call: tuple) -> Any:
-    """Run a direct call in a thread of the object's own.
+def run_direct(runtime: WorkerRuntime, spec: dict, call: tuple) -> tuple[bool, Any, float | None]:
+    """Run a direct call in a thread of the object's own: ``(ok, result or error,
+    elapsed)``, ``elapsed`` None unless the reply is to carry the call's time (see
+    `WorkerRuntime.reported`).
 
     ``get_worker()`` works there as in a task (Dask's actors set the same
     context variable around their calls).
@@ -237,8 +243,11 @@ def run_direct(runtime: WorkerRuntime, spec: dict, call: tuple) -> Any:
     token = dask_compat.worker_context(runtime.worker)
     ctx = TaskContext(spec["key"], spec["name"], spec["attempt"], {}, spec["topic"], direct=True)
     try:
-        with direct_call_thread(), runtime.reported(ctx):
-            return runtime.call_with_faults(spec, call_object, call, {})
+        with direct_call_thread(), runtime.reported(ctx, quiet=spec.get("quiet", False)):
+            value = runtime.call_with_faults(spec, call_object, call, {})
+        return True, value, ctx.elapsed
+    except Exception as exc:  # the method's error, for the caller
+        return False, exc, ctx.elapsed
     finally:
         ctx.finished = True
         dask_compat.reset_worker_context(token)

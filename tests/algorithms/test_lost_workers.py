@@ -35,7 +35,7 @@ CASES = [
     (IMPALA, {"train_batch_size": 64, "min_steps_per_report": 64}),
     (APPO, {"train_batch_size": 64, "min_steps_per_report": 64}),
     (
-        ApeX,  # the killed process holds a rollout worker and, packed, the replay shards
+        ApeX,  # the killed process holds a rollout worker and a replay shard (spread)
         {
             "learning_starts": 64,
             "min_steps_per_report": 64,

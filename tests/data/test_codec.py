@@ -76,6 +76,8 @@ def test_corrupt_ext_payload_raises_decode_error():
         decode(bytes(data))
     with pytest.raises(DecodeError, match="dtype"):
         decode(encode(np.zeros(2)).replace(b"<f8", b"|O8"))
+    with pytest.raises(DecodeError, match="unknown dtype"):
+        decode(encode(np.zeros(2)).replace(b"<f8", b"<Z8"))
 
 
 def test_decoded_arrays_are_read_only_views():

@@ -99,3 +99,41 @@ def test_reaching_the_workers_is_checked_once(engine):
         assert not other.reaches_workers()  # remembered
     finally:
         other.close()
+
+
+def reported_keys(engine) -> set:
+    """Keys of the start and end reports that reached the scheduler on the engine's topic."""
+    events = engine.client.get_events(engine.topic)
+    return {report[1] for _, reports in events for report in reports}
+
+
+@pytest.mark.cluster
+def test_a_direct_call_speculation_does_not_follow_reports_its_time_in_its_reply(engine):
+    counter = engine.create_worker(tasks.Counter, start=0)
+    counter.ready()
+    before = engine.stats()["by_name"].get("Counter.add", {}).get("count", 0)
+    refs = [counter.call("add", 1, direct=True) for _ in range(20)]
+    assert engine.gather(refs, timeout=30) == list(range(1, 21))
+    # Recorded as the replies came, without waiting for the workers' report batches.
+    assert engine.stats()["by_name"]["Counter.add"]["count"] == before + 20
+    time.sleep(0.3)  # a report batch leaves a worker within 0.05 s
+    assert not {ref.key for ref in refs} & reported_keys(engine)
+    counter.kill()
+
+
+@pytest.mark.cluster
+def test_a_speculative_direct_call_reports_its_start_unless_it_ended_first(engine):
+    group = engine.create_group(tasks.Sampler, 2)
+    for member in group:
+        member.ready()
+    short = group[0].call("sample", 0.0, speculative=True, direct=True)
+    short.result(timeout=30)
+    call = group[0].call("sample", 0.3, speculative=True, direct=True)
+    call.result(timeout=30)
+    deadline = time.monotonic() + 10
+    while call.key not in reported_keys(engine):  # its start left while it ran
+        assert time.monotonic() < deadline, "the speculative call's start was never reported"
+        time.sleep(0.05)
+    # The short one ended before its start report left: both were taken back.
+    assert short.key not in reported_keys(engine)
+    group.kill()

@@ -62,6 +62,7 @@ class ApeX(Algorithm):
         cfg = self.config
         self.stopping = threading.Event()  # ends the two sub-flows' threads at stop()
         self.pending_priorities = {}  # shard -> [(indexes, priorities)] not sent yet
+        self.direct_priorities = workers.direct_calls
         self.shards = [
             workers.engine.create_worker(
                 ReplayShard,
@@ -94,17 +95,36 @@ class ApeX(Algorithm):
         return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
 
     def _store(self, workers, ctx, handles):
-        """Samples go from each rollout worker straight to a shard; only metrics come here."""
-        engine, in_flight = workers.engine, {}
+        """Samples go from each rollout worker to a shard; only metrics come here.
+
+        With direct calls a batch passes through the driver (a direct call's result
+        lives there): a sample call and then an ``add_sample`` call, each a message
+        each way. Otherwise the sample's TaskRef goes to the shard's call and Dask
+        moves the batch worker to worker, at the cost of two scheduled tasks.
+        """
+        engine, in_flight, direct = workers.engine, {}, workers.direct_calls
+
+        def request(handle, shard):
+            sample = handle.call("sample", direct=direct)
+            if direct:
+                in_flight[sample] = (handle, shard, "sample")
+            else:
+                in_flight[shard.call("add_sample", sample)] = (handle, shard, "add")
+
         for i, handle in enumerate(handles * self.config.num_async):
-            shard = self.shards[i % len(self.shards)]
-            in_flight[shard.call("add_sample", handle.call("sample"))] = (handle, shard)
+            request(handle, self.shards[i % len(self.shards)])
         while not self.stopping.is_set():
             done, _ = engine.wait(list(in_flight), timeout=1.0, return_when="FIRST_COMPLETED")
             for ref in done:
-                handle, shard = in_flight.pop(ref)
+                handle, shard, stage = in_flight.pop(ref)
+                if stage == "sample" and ref.exception() is None:
+                    # The next sample once this batch is stored: a slot per request.
+                    in_flight[shard.call("add_sample", ref.result(), direct=True)] = (
+                        handle, shard, "add"
+                    )  # fmt: skip
+                    continue
                 workers.note_sampled(handle)
-                in_flight[shard.call("add_sample", handle.call("sample"))] = (handle, shard)
+                request(handle, shard)
                 metrics = _unless_lost(ref, handle, shard)
                 if metrics is None:
                     continue  # lost with a worker; its replacement call is on its way
@@ -117,13 +137,16 @@ class ApeX(Algorithm):
         """Prioritized batches from the shards, ``num_async`` requests in flight each."""
         engine, size = workers.engine, self.config.train_batch_size
         rows = size * self.config.replay_batches_per_call
-        in_flight = {s.call("sample", rows): s for s in self.shards * self.config.num_async}
+        direct = workers.direct_calls
+        in_flight = {
+            s.call("sample", rows, direct=direct): s for s in self.shards * self.config.num_async
+        }
         updates = 0
         while not self.stopping.is_set():
             done, _ = engine.wait(list(in_flight), timeout=1.0, return_when="FIRST_COMPLETED")
             for ref in done:
                 shard = in_flight.pop(ref)
-                in_flight[shard.call("sample", rows)] = shard
+                in_flight[shard.call("sample", rows, direct=direct)] = shard
                 batches = _unless_lost(ref, shard)
                 if batches is None:
                     yield None
@@ -143,7 +166,7 @@ class ApeX(Algorithm):
         if len(pending) >= self.config.replay_batches_per_call:
             del self.pending_priorities[shard]
             indexes, values = (np.concatenate(parts) for parts in zip(*pending, strict=True))
-            shard.call("update_priorities", indexes, values)
+            shard.call("update_priorities", indexes, values, direct=self.direct_priorities)
         return trained
 
     def stop(self) -> None:
