@@ -24,6 +24,7 @@ from hrl_tasks.scheduler.context import TaskContext, enter_task, leave_task, len
 RUNTIME_NAME = "hrl-tasks-runtime"
 FLUSH_INTERVAL_S = 0.05
 SHARED_KEPT = 4  # shared values kept per worker process, the newest
+SHARED_DROPPED_REMEMBERED = 256  # keys of shared values let go, remembered per process
 
 
 class WorkerRuntime(WorkerPlugin):
@@ -45,6 +46,9 @@ class WorkerRuntime(WorkerPlugin):
         self.running: dict[str, TaskContext] = {}  # engine tasks executing here, by key
         self.shared: OrderedDict[str, Any] = OrderedDict()  # shared values, the newest last
         self.shared_arrived: dict[str, asyncio.Event] = {}  # peers waiting for one
+        # Keys of shared values let go, the newest last: a peer asking for one is told
+        # at once, not after waiting for it to arrive (the driver then sends it).
+        self.shared_dropped: OrderedDict[str, None] = OrderedDict()
         self.handlers_installed = False
 
     @classmethod
@@ -138,7 +142,10 @@ class WorkerRuntime(WorkerPlugin):
         self.shared[key] = value
         self.shared.move_to_end(key)
         while len(self.shared) > SHARED_KEPT:
-            self.shared.popitem(last=False)
+            dropped, _ = self.shared.popitem(last=False)
+            self.shared_dropped[dropped] = None
+        while len(self.shared_dropped) > SHARED_DROPPED_REMEMBERED:
+            self.shared_dropped.popitem(last=False)
         arrived = self.shared_arrived.pop(key, None)
         if arrived is not None:
             arrived.set()

@@ -160,8 +160,9 @@ async def _fetch(runtime, ref: SharedRef) -> Any:
 
 
 async def serve_shared(runtime, key: str) -> dict:
-    """A peer's request for shared value ``key`` (waits for it to arrive)."""
-    if key not in runtime.shared:
+    """A peer's request for shared value ``key``: waits for it to arrive, unless it
+    came and was let go (a holder keeps the newest few)."""
+    if key not in runtime.shared and key not in runtime.shared_dropped:
         arrived = runtime.shared_arrived.setdefault(key, asyncio.Event())
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(arrived.wait(), SHARED_WAIT_S)

@@ -101,6 +101,24 @@ def test_reaching_the_workers_is_checked_once(engine):
         other.close()
 
 
+@pytest.mark.cluster
+def test_a_peer_asking_for_a_value_its_holder_dropped_gets_it_from_the_driver_at_once(engine):
+    boxes = [engine.create_worker(tasks.Box, strategy="spread") for _ in range(2)]
+    assert len({b.ready().address for b in boxes}) == 2
+    first = engine.share({"w": np.arange(1000, dtype=np.float32)})
+    assert boxes[0].call("put", first, direct=True).result(timeout=30) is True
+    for i in range(8):  # the holder keeps the newest few shared values: the first goes
+        newer = engine.share({"w": np.full(10, i, dtype=np.float32)})
+        assert boxes[0].call("put", newer, direct=True).result(timeout=30) is True
+    start = time.monotonic()
+    assert boxes[1].call("put", first, direct=True).result(timeout=60) is True
+    assert time.monotonic() - start < 10  # not the peers' 30-s wait for a value to arrive
+    got = boxes[1].call("get", direct=True).result(timeout=30)
+    np.testing.assert_array_equal(got["w"], np.arange(1000, dtype=np.float32))
+    for box in boxes:
+        box.kill()
+
+
 def reported_keys(engine) -> set:
     """Keys of the start and end reports that reached the scheduler on the engine's topic."""
     events = engine.client.get_events(engine.topic)
