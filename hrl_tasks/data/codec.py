@@ -103,12 +103,55 @@ def register_dask_serialization() -> None:
         dask_deserialize.register(cls, _dask_loads)
 
 
-def _dask_dumps(obj: SampleBatch | MultiAgentBatch) -> tuple[dict, list[bytes]]:
-    return {}, [encode(obj)]
+def _dask_dumps(obj: SampleBatch | MultiAgentBatch) -> tuple[dict, list[memoryview]]:
+    """A header naming the columns, and each column as a frame of its own, sent from
+    the array's memory: no copy on the way out (Dask writes the frames as they are)."""
+    if isinstance(obj, SampleBatch):
+        kind, meta, names = "batch", None, list(obj.columns)
+        arrays = list(obj.values())
+    else:
+        kind, meta = "multi", [obj.env_steps(), [[pid, list(b.columns)] for pid, b in obj.items()]]
+        arrays = [a for b in obj.values() for a in b.values()]
+        names = [f"{pid!r}/{name}" for pid, b in obj.items() for name in b.columns]
+    arrays = [_sendable(array, name) for array, name in zip(arrays, names, strict=True)]
+    specs = [[a.dtype.str, list(a.shape)] for a in arrays]
+    header = {"hrl_tasks": [kind, meta, names if kind == "batch" else None, specs]}
+    return header, [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays]
 
 
 def _dask_loads(header: dict, frames: Sequence[bytes | memoryview]) -> Any:
-    return decode(frames[0] if len(frames) == 1 else b"".join(frames))
+    """Columns read in place from the frames Dask received (writable when the frames
+    are), copied only when a frame is misaligned for its dtype."""
+    kind, meta, names, specs = header["hrl_tasks"]
+    if len(specs) != len(frames):
+        raise DecodeError(f"{len(specs)} column specs for {len(frames)} frames")
+    arrays = []
+    for (dtype_str, shape), frame in zip(specs, frames, strict=True):
+        dtype = _checked_dtype(dtype_str)
+        count = math.prod(shape)
+        if memoryview(frame).nbytes != count * dtype.itemsize:
+            raise DecodeError(f"a {dtype_str} column of shape {shape} in a frame of "
+                              f"{memoryview(frame).nbytes} bytes")  # fmt: skip
+        array = np.frombuffer(frame, dtype, count).reshape(shape)
+        arrays.append(array if array.flags.aligned else array.copy())
+    if kind == "batch":
+        return SampleBatch(_zip_columns(names, arrays))
+    env_steps, layout = meta
+    batches, start = {}, 0
+    for pid, columns in layout:
+        batches[pid] = SampleBatch(_zip_columns(columns, arrays[start : start + len(columns)]))
+        start += len(columns)
+    return MultiAgentBatch(batches, env_steps)
+
+
+def _sendable(array: np.ndarray, name: str) -> np.ndarray:
+    """``array`` if it can travel as it is (C-contiguous), else a contiguous copy."""
+    if array.dtype.kind not in _DTYPE_KINDS or array.dtype.fields is not None:
+        raise TypeError(
+            f"cannot encode an array of dtype {array.dtype} (column {name}); "
+            "only bool, numeric, datetime and fixed-width string arrays are supported"
+        )
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
 
 # Encoding ------------------------------------------------------------------------

@@ -204,6 +204,10 @@ class TorchPolicy(Policy):
     def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
         """Converts a batch of observations to a tensor (uint8 kept, else float32).
 
+        Writable, contiguous uint8 observations (image frames, such as a batch's
+        column received from a rollout worker) are not copied: the tensor shares
+        their memory, and the models turn them into new float tensors.
+
         Raises:
             ValueError: If the shape is not ``[B, *observation_space.shape]`` (or
                 ``[T, B, *shape]``: any leading batch axes).
@@ -213,6 +217,8 @@ class TorchPolicy(Policy):
         n_lead = obs.ndim - len(shape)
         if n_lead < 1 or obs.shape[n_lead:] != shape:
             raise ValueError(f"expected observations of shape [B, *{shape}], got {obs.shape}")
+        if obs.dtype == np.uint8 and obs.flags.c_contiguous and obs.flags.writeable:
+            return torch.from_numpy(obs)  # image frames: read in place (models make floats)
         dtype = np.uint8 if obs.dtype == np.uint8 else np.float32
         return torch.from_numpy(np.array(obs, dtype=dtype))
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from hrl_tasks.data import MultiAgentBatch, SampleBatch, codec
 from hrl_tasks.data.codec import DecodeError, decode, encode
+from hrl_tasks.data.sample_batch import DEFAULT_POLICY_ID
 
 DTYPES = st.one_of(
     hnp.boolean_dtypes(),
@@ -160,15 +161,48 @@ def test_dask_serialization_uses_codec_not_pickle():
     batch = SampleBatch({"obs": np.arange(6.0).reshape(3, 2), "eps_id": np.array([1, 1, 2])})
     header, frames = serialize(batch, serializers=("dask", "pickle"))
     assert header["serializer"] == "dask"
-    assert bytes(frames[0]).startswith(b"\xd6\x7fhrl1")
+    assert len(frames) == 2  # a frame per column
     got = deserialize(header, frames)
     assert type(got) is SampleBatch
-    np.testing.assert_array_equal(got["obs"], batch["obs"])
+    assert_same_array(got["obs"], batch["obs"])
+    assert_same_array(got["eps_id"], batch["eps_id"])
 
-    ma = batch.as_multi_agent()
+    ma = SampleBatch.concat_samples([batch, batch]).as_multi_agent()
     header, frames = serialize(ma, serializers=("dask", "pickle"))
     assert header["serializer"] == "dask"
-    assert deserialize(header, frames).env_steps() == 3
+    got = deserialize(header, frames)
+    assert type(got) is MultiAgentBatch and got.env_steps() == 6
+    assert_same_array(got[DEFAULT_POLICY_ID]["obs"], ma[DEFAULT_POLICY_ID]["obs"])
+
+
+def test_columns_cross_dasks_protocol_without_copies():
+    """Bytes of a column copied from the sender's batch to the receiver's: none by the
+    codec. The frames go out from the batch's memory and the received columns are read
+    in place from the receive buffer, writable, so a learner can use them as they are."""
+    from distributed.protocol import dumps, loads, to_serialize
+
+    frames_per_row = np.arange(3 * 4 * 84 * 84, dtype=np.uint8).reshape(3, 4, 84, 84)
+    batch = SampleBatch({"obs": frames_per_row, "rewards": np.ones(3, np.float32)})
+    sent = list(dumps({"batch": to_serialize(batch)}))
+    in_place = [f for f in sent if np.shares_memory(np.frombuffer(f, np.uint8), batch["obs"])]
+    assert len(in_place) == 1  # the obs frame is the batch's own memory
+    received = [bytearray(f) for f in sent]  # what a socket read leaves (comm/tcp.py)
+    got = loads(received)["batch"]
+    obs = got["obs"]
+    assert_same_array(obs, batch["obs"])
+    assert obs.flags.writeable
+    assert any(np.shares_memory(obs, np.frombuffer(f, np.uint8)) for f in received)
+
+
+def test_misshapen_frames_raise_decode_error():
+    from distributed.protocol import deserialize, serialize
+
+    batch = SampleBatch({"obs": np.zeros((4, 2), np.float32)})
+    header, frames = serialize(batch, serializers=("dask",))
+    with pytest.raises(DecodeError, match="frame of 24 bytes"):
+        deserialize(header, [bytes(frames[0])[:24]])
+    with pytest.raises(DecodeError, match="for 2 frames"):
+        deserialize(header, [frames[0], frames[0]])
 
 
 def test_import_registers_when_distributed_is_loaded():

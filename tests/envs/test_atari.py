@@ -99,8 +99,29 @@ def test_batches_carry_uint8_frames_and_encode_at_a_byte_a_pixel():
     decoded = decode(encoded)
     assert decoded[SampleBatch.OBS].dtype == np.uint8
     np.testing.assert_array_equal(decoded[SampleBatch.OBS], batch[SampleBatch.OBS])
-    frames = dask_frames(batch)
-    assert sum(len(memoryview(f).cast("B")) for f in frames) == len(encoded)
+    frames = dask_frames(batch)  # between processes: the columns' bytes, nothing more
+    assert sum(memoryview(f).nbytes for f in frames) == sum(a.nbytes for a in batch.values())
+
+
+def test_frames_are_copied_once_between_the_env_and_the_learner():
+    """Bytes copied per frame: the env's frame into the batch's column as the worker
+    steps, and nothing after: the message goes out from the column's memory, and the
+    learner reads the frames where the socket read left them."""
+    from distributed.protocol import dumps, loads, to_serialize
+
+    worker = RolloutWorker(BREAKOUT, ppo, num_envs=2, rollout_fragment_length=16, seed=0)
+    batch, _ = worker.sample()
+    sent = list(dumps({"result": to_serialize(batch)}))
+    obs_frames = [f for f in sent if memoryview(f).nbytes == batch[SampleBatch.OBS].nbytes]
+    assert len(obs_frames) == 1
+    assert np.shares_memory(np.frombuffer(obs_frames[0], np.uint8), batch[SampleBatch.OBS])
+    received = [bytearray(f) for f in sent]  # what Dask's TCP read leaves (comm/tcp.py)
+    got = loads(received)["result"][SampleBatch.OBS]
+    np.testing.assert_array_equal(got, batch[SampleBatch.OBS])
+    buffer = next(f for f in received if len(f) == got.nbytes)
+    assert np.shares_memory(got, np.frombuffer(buffer, np.uint8))
+    tensor = worker.policy.obs_tensor(got)
+    assert tensor.dtype == torch.uint8 and tensor.data_ptr() == got.ctypes.data
 
 
 def dask_frames(batch):
