@@ -106,13 +106,8 @@ def register_dask_serialization() -> None:
 def _dask_dumps(obj: SampleBatch | MultiAgentBatch) -> tuple[dict, list[memoryview]]:
     """A header naming the columns, and each column as a frame of its own, sent from
     the array's memory: no copy on the way out (Dask writes the frames as they are)."""
-    if isinstance(obj, SampleBatch):
-        kind, meta, names = "batch", None, list(obj.columns)
-        arrays = list(obj.values())
-    else:
-        kind, meta = "multi", [obj.env_steps(), [[pid, list(b.columns)] for pid, b in obj.items()]]
-        arrays = [a for b in obj.values() for a in b.values()]
-        names = [f"{pid!r}/{name}" for pid, b in obj.items() for name in b.columns]
+    kind = "batch" if isinstance(obj, SampleBatch) else "multi"
+    meta, names, arrays = _columns_of(obj)
     arrays = [_sendable(array, name) for array, name in zip(arrays, names, strict=True)]
     specs = [[a.dtype.str, list(a.shape)] for a in arrays]
     header = {"hrl_tasks": [kind, meta, names if kind == "batch" else None, specs]}
@@ -136,22 +131,34 @@ def _dask_loads(header: dict, frames: Sequence[bytes | memoryview]) -> Any:
         arrays.append(array if array.flags.aligned else array.copy())
     if kind == "batch":
         return SampleBatch(_zip_columns(names, arrays))
-    env_steps, layout = meta
-    batches, start = {}, 0
-    for pid, columns in layout:
-        batches[pid] = SampleBatch(_zip_columns(columns, arrays[start : start + len(columns)]))
-        start += len(columns)
-    return MultiAgentBatch(batches, env_steps)
+    return _multi_agent_batch(*meta, arrays)
 
 
-def _sendable(array: np.ndarray, name: str) -> np.ndarray:
-    """``array`` if it can travel as it is (C-contiguous), else a contiguous copy."""
+def _columns_of(batch: SampleBatch | MultiAgentBatch) -> tuple[Any, list[str], list[np.ndarray]]:
+    """``(meta, names, arrays)`` of a batch's columns: ``meta`` is None for a
+    SampleBatch, ``[env_steps, [[policy_id, column names], ...]]`` for a
+    MultiAgentBatch, whose names are ``"policy_id/column"``."""
+    if isinstance(batch, SampleBatch):
+        return None, list(batch.columns), list(batch.values())
+    layout = [[pid, list(b.columns)] for pid, b in batch.items()]
+    names = [f"{pid!r}/{name}" for pid, b in batch.items() for name in b.columns]
+    arrays = [a for b in batch.values() for a in b.values()]
+    return [batch.env_steps(), layout], names, arrays
+
+
+def _sendable(array: np.ndarray, name: str | None) -> np.ndarray:
+    """``array`` if it can travel as it is (C-contiguous), else a contiguous copy.
+
+    Raises:
+        TypeError: for dtypes the codec does not carry (objects, structured).
+    """
     if array.dtype.kind not in _DTYPE_KINDS or array.dtype.fields is not None:
+        where = f" (column {name})" if name else ""
         raise TypeError(
-            f"cannot encode an array of dtype {array.dtype} (column {name}); "
+            f"cannot encode an array of dtype {array.dtype}{where}; "
             "only bool, numeric, datetime and fixed-width string arrays are supported"
         )
-    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+    return array if array.flags.c_contiguous else array.copy(order="C")
 
 
 # Encoding ------------------------------------------------------------------------
@@ -176,14 +183,11 @@ def _default(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return msgpack.ExtType(_EXT_TUPLE, _packb(list(obj)))
     if isinstance(obj, SampleBatch):
-        names = list(obj.columns)
-        return msgpack.ExtType(_EXT_SAMPLE_BATCH, _pack_arrays(names, obj.values(), names))
+        _, names, arrays = _columns_of(obj)
+        return msgpack.ExtType(_EXT_SAMPLE_BATCH, _pack_arrays(names, arrays, names))
     if isinstance(obj, MultiAgentBatch):
-        layout = [[pid, list(b.columns)] for pid, b in obj.items()]
-        arrays = [a for b in obj.values() for a in b.values()]
-        names = [f"{pid!r}/{name}" for pid, b in obj.items() for name in b.columns]
-        payload = _pack_arrays([obj.env_steps(), layout], arrays, names)
-        return msgpack.ExtType(_EXT_MULTI_AGENT_BATCH, payload)
+        meta, names, arrays = _columns_of(obj)
+        return msgpack.ExtType(_EXT_MULTI_AGENT_BATCH, _pack_arrays(meta, arrays, names))
     for base in (int, float, str, bytes, list, dict):  # subclasses, e.g. IntEnum
         if isinstance(obj, base):
             return base.__str__(obj) if base is str else base(obj)
@@ -194,15 +198,7 @@ def _default(obj: Any) -> Any:
 
 
 def _pack_arrays(meta: Any, arrays: Iterable[np.ndarray], names: list[str] | None = None) -> bytes:
-    contiguous = []
-    for i, array in enumerate(arrays):
-        if array.dtype.kind not in _DTYPE_KINDS or array.dtype.fields is not None:
-            where = f" (column {names[i]})" if names else ""
-            raise TypeError(
-                f"cannot encode an array of dtype {array.dtype}{where}; "
-                "only bool, numeric, datetime and fixed-width string arrays are supported"
-            )
-        contiguous.append(array if array.flags.c_contiguous else array.copy(order="C"))
+    contiguous = [_sendable(a, names[i] if names else None) for i, a in enumerate(arrays)]
     header = _packb([meta, [[a.dtype.str, list(a.shape)] for a in contiguous]])
     parts = [_U32.pack(len(header)), header]
     offset = _U32.size + len(header)
@@ -240,14 +236,20 @@ def _ext_hook(code: int, payload: bytes) -> Any:
         return SampleBatch(_zip_columns(names, arrays))
     if code == _EXT_MULTI_AGENT_BATCH:
         (env_steps, layout), arrays = _unpack_arrays(payload)
-        batches, start = {}, 0
-        for pid, names in layout:
-            batches[pid] = SampleBatch(_zip_columns(names, arrays[start : start + len(names)]))
-            start += len(names)
-        if start != len(arrays):
-            raise DecodeError(f"MultiAgentBatch layout names {start} of {len(arrays)} arrays")
-        return MultiAgentBatch(batches, env_steps)
+        return _multi_agent_batch(env_steps, layout, arrays)
     raise DecodeError(f"unknown msgpack ext type code {code}")
+
+
+def _multi_agent_batch(env_steps: int, layout: list, arrays: list[np.ndarray]) -> MultiAgentBatch:
+    """A MultiAgentBatch from its layout (``[[policy_id, column names], ...]``) and the
+    arrays of all its columns in that order."""
+    batches, start = {}, 0
+    for pid, names in layout:
+        batches[pid] = SampleBatch(_zip_columns(names, arrays[start : start + len(names)]))
+        start += len(names)
+    if start != len(arrays):
+        raise DecodeError(f"MultiAgentBatch layout names {start} of {len(arrays)} arrays")
+    return MultiAgentBatch(batches, env_steps)
 
 
 def _single_array(payload: bytes) -> np.ndarray:
