@@ -110,14 +110,19 @@ def _dask_dumps(obj: SampleBatch | MultiAgentBatch) -> tuple[dict, list[memoryvi
     meta, names, arrays = _columns_of(obj)
     arrays = [_sendable(array, name) for array, name in zip(arrays, names, strict=True)]
     specs = [[a.dtype.str, list(a.shape)] for a in arrays]
-    header = {"hrl_tasks": [kind, meta, names if kind == "batch" else None, specs]}
+    # The layout's policy ids may be numpy scalars or tuples: packed by the codec, as
+    # bytes, since Dask's own header packing knows neither.
+    header = {"hrl_tasks": [kind, _packb(meta), names if kind == "batch" else None, specs]}
     return header, [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays]
 
 
 def _dask_loads(header: dict, frames: Sequence[bytes | memoryview]) -> Any:
     """Columns read in place from the frames Dask received (writable when the frames
     are), copied only when a frame is misaligned for its dtype."""
-    kind, meta, names, specs = header["hrl_tasks"]
+    if "hrl_tasks" not in header:  # one encoded frame, as batches travelled before
+        return decode(frames[0] if len(frames) == 1 else b"".join(frames))
+    kind, packed_meta, names, specs = header["hrl_tasks"]
+    meta = _unpackb(packed_meta)
     if len(specs) != len(frames):
         raise DecodeError(f"{len(specs)} column specs for {len(frames)} frames")
     arrays = []

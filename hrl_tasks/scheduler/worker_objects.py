@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures as cf
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,7 @@ class ObjectEntry:
     cond: threading.Condition = field(default_factory=threading.Condition)
     call_lock: threading.RLock = field(default_factory=threading.RLock)
     direct_pool: cf.ThreadPoolExecutor | None = None  # direct calls' threads, made on first use
+    loop_waiters: list = field(default_factory=list)  # (condition, loop, future): see `until`
 
     def direct_executor(self) -> cf.ThreadPoolExecutor:
         with self.cond:
@@ -86,6 +88,29 @@ class ObjectEntry:
                 self.watermark += 1
                 self.finished.discard(self.watermark)
             self.cond.notify_all()
+            self._wake_loop_waiters()
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Wait on the event loop, holding no thread, until ``condition()`` (read under
+        the entry's lock) holds; checked again each time a call finishes."""
+        loop = asyncio.get_running_loop()
+        with self.cond:
+            if condition():
+                return
+            future = loop.create_future()
+            self.loop_waiters.append((condition, loop, future))
+        await future
+
+    def _wake_loop_waiters(self) -> None:
+        waiting = []
+        for condition, loop, future in self.loop_waiters:
+            if future.done():  # its call was abandoned (the connection closed)
+                continue
+            if condition():
+                loop.call_soon_threadsafe(_resolve, future)
+            else:
+                waiting.append((condition, loop, future))
+        self.loop_waiters = waiting
 
     def wait_created(self) -> None:
         """Block until the factory has run (or failed)."""
@@ -102,6 +127,11 @@ class ObjectEntry:
                 return
         with task_wait(), self.cond:
             self.cond.wait_for(lambda: self.watermark >= seq - 1)
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def entry_of(obj_id: str, runtime: WorkerRuntime | None = None) -> ObjectEntry:
@@ -219,6 +249,12 @@ async def direct_call(runtime: WorkerRuntime, spec: dict, call: tuple) -> dict:
     except InputLostError as exc:
         return {"status": "input-lost", "key": str(exc)}
     entry = entry_of(obj_id, runtime)
+    # A call takes one of the object's threads only once it may run: waiting in a
+    # thread, calls that arrived early could hold every thread while the call they
+    # wait for queues behind them (calls travel on several connections, in any order).
+    await entry.until(lambda: entry.obj is not None or entry.error is not None)
+    if not entry.thread_safe:
+        await entry.until(lambda: entry.watermark >= seq - 1)
     loop = asyncio.get_running_loop()
     call = (obj_id, seq, method, args, kwargs)
     try:

@@ -194,6 +194,26 @@ def test_columns_cross_dasks_protocol_without_copies():
     assert any(np.shares_memory(obs, np.frombuffer(f, np.uint8)) for f in received)
 
 
+def test_policy_ids_of_any_encodable_type_cross_dask():
+    from distributed.protocol import dumps, loads, to_serialize
+
+    batch = SampleBatch({"obs": np.zeros((2, 3), np.float32)})
+    ids = [np.int64(1), ("team", 2), "plain"]
+    ma = MultiAgentBatch({pid: batch for pid in ids}, 2)
+    got = loads(list(dumps({"b": to_serialize(ma)})))["b"]
+    assert list(got) == [1, ("team", 2), "plain"]
+    assert_same_array(got[("team", 2)]["obs"], batch["obs"])
+
+
+def test_batches_sent_as_one_encoded_frame_still_decode():
+    from distributed.protocol import deserialize, serialize
+
+    batch = SampleBatch({"obs": np.arange(6.0).reshape(3, 2)})
+    header, _ = serialize(batch, serializers=("dask",))
+    old_form = {**header, "sub-header": {}}  # before, a batch was one encoded frame
+    assert_same_array(deserialize(old_form, [encode(batch)])["obs"], batch["obs"])
+
+
 def test_misshapen_frames_raise_decode_error():
     from distributed.protocol import deserialize, serialize
 

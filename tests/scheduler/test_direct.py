@@ -1,5 +1,6 @@
 """Direct calls of stateful workers on a real cluster, and their pieces without one."""
 
+import asyncio
 import time
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 
 import hrl_tasks as hrl
 from hrl_tasks.scheduler.shared import Shared, SharedRef, SharedValue, direct_arguments, inline
+from hrl_tasks.scheduler.worker_objects import DIRECT_THREADS
 from tests.scheduler import tasks
 
 
@@ -117,6 +119,38 @@ def test_a_peer_asking_for_a_value_its_holder_dropped_gets_it_from_the_driver_at
     np.testing.assert_array_equal(got["w"], np.arange(1000, dtype=np.float32))
     for box in boxes:
         box.kill()
+
+
+async def calls_out_of_order(obj_id: str, n: int, dask_worker=None) -> list:
+    """Runs on the object's worker: direct calls numbered after the last one made,
+    all but the first arriving before it (as calls on several connections can)."""
+    from hrl_tasks.scheduler.runtime import WorkerRuntime
+    from hrl_tasks.scheduler.worker_objects import direct_call, entry_of
+
+    runtime = WorkerRuntime.of(dask_worker)
+    first = entry_of(obj_id, runtime).watermark + 1
+
+    def call(seq):
+        spec = {"key": f"out-of-order-{seq}", "name": "Counter.add", "attempt": 0,
+                "topic": "unheard", "internal": True, "quiet": True}  # fmt: skip
+        return direct_call(runtime, spec, (obj_id, seq, "add", (1,), {}))
+
+    early = [asyncio.ensure_future(call(seq)) for seq in range(first + 1, first + n)]
+    await asyncio.sleep(0.3)  # each waits for the calls before it
+    replies = await asyncio.wait_for(asyncio.gather(call(first), *early), 20)
+    return [(reply["status"], reply["result"].data) for reply in replies]
+
+
+@pytest.mark.cluster
+def test_direct_calls_that_arrive_early_wait_without_holding_the_objects_threads(engine):
+    counter = engine.create_worker(tasks.Counter, start=0)
+    assert counter.call("add", 1, direct=True).result(timeout=30) == 1
+    n = DIRECT_THREADS + 4  # more early calls than the object has threads
+    replies = engine.client.run(calls_out_of_order, counter.obj_id, n, workers=[counter.address])[
+        counter.address
+    ]
+    assert replies == [("OK", 1 + i) for i in range(1, n + 1)]  # each in its turn
+    counter.kill()
 
 
 def reported_keys(engine) -> set:
