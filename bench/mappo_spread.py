@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from hrl_tasks.algorithms import PPO
-from hrl_tasks.rollout.multi_agent_env import make_multi_agent_env
+from hrl_tasks.envs.multi_agent import make_multi_agent_env
 
 ENV, ENV_CONFIG = "mpe2.simple_spread_v3", {"max_cycles": 25}
 

@@ -1,6 +1,6 @@
 """hrl_tasks: distributed reinforcement learning on Dask."""
 
-__version__ = "0.1.0"
+from hrl_tasks.version import __version__
 
 # The engine's names load on first use (PEP 562), so that ``import hrl_tasks`` and the
 # command line's help and usage errors import neither distributed nor torch.

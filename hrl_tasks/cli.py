@@ -15,11 +15,11 @@ import argparse
 import ast
 import json
 import logging
-import math
 import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 EXIT_USAGE = 2
@@ -243,11 +243,9 @@ def engine_from_args(args, embedded: bool):
     if (any(tls.values()) or args.upload) and not args.address:
         raise ValueError("--tls-ca-file, --tls-cert, --tls-key and --upload go with --address")
     if args.address:
-        security = None
-        if any(tls.values()):
-            from distributed.security import Security
+        from hrl_tasks.scheduler.clusters import tls_security
 
-            security = Security(**tls, require_encryption=True)
+        security = tls_security(*tls.values()) if any(tls.values()) else None
         return Engine.connect(args.address, security=security, upload=args.upload)
     if args.cluster is None:
         return Engine.local() if embedded else None
@@ -260,7 +258,7 @@ def engine_from_args(args, embedded: bool):
         wanted = args.jobs * worker_processes(engine.cluster)
         print(f"submitted {args.jobs} {args.cluster} worker jobs; waiting for {wanted} "
               f"worker processes", flush=True)  # fmt: skip
-        engine.client.wait_for_workers(wanted, timeout=args.wait_for_jobs)
+        engine.wait_for_workers(wanted, timeout=args.wait_for_jobs)
         print(f"worker jobs: {', '.join(job_ids(engine.cluster)) or '(none listed)'}", flush=True)
     except TimeoutError:
         ids = ", ".join(job_ids(engine.cluster))
@@ -404,76 +402,38 @@ def import_in_background() -> threading.Thread:
     return thread
 
 
+@dataclass(frozen=True)
+class TrainSetup:
+    """What ``hrl-tasks train`` runs, decided before any cluster starts."""
+
+    algorithm: str
+    algo_cls: type
+    config: dict
+    checkpoint: dict | None  # the state of the run resumed, if any
+    out: Path
+    experiment_stop: dict | None  # the stop conditions of ``--config``'s file
+
+
 def run_train(args) -> int:
-    from hrl_tasks.algorithms import get_algorithm, stop_reached
-    from hrl_tasks.algorithms.algorithm import read_checkpoint
-    from hrl_tasks.plotting import plot_learning_curve, plot_win_rates, read_metrics
-    from hrl_tasks.rollout import env_name
+    """``hrl-tasks train``: decide the run (a bad config fails before any cluster),
+    build the algorithm, train it until a stop condition holds, then save the last
+    checkpoint and the curve. However it ends, also on Ctrl-C, the TensorBoard
+    writer, the algorithm and the engine are closed."""
     from hrl_tasks.tensorboard import metrics_writer
 
-    experiment = read_experiment(args.config) if args.config is not None else {}
-    config = {**experiment_config(experiment), **config_from_args(args)}
-    checkpoint = None
-    if args.resume is not None:
-        checkpoint = read_checkpoint(args.resume / "checkpoints")
-        config = {**checkpoint["config"], **config}
-    args.algorithm = args.algorithm or experiment.get("algorithm")
-    if args.algorithm is None:
-        raise ValueError("name the algorithm: hrl-tasks train ALGO, or `algorithm` in --config")
-    algo_cls = get_algorithm(args.algorithm)
-    env_label = config.get("env", "env") if isinstance(config.get("env", "env"), str) else "env"
-    env_label = env_label.replace("/", "-").replace(":", "-")  # ALE/Breakout-v5: one folder
-    out = args.out or args.resume or Path("runs") / f"{args.algorithm}-{env_label}"
-    algo_cls.config_class.from_dict(config)  # a bad config fails before any connection
+    setup = plan_train(args)
     import_in_background()
     engine = engine_from_args(args, embedded=False)
-    try:
-        algo = algo_cls(config, engine=engine)
-    except BaseException:
-        if engine is not None:
-            engine.close()
-        raise
+    algo = build_algorithm(setup, engine)  # closes the engine if the algorithm fails
     board = None
     try:
-        if checkpoint is not None:
-            algo.set_state(checkpoint)
-        print(f"dashboard: {algo.engine.dashboard_link}", flush=True)
-        print(f"writing to {out}/", flush=True)
-        out.mkdir(parents=True, exist_ok=True)
-        stop = stop_conditions(args, experiment.get("stop"))
-        metrics_path = out / "metrics.jsonl"
-        progress = Progress(
-            stop, args.no_progress, base_steps=algo.ctx.counters["env_steps_sampled"]
-        )
-        board = metrics_writer(out / "tensorboard")  # None without tensorboard
-        with metrics_path.open("a") as log, progress as bar:
-            while True:
-                result = algo.train()
-                check_stop_keys(stop, result)
-                log.write(json.dumps(jsonable(result)) + "\n")
-                log.flush()
-                if board is not None:
-                    board.write(result)
-                bar.update(result)
-                if result["iteration"] % args.checkpoint_every == 0:
-                    save_checkpoint(algo, out, result["iteration"], args.keep_checkpoints)
-                if stop_reached(result, stop):
-                    break
-        save_checkpoint(algo, out, result["iteration"], args.keep_checkpoints)
-        env = env_name(algo.config.env)
-        metrics = read_metrics(metrics_path)
-        if any(key.startswith("win_rate/") for key in result):
-            plot_win_rates(metrics, out / "learning_curve.png", title=f"{args.algorithm} on {env}")
-        else:
-            plot_learning_curve(
-                {args.algorithm: metrics}, out / "learning_curve.png",
-                title=f"{args.algorithm} on {env}", threshold=args.stop_reward,
-            )  # fmt: skip
-        print(
-            f"done: iteration {result['iteration']}, {result['env_steps_sampled']} env steps, "
-            f"{headline(result)}, {result['time_total_s']:.1f} s; "
-            f"curve in {out / 'learning_curve.png'}"
-        )
+        start_run(algo, setup)
+        stop = stop_conditions(args, setup.experiment_stop)
+        steps = algo.ctx.counters["env_steps_sampled"]
+        progress = Progress(stop, args.no_progress, base_steps=steps)
+        board = metrics_writer(setup.out / "tensorboard")  # None without tensorboard
+        result = train_until_stop(algo, setup.out, stop, progress, board, args)
+        finish_run(algo, setup, result, args)
     finally:
         if board is not None:  # also on Ctrl-C: its last events are written at close
             board.close()
@@ -481,6 +441,116 @@ def run_train(args) -> int:
         if engine is not None:
             engine.close()
     return 0
+
+
+def plan_train(args) -> TrainSetup:
+    """The run the options and ``--config`` describe, over the config of the run that
+    ``--resume`` continues; the config is checked here, before any connection.
+
+    Raises:
+        ValueError: for a bad experiment file, ``--set``, no algorithm named, or a
+            config the algorithm refuses.
+    """
+    from hrl_tasks.algorithms import get_algorithm
+    from hrl_tasks.algorithms.algorithm import read_checkpoint
+
+    experiment = read_experiment(args.config) if args.config is not None else {}
+    config = {**experiment_config(experiment), **config_from_args(args)}
+    checkpoint = None
+    if args.resume is not None:
+        checkpoint = read_checkpoint(args.resume / "checkpoints")
+        config = {**checkpoint["config"], **config}
+    algorithm = args.algorithm or experiment.get("algorithm")
+    if algorithm is None:
+        raise ValueError("name the algorithm: hrl-tasks train ALGO, or `algorithm` in --config")
+    algo_cls = get_algorithm(algorithm)
+    out = args.out or args.resume or Path("runs") / f"{algorithm}-{env_label(config)}"
+    algo_cls.config_class.from_dict(config)  # a bad config fails before any connection
+    return TrainSetup(algorithm, algo_cls, config, checkpoint, out, experiment.get("stop"))
+
+
+def env_label(config: dict) -> str:
+    """The env's part of a run's default folder: its id, one folder deep
+    (``ALE/Breakout-v5`` -> ``ALE-Breakout-v5``), or ``env`` when not a string. Pure."""
+    label = config.get("env", "env") if isinstance(config.get("env", "env"), str) else "env"
+    return label.replace("/", "-").replace(":", "-")
+
+
+def build_algorithm(setup: TrainSetup, engine):
+    """The algorithm of ``setup`` on ``engine`` (None: it starts its own); ``engine``
+    is closed if the algorithm fails to build."""
+    try:
+        return setup.algo_cls(setup.config, engine=engine)
+    except BaseException:
+        if engine is not None:
+            engine.close()
+        raise
+
+
+def start_run(algo, setup: TrainSetup) -> None:
+    """Restore the state of the run resumed, say where to watch and where it writes,
+    and create that directory."""
+    if setup.checkpoint is not None:
+        algo.set_state(setup.checkpoint)
+    print(f"dashboard: {algo.engine.dashboard_link}", flush=True)
+    print(f"writing to {setup.out}/", flush=True)
+    setup.out.mkdir(parents=True, exist_ok=True)
+
+
+def train_until_stop(algo, out: Path, stop: dict, progress: Progress, board, args) -> dict:
+    """Train until a ``stop`` condition holds; returns the last iteration's result.
+
+    Each iteration's metrics go to ``out/metrics.jsonl``, to TensorBoard (``board``,
+    if any) and to the progress bar, with a checkpoint every ``--checkpoint-every``
+    iterations.
+
+    Raises:
+        ValueError: after the first iteration, if ``stop`` names a metric not reported.
+    """
+    from hrl_tasks.algorithms import stop_reached
+    from hrl_tasks.jsonable import jsonable
+
+    with (out / "metrics.jsonl").open("a") as log, progress as bar:
+        while True:
+            result = algo.train()
+            check_stop_keys(stop, result)
+            log.write(json.dumps(jsonable(result)) + "\n")
+            log.flush()
+            if board is not None:
+                board.write(result)
+            bar.update(result)
+            if result["iteration"] % args.checkpoint_every == 0:
+                save_checkpoint(algo, out, result["iteration"], args.keep_checkpoints)
+            if stop_reached(result, stop):
+                return result
+
+
+def finish_run(algo, setup: TrainSetup, result: dict, args) -> None:
+    """The run's last checkpoint and learning curve, and the line that sums it up."""
+    from hrl_tasks.envs import env_name
+
+    save_checkpoint(algo, setup.out, result["iteration"], args.keep_checkpoints)
+    curve = setup.out / "learning_curve.png"
+    title = f"{setup.algorithm} on {env_name(algo.config.env)}"
+    plot_run(setup.out / "metrics.jsonl", curve, setup.algorithm, title, result, args.stop_reward)
+    print(
+        f"done: iteration {result['iteration']}, {result['env_steps_sampled']} env steps, "
+        f"{headline(result)}, {result['time_total_s']:.1f} s; curve in {curve}"
+    )
+
+
+def plot_run(
+    metrics_path: Path, path: Path, algorithm: str, title: str, last: dict, threshold: float | None
+) -> None:
+    """The curve of the metrics in ``metrics_path`` as ``path``: win rates when the
+    ``last`` result has them (games), else the mean return with ``threshold``."""
+    from hrl_tasks.plotting import plot_learning_curve, plot_win_rates, read_metrics
+
+    metrics = read_metrics(metrics_path)
+    if any(key.startswith("win_rate/") for key in last):
+        plot_win_rates(metrics, path, title=title)
+    else:
+        plot_learning_curve({algorithm: metrics}, path, title=title, threshold=threshold)
 
 
 def run_tune(args) -> int:
@@ -526,16 +596,6 @@ def headline(result: dict) -> str:
     if "episode_return_mean" in result:
         return f"mean return {result['episode_return_mean']:.1f}"
     return "no evaluation yet"
-
-
-def jsonable(value):
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if hasattr(value, "item"):
-        return value.item()
-    return value
 
 
 class Progress:

@@ -1,9 +1,17 @@
 """Where each algorithm lives, by the name users type: read without importing any of them,
-so that the command line's help and usage errors stay quick (no torch, no distributed)."""
+so that the command line's help and usage errors stay quick (no torch, no distributed).
+
+`get_algorithm` imports only the algorithm it is asked for, so any layer may look an
+algorithm up by name (a checkpoint's, a policy spec's) without importing them all. The
+engine finds the codecs of the layers above it here too.
+"""
 
 from __future__ import annotations
 
 import importlib
+from typing import Any
+
+from hrl_tasks.errors import ConfigError
 
 ALGORITHM_PATHS: dict[str, str] = {
     "ppo": "hrl_tasks.algorithms.ppo:PPO",
@@ -20,8 +28,28 @@ ALGORITHM_PATHS: dict[str, str] = {
 }
 """Algorithm name -> ``module:Class``."""
 
+SERIALIZER_PATHS: tuple[str, ...] = ("hrl_tasks.data.codec:register_dask_serialization",)
+"""Functions that register a layer's types with the engine's serialization
+(`hrl_tasks.scheduler.serialization`): the engine calls them the first time it sends or
+receives a type of the package, so that it need not import the layers above it."""
 
-def load_object(path: str):
+
+def load_object(path: str) -> Any:
     """The object at ``module:attribute``, imported now."""
     module, _, attribute = path.partition(":")
     return getattr(importlib.import_module(module), attribute)
+
+
+def get_algorithm(name: str) -> Any:
+    """The Algorithm class called ``name`` (case-insensitive), importing only its module.
+
+    Raises:
+        ConfigError: for a name that is not an algorithm, listing those that are.
+    """
+    try:
+        path = ALGORITHM_PATHS[str(name).lower()]
+    except KeyError:
+        raise ConfigError(
+            f"unknown algorithm {name!r}; available: {', '.join(sorted(ALGORITHM_PATHS))}"
+        ) from None
+    return load_object(path)

@@ -12,29 +12,20 @@ from hrl_tasks.algorithms.alphazero import AlphaZero, AlphaZeroConfig
 from hrl_tasks.algorithms.apex import ApeX, ApeXConfig
 from hrl_tasks.algorithms.appo import APPO, APPOConfig
 from hrl_tasks.algorithms.checkpoint import read_checkpoint
-from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
+from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.algorithms.dqn import DQN, DQNConfig
 from hrl_tasks.algorithms.es import ES, ESConfig
 from hrl_tasks.algorithms.impala import IMPALA, IMPALAConfig
 from hrl_tasks.algorithms.mpc import MPC, MPCConfig
 from hrl_tasks.algorithms.pg import A2C, A2CConfig
 from hrl_tasks.algorithms.ppo import PPO, PPOConfig
-from hrl_tasks.registry import ALGORITHM_PATHS, load_object
+from hrl_tasks.errors import ConfigError
+from hrl_tasks.registry import ALGORITHM_PATHS, get_algorithm, load_object
 
 ALGORITHMS: Mapping[str, type[Algorithm]] = {
     name: load_object(path) for name, path in ALGORITHM_PATHS.items()
 }
 """Every algorithm by the name users type (``hrl_tasks.registry`` says where each lives)."""
-
-
-def get_algorithm(name: str) -> type[Algorithm]:
-    """The Algorithm class called ``name`` (case-insensitive)."""
-    try:
-        return ALGORITHMS[name.lower()]
-    except KeyError:
-        raise ConfigError(
-            f"unknown algorithm {name!r}; available: {', '.join(sorted(ALGORITHMS))}"
-        ) from None
 
 
 def train(
@@ -49,7 +40,7 @@ def train(
 
     Args:
         algorithm: a name of ``ALGORITHMS``, e.g. ``"ppo"`` or ``"alphazero"``.
-        env: an env spec (see :mod:`hrl_tasks.rollout.env`).
+        env: an env spec (see :mod:`hrl_tasks.envs.make`).
         stop: metric -> value: stop when any reported metric reaches its value,
             e.g. ``episode_return_mean``, ``env_steps_sampled``, ``time_total_s``,
             ``iteration``, or AlphaZero's ``win_rate/random``; ``("<=", x)`` instead

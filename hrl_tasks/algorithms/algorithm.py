@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import torch
 
-import hrl_tasks
 from hrl_tasks.algorithms.checkpoint import (
     FORMAT,
     CheckpointError,
@@ -35,6 +34,8 @@ from hrl_tasks.algorithms.checkpoint import (
     write_checkpoint,
 )
 from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
+from hrl_tasks.envs import env_name, make_env, require_single_agent
+from hrl_tasks.envs.multi_agent import is_multi_agent, make_multi_agent_env
 from hrl_tasks.flow import FlowContext, LocalIterator
 from hrl_tasks.policies.policy_map import (
     DEFAULT_POLICY,
@@ -43,11 +44,12 @@ from hrl_tasks.policies.policy_map import (
     policy_observation,
     policy_observation_space,
 )
-from hrl_tasks.rollout import RolloutWorker, WorkerSet, env_name, make_env, require_single_agent
-from hrl_tasks.rollout.multi_agent_env import is_multi_agent, make_multi_agent_env
+from hrl_tasks.registry import get_algorithm
+from hrl_tasks.rollout import RolloutWorker, WorkerSet
 from hrl_tasks.rollout.multi_agent_worker import Episode, MultiAgentRolloutWorker
 from hrl_tasks.rollout.worker import derive_seed
 from hrl_tasks.scheduler import Engine, EngineError
+from hrl_tasks.version import __version__
 
 
 class Algorithm(abc.ABC):
@@ -68,6 +70,8 @@ class Algorithm(abc.ABC):
     threads_per_worker = 1  # of the embedded cluster's worker processes
     workers_learn = False  # rollout workers compute gradients (A3C): they need the full policy
     multi_agent = False  # trains multi-agent envs: PolicyMap, MultiAgentRolloutWorker
+    policy_noun = "policy"  # what a checkpoint that does not fit calls the policy
+    policy_mismatch_hint = "was it saved with another config or env?"  # and what it suggests
 
     def __init__(self, config: AlgorithmConfig | Mapping | None = None, engine=None, **overrides):
         self.config = self.parse_config(config, overrides)
@@ -193,8 +197,6 @@ class Algorithm(abc.ABC):
         (this one by default) with its config keys over the shared ones of this config.
         The ``index``-th policy's seed is derived from the config's, so that policies
         start from different weights (the first keeps the config's seed)."""
-        from hrl_tasks.algorithms import get_algorithm
-
         cls = type(self) if spec.algorithm in (None, self.name) else get_algorithm(spec.algorithm)
         own = self.config.to_dict()
         if cls is not type(self):  # another algorithm: only the keys every algorithm has
@@ -230,12 +232,17 @@ class Algorithm(abc.ABC):
         """
         algo = cls.__new__(cls)
         algo.config = cls.parse_config(config, overrides)
-        algo.acting_policy = algo.build_policy()
+        algo.build_for_acting()
         algo.engine, algo.workers, algo.plan, algo.owns_engine = None, None, None, False
         algo.acting = True
-        algo.ctx = FlowContext(history=algo.config.metrics_smoothing_episodes)
-        algo.iteration, algo.time_total_s = 0, 0.0
         return algo
+
+    def build_for_acting(self) -> None:
+        """What `for_acting` builds once the config is parsed: the policy, the flow
+        context and the counters (`set_acting_state` loads a checkpoint's into them)."""
+        self.acting_policy = self.build_policy()
+        self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
+        self.iteration, self.time_total_s = 0, 0.0
 
     @property
     def acting_only(self) -> bool:
@@ -243,7 +250,8 @@ class Algorithm(abc.ABC):
         return getattr(self, "acting", False)
 
     def set_acting_state(self, state: dict[str, Any]) -> None:
-        """Loads a checkpoint's policy and counters into an acting-only algorithm."""
+        """Loads a checkpoint's policy and counters: all an acting-only algorithm needs
+        (`set_state` loads them too, with the training state)."""
         self.check_algorithm(state)
         self.load_policy_state(state["policy"])
         self.iteration = int(state["iteration"])
@@ -370,7 +378,7 @@ class Algorithm(abc.ABC):
             config[key] = None
         return {
             "format": FORMAT,
-            "version": hrl_tasks.__version__,
+            "version": __version__,
             "algorithm": self.name,
             "config": config,
             "iteration": self.iteration,
@@ -392,17 +400,31 @@ class Algorithm(abc.ABC):
             )
 
     def load_policy_state(self, policy_state: Any) -> None:
-        """Loads the policy's state, all or nothing."""
-        current = self.policy.get_state()
+        """Loads a checkpoint's ``policy`` entry, all or nothing.
+
+        Raises:
+            CheckpointError: If it does not fit (the policy is left as it was), naming
+                ``policy_noun`` and suggesting ``policy_mismatch_hint``.
+        """
+        current = self.get_policy_state()
         try:
-            self.policy.set_state(policy_state)
+            self.set_policy_state(policy_state)
         except (KeyError, RuntimeError, ValueError, TypeError) as exc:
-            self.policy.set_state(current)  # nothing half-loaded
+            self.set_policy_state(current)  # nothing half-loaded
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             raise CheckpointError(
-                f"the checkpoint's policy does not fit this {self.name} (was it saved with "
-                f"another config or env?): {first_line}"
+                f"the checkpoint's {self.policy_noun} does not fit this {self.name} "
+                f"({self.policy_mismatch_hint}): {first_line}"
             ) from exc
+
+    def get_policy_state(self) -> Any:
+        """What `load_policy_state` puts back on a failure: ``policy.get_state()``."""
+        return self.policy.get_state()
+
+    def set_policy_state(self, policy_state: Any) -> None:
+        """Loads a checkpoint's ``policy`` entry (`load_policy_state` makes it all or
+        nothing): ``policy.set_state``."""
+        self.policy.set_state(policy_state)
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.check_algorithm(state)

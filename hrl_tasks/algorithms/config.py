@@ -23,9 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-
-class ConfigError(ValueError):
-    """A config key that does not exist, or a value of the wrong type or out of range."""
+from hrl_tasks.errors import ConfigError
 
 
 def check_resources(owner: str, key: str, resources: Mapping | None) -> None:
@@ -55,7 +53,7 @@ class AlgorithmConfig:
     env: str | Callable = "CartPole-v1"
     """A gymnasium id, a name registered with hrl_tasks.rollout.register_env, a
     PettingZoo name or module path (for the algorithms that play games), or a
-    function that creates the env (see hrl_tasks.rollout.env)."""
+    function that creates the env (see hrl_tasks.envs.make)."""
     env_config: dict = field(default_factory=dict)
     """Keyword arguments for the env's constructor."""
     num_workers: int = 2

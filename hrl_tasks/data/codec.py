@@ -1,4 +1,4 @@
-"""A msgpack codec for experience data, and its registration with Dask.
+"""A msgpack codec for experience data, and how batches travel between processes.
 
 `encode` turns nested dicts, lists, tuples, scalars, strings, bytes, numpy
 arrays and scalars, `SampleBatch` and `MultiAgentBatch` into bytes; `decode`
@@ -88,19 +88,17 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
 
 
 def register_dask_serialization() -> None:
-    """Registers SampleBatch and MultiAgentBatch with Dask's "dask" serializer family.
+    """Registers SampleBatch and MultiAgentBatch with the engine's serialization, so that
+    batches travel a frame per column instead of pickled. Safe to call more than once.
 
-    After this, `distributed.protocol.serialize` sends batches through this
-    codec instead of pickle. Safe to call more than once. Importing
-    `hrl_tasks.data` calls it already when `distributed` is loaded, which covers
-    worker processes that unpickle the batch class; call it explicitly in a
-    process that imports `hrl_tasks` before `distributed`.
+    Importing `hrl_tasks.data` calls it when ``distributed`` is loaded already, which
+    covers worker processes that unpickle the batch class; in a process that imports
+    `hrl_tasks.data` first, the engine calls it (``hrl_tasks.registry.SERIALIZER_PATHS``).
     """
-    from distributed.protocol.serialize import dask_deserialize, dask_serialize
+    from hrl_tasks.scheduler.serialization import register_serializer
 
     for cls in (SampleBatch, MultiAgentBatch):
-        dask_serialize.register(cls, _dask_dumps)
-        dask_deserialize.register(cls, _dask_loads)
+        register_serializer(cls, _dask_dumps, _dask_loads)
 
 
 def _dask_dumps(obj: SampleBatch | MultiAgentBatch) -> tuple[dict, list[memoryview]]:

@@ -26,6 +26,28 @@ DEFAULT_POLICY_ID = "default_policy"
 Rng = np.random.Generator | int | None
 
 
+def checked_columns(columns: Mapping[str, ArrayLike]) -> dict[str, np.ndarray]:
+    """``columns`` as arrays, checked: str names, a row axis, the same length for all.
+
+    Raises:
+        TypeError: for a name that is not a str.
+        ValueError: for a 0-d column, or columns of different lengths.
+    """
+    checked = {}
+    for name, value in columns.items():
+        if not isinstance(name, str):
+            raise TypeError(f"column names must be str, got {name!r}")
+        array = np.asarray(value)
+        if array.ndim == 0:
+            raise ValueError(f"column {name!r} is 0-d; columns need a row axis")
+        checked[name] = array
+    lengths = {name: len(a) for name, a in checked.items()}
+    if len(set(lengths.values())) > 1:
+        listed = ", ".join(f"{n}={k}" for n, k in lengths.items())
+        raise ValueError(f"all columns must have the same length, got {listed}")
+    return checked
+
+
 class SampleBatch:
     """A dict of equal-length numpy arrays, one row per environment step.
 
@@ -57,18 +79,7 @@ class SampleBatch:
     BATCH_INDEXES = "batch_indexes"
 
     def __init__(self, columns: Mapping[str, ArrayLike] | None = None) -> None:
-        self._columns: dict[str, np.ndarray] = {}
-        for name, value in (columns if columns is not None else {}).items():
-            if not isinstance(name, str):
-                raise TypeError(f"column names must be str, got {name!r}")
-            array = np.asarray(value)
-            if array.ndim == 0:
-                raise ValueError(f"column {name!r} is 0-d; columns need a row axis")
-            self._columns[name] = array
-        lengths = {name: len(a) for name, a in self._columns.items()}
-        if len(set(lengths.values())) > 1:
-            listed = ", ".join(f"{n}={k}" for n, k in lengths.items())
-            raise ValueError(f"all columns must have the same length, got {listed}")
+        self._columns: dict[str, np.ndarray] = checked_columns({} if columns is None else columns)
 
     # Mapping-like access -------------------------------------------------------
 
@@ -86,9 +97,7 @@ class SampleBatch:
 
     def __setitem__(self, name: str, value: ArrayLike) -> None:
         """Adds or replaces a column; its length must match the other columns."""
-        merged = dict(self._columns)
-        merged[name] = value
-        self._columns = SampleBatch(merged)._columns
+        self._columns = checked_columns({**self._columns, name: value})
 
     def __delitem__(self, name: str) -> None:
         del self._columns[name]

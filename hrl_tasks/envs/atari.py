@@ -16,7 +16,7 @@ channels-first images (scaled to [0, 1] in its forward pass)::
     env = make_atari("ALE/Breakout-v5")
     obs, _ = env.reset(seed=0)  # obs.shape == (4, 84, 84), obs.dtype == uint8
 
-The env-spec rule (`hrl_tasks.rollout.env`) applies it to every ``ALE/`` id,
+The env-spec rule (`hrl_tasks.envs.make`) applies it to every ``ALE/`` id,
 with ``env_config`` as its keyword arguments. Nothing imports ale-py until an
 ``ALE/`` id is made (`register_ale`, in each process that makes one).
 """

@@ -36,7 +36,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from hrl_tasks.rollout.multi_agent_env import ALL, MultiAgentEnv
+from hrl_tasks.envs.multi_agent import ALL, MultiAgentEnv
 
 MOVES = np.array([(-1, 0), (1, 0), (0, -1), (0, 1)])  # up, down, left, right (row, column)
 HIGH = "high_level"

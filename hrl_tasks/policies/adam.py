@@ -135,7 +135,8 @@ def foreach_update(params, grads, exp_avgs, exp_avg_sqs, steps, group) -> None:
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-    denominators = torch._foreach_sqrt(exp_avg_sqs)
+    # torch's multi-tensor kernels (what Adam(foreach=True) runs) have no public name.
+    denominators = torch._foreach_sqrt(exp_avg_sqs)  # noqa: SLF001
     torch._foreach_div_(denominators, [math.sqrt(1 - beta2**n) for n in counts])
     torch._foreach_add_(denominators, group["eps"])
     torch._foreach_addcdiv_(params, exp_avgs, denominators,

@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import gymnasium as gym
 import torch
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.impala import IMPALAConfig, IMPALAPolicy
 from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
-from hrl_tasks.policies.torch_utils import Info, resolve_config
+from hrl_tasks.policies.torch_utils import Info
 
 
 @dataclass
@@ -55,19 +54,9 @@ class APPOPolicy(IMPALAPolicy):
         observation_space: A Box space.
         action_space: Discrete or 1-D Box.
         config: An `APPOConfig`; None uses the defaults.
-        single_thread: Call ``torch.set_num_threads(1)``.
     """
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        config: APPOConfig | None = None,
-        *,
-        single_thread: bool = False,
-    ) -> None:
-        config = resolve_config(config, APPOConfig)
-        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+    config_class = APPOConfig
 
     def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         """Terms ``loss_policy``, ``loss_value``, ``loss_entropy``; diagnostics ``entropy``,

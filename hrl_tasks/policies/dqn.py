@@ -23,7 +23,7 @@ from hrl_tasks.policies.estimators import n_step_returns, td_target_dqn
 from hrl_tasks.policies.models import QNetwork, make_encoder
 from hrl_tasks.policies.spaces import UnsupportedSpaceError
 from hrl_tasks.policies.torch_policy import TorchPolicy
-from hrl_tasks.policies.torch_utils import load_module_weights, module_weights, resolve_config
+from hrl_tasks.policies.torch_utils import load_module_weights, module_weights
 
 N_STEP_DISCOUNTS = "discounts"
 """Column of per-row bootstrap discounts ``gamma^m (1 - terminated)`` written by n-step postprocessing."""
@@ -102,31 +102,28 @@ class DQNPolicy(TorchPolicy):
         observation_space: A Box space.
         action_space: A Discrete space.
         config: A `DQNConfig`; None uses the defaults.
-        single_thread: Call ``torch.set_num_threads(1)``.
 
     Raises:
         TypeError: If the action space is not Discrete.
         ValueError: If epsilon or n_step is out of range.
     """
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        config: DQNConfig | None = None,
-        *,
-        single_thread: bool = False,
-    ) -> None:
-        config = resolve_config(config, DQNConfig)
+    config_class = DQNConfig
+
+    def validate(self) -> None:
+        """Raises for an action space other than Discrete from 0, or ``n_step < 1``."""
+        action_space = self.action_space
         if not isinstance(action_space, gym.spaces.Discrete) or int(action_space.start) != 0:
             raise UnsupportedSpaceError(
                 f"DQN needs a Discrete action space starting at 0, got {action_space!r}"
             )
-        if config.n_step < 1:
-            raise ValueError(f"n_step must be >= 1, got {config.n_step}")
-        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+        if self.config.n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {self.config.n_step}")
+
+    def setup(self) -> None:
+        """Builds the target network (a copy of the model) and sets ``config.epsilon``."""
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.set_epsilon(config.epsilon)
+        self.set_epsilon(self.config.epsilon)
         self.num_target_updates = 0
 
     def make_model(self) -> nn.Module:

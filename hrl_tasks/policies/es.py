@@ -23,7 +23,6 @@ from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.distributions import make_action_dist
 from hrl_tasks.policies.models import MLP, make_encoder
 from hrl_tasks.policies.torch_policy import TorchPolicy
-from hrl_tasks.policies.torch_utils import resolve_config
 
 NOISE_SEEDS = "noise_seeds"
 """ES batch column: int seed of each perturbation, ``[n]``."""
@@ -104,19 +103,9 @@ class ESPolicy(TorchPolicy):
         observation_space: A Box space.
         action_space: Discrete or 1-D Box.
         config: An `ESConfig`; None uses the defaults.
-        single_thread: Call ``torch.set_num_threads(1)``.
     """
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        config: ESConfig | None = None,
-        *,
-        single_thread: bool = False,
-    ) -> None:
-        config = resolve_config(config, ESConfig)
-        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+    config_class = ESConfig
 
     def make_model(self) -> nn.Module:
         encoder, feature_dim = make_encoder(self.observation_space)

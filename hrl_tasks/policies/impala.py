@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -18,7 +17,6 @@ from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy
 from hrl_tasks.policies.estimators import vtrace
 from hrl_tasks.policies.losses import entropy_loss, value_loss
-from hrl_tasks.policies.torch_utils import resolve_config
 
 _TIME_MAJOR_COLUMNS = (
     SampleBatch.OBS,
@@ -99,19 +97,9 @@ class IMPALAPolicy(ActorCriticPolicy):
         observation_space: A Box space.
         action_space: Discrete or 1-D Box.
         config: An `IMPALAConfig`; None uses the defaults.
-        single_thread: Call ``torch.set_num_threads(1)``.
     """
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        config: IMPALAConfig | None = None,
-        *,
-        single_thread: bool = False,
-    ) -> None:
-        config = resolve_config(config, IMPALAConfig)
-        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+    config_class = IMPALAConfig
 
     def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         """Terms ``loss_policy``, ``loss_value``, ``loss_entropy``; ``entropy`` and ``mean_rho``

@@ -12,14 +12,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
 
-import gymnasium as gym
 import torch
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy, normalize
 from hrl_tasks.policies.losses import entropy_loss, value_loss
 from hrl_tasks.policies.postprocessing import add_discounted_returns, add_gae
-from hrl_tasks.policies.torch_utils import resolve_config
 
 
 @dataclass
@@ -82,19 +80,9 @@ class PGPolicy(ActorCriticPolicy):
         observation_space: A Box space.
         action_space: Discrete or 1-D Box.
         config: A `PGConfig`; None uses the defaults.
-        single_thread: Call ``torch.set_num_threads(1)``.
     """
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        config: PGConfig | None = None,
-        *,
-        single_thread: bool = False,
-    ) -> None:
-        config = resolve_config(config, PGConfig)
-        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+    config_class = PGConfig
 
     def postprocessor(self):
         """Adds GAE ``advantages`` and ``value_targets`` (without a critic: discounted returns)."""

@@ -33,6 +33,7 @@ import gymnasium as gym
 import numpy as np
 
 from hrl_tasks.data import MultiAgentBatch, SampleBatch
+from hrl_tasks.errors import ConfigError
 from hrl_tasks.policies.policy import Info, Policy
 from hrl_tasks.policies.spaces import MaskedBox, UnsupportedSpaceError
 
@@ -70,8 +71,6 @@ def as_policy_spec(spec: Any, owner: str = "policies", policy_id: Any = None) ->
     Raises:
         ValueError (a ``ConfigError``): naming the policy and what a spec may be.
     """
-    from hrl_tasks.algorithms.config import ConfigError
-
     if spec is None:
         return PolicySpec()
     if isinstance(spec, PolicySpec):

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
 
-import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
@@ -24,7 +23,7 @@ from hrl_tasks.policies.adam import Adam
 from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
 from hrl_tasks.policies.postprocessing import add_gae
 from hrl_tasks.policies.torch_policy import adam
-from hrl_tasks.policies.torch_utils import Info, minibatch_indices, resolve_config
+from hrl_tasks.policies.torch_utils import Info, minibatch_indices
 
 
 @dataclass
@@ -103,19 +102,9 @@ class PPOPolicy(ActorCriticPolicy):
         observation_space: A Box space.
         action_space: Discrete or 1-D Box.
         config: A `PPOConfig`; None uses the defaults.
-        single_thread: Call ``torch.set_num_threads(1)``.
     """
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        config: PPOConfig | None = None,
-        *,
-        single_thread: bool = False,
-    ) -> None:
-        config = resolve_config(config, PPOConfig)
-        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+    config_class = PPOConfig
 
     def make_optimizer(self, model: nn.Module) -> Adam:
         return adam(model.parameters(), lr=self.config.lr, eps=1e-5)

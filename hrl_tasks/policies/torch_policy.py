@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -16,6 +16,7 @@ from hrl_tasks.policies.policy import Info, Policy
 from hrl_tasks.policies.torch_utils import (
     load_module_weights,
     module_weights,
+    resolve_config,
     to_info,
     tree_to_numpy,
     tree_to_torch,
@@ -30,30 +31,44 @@ def adam(params, lr: float, **kwargs) -> Adam:
 class TorchPolicy(Policy):
     """A `Policy` over one torch model and one optimizer.
 
-    Subclasses implement `make_model`, `compute_actions` and `loss`; gradients,
-    weights, state, pickling and seeding are generic. The config must have
-    ``lr``, ``grad_clip`` (max global gradient norm, or None) and ``seed`` (None
-    draws one). The policy owns a `torch.Generator` (``self.generator``) for
-    exploration and shuffling, saved in its state, so a restored policy
-    continues exactly as the original would have.
+    Subclasses declare their config dataclass as ``config_class`` and implement
+    `make_model`, `compute_actions` and `loss`; the constructor, gradients,
+    weights, state, pickling and seeding are generic. A subclass that needs more
+    at construction overrides `validate` (before the model is built) or `setup`
+    (after). The config must have ``lr``, ``grad_clip`` (max global gradient
+    norm, or None) and ``seed`` (None draws one). The policy owns a
+    `torch.Generator` (``self.generator``) for exploration and shuffling, saved
+    in its state, so a restored policy continues exactly as the original would
+    have.
 
     Args:
         observation_space: A gymnasium space.
         action_space: A gymnasium space.
-        config: The policy's config dataclass.
+        config: An instance of ``config_class``; None uses its defaults.
         single_thread: Call ``torch.set_num_threads(1)`` (in rollout processes;
             kept when the policy is pickled to another process).
+
+    Raises:
+        TypeError: If `config` is neither None nor a ``config_class``.
     """
+
+    config_class: ClassVar[type | None] = None
+    """The config dataclass this policy takes (`resolve_config`); None (a subclass
+    that declares none): `config` is used as given and must not be None."""
 
     def __init__(
         self,
         observation_space: gym.Space,
         action_space: gym.Space,
-        config: Any,
+        config: Any = None,
         *,
         single_thread: bool = False,
     ) -> None:
+        config_class = type(self).config_class
+        if config_class is not None:
+            config = resolve_config(config, config_class)
         super().__init__(observation_space, action_space, config)
+        self.validate()
         self.single_thread = single_thread
         if single_thread:
             torch.set_num_threads(1)
@@ -69,6 +84,21 @@ class TorchPolicy(Policy):
         self._optimizer: Adam | None = None
         self._optimizer_state: dict | None = None  # loaded when the optimizer is built
         self.num_grad_updates = 0
+        self.setup()
+
+    def validate(self) -> None:
+        """Raises if the policy cannot take its spaces or config.
+
+        The constructor calls it once ``observation_space``, ``action_space`` and
+        ``config`` are set, before anything is built; the default accepts all.
+        """
+
+    def setup(self) -> None:
+        """What a subclass builds besides the model (e.g. a target network).
+
+        The constructor calls it last, once the model and the generator exist;
+        the default does nothing.
+        """
 
     def seed(self, seed: int) -> None:
         """Reseeds ``self.generator``."""

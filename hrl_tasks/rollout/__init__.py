@@ -1,34 +1,12 @@
-"""Rollouts: env creation, `RolloutWorker` (a vector env plus a policy copy) and `WorkerSet`."""
+"""Rollouts: `RolloutWorker` (a vector env plus a policy copy) and `WorkerSet`.
 
-from hrl_tasks.rollout.env import (
-    CatchEnvErrors,
-    EnvError,
-    MultiAgentEnvError,
-    PettingZooSpec,
-    UnknownEnvError,
-    env_creator,
-    env_name,
-    make_env,
-    register_env,
-    require_single_agent,
-    resolve_env,
-)
+Env creation lives in `hrl_tasks.envs`; its names are re-exported here for the imports
+that found them here (``from hrl_tasks.rollout import make_env``).
+"""
+
+from hrl_tasks import envs
+from hrl_tasks.envs import *  # noqa: F403  (the re-export above)
 from hrl_tasks.rollout.worker import RolloutWorker, derive_seed
 from hrl_tasks.rollout.worker_set import WorkerSet
 
-__all__ = [
-    "CatchEnvErrors",
-    "EnvError",
-    "MultiAgentEnvError",
-    "PettingZooSpec",
-    "RolloutWorker",
-    "UnknownEnvError",
-    "WorkerSet",
-    "derive_seed",
-    "env_creator",
-    "env_name",
-    "make_env",
-    "register_env",
-    "require_single_agent",
-    "resolve_env",
-]
+__all__ = [*envs.__all__, "RolloutWorker", "WorkerSet", "derive_seed"]

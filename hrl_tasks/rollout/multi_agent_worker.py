@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 
 from hrl_tasks.data import MultiAgentBatch, SampleBatch
+from hrl_tasks.envs.make import EnvError, EnvLike, env_name
+from hrl_tasks.envs.multi_agent import ALL, MultiAgentEnv, make_multi_agent_env
 from hrl_tasks.policies import Policy
 from hrl_tasks.policies.policy_map import PolicyMap, policy_observation
-from hrl_tasks.rollout.env import EnvError, EnvLike, env_name
-from hrl_tasks.rollout.multi_agent_env import ALL, MultiAgentEnv, make_multi_agent_env
-from hrl_tasks.rollout.worker import WorkerCalls, _torch_single_thread, derive_seed
+from hrl_tasks.rollout.worker import WorkerCalls, derive_seed, torch_single_thread
 
 MAX_EPISODE_STEPS = 1_000_000  # whole episodes are sampled: one that never ends is an error
 
@@ -90,7 +90,7 @@ class MultiAgentRolloutWorker(WorkerCalls):
         max_env_errors: int = 3,
     ) -> None:
         if single_thread:
-            _torch_single_thread()
+            torch_single_thread()
         if rollout_fragment_length < 1:
             raise ValueError(f"rollout_fragment_length must be >= 1, got {rollout_fragment_length}")
         self.worker_index = int(worker_index)
@@ -107,7 +107,7 @@ class MultiAgentRolloutWorker(WorkerCalls):
             raise TypeError(f"a multi-agent worker needs a PolicyMap, got {type(policy).__name__}")
         self.policy: PolicyMap = policy
         if single_thread:
-            _torch_single_thread()
+            torch_single_thread()
         self._seed_policy(seed)
         self._next_eps = self._first_episode_id(seed)
         env_seed = None if seed is None else derive_seed(seed, self.worker_index, 0)

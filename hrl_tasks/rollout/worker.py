@@ -43,14 +43,14 @@ import numpy as np
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.rng import generator_from_state, generator_state
+from hrl_tasks.envs.make import EnvError, EnvLike, env_name, make_env
 from hrl_tasks.policies import Policy
-from hrl_tasks.rollout.env import EnvError, EnvLike, env_name, make_env
 
 PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
 EPS_ID_BITS = 40  # eps_id = worker_index << 40 | counter
 
 
-def _torch_single_thread() -> None:
+def torch_single_thread() -> None:
     """One torch thread in this process, if torch is loaded (by a torch policy)."""
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -116,7 +116,7 @@ class RolloutWorker(WorkerCalls):
 
     Args:
         env: A gymnasium id, a registered name, an ``EnvSpec`` or a callable
-            (see `hrl_tasks.rollout.env`).
+            (see `hrl_tasks.envs.make`).
         policy_factory_or_policy: A `Policy` (pickled into remote workers), or
             ``factory(observation_space, action_space) -> Policy`` of one sub-env.
         num_envs: Sub-envs stepped together.
@@ -151,7 +151,7 @@ class RolloutWorker(WorkerCalls):
         max_env_errors: int = 3,
     ) -> None:
         if single_thread:  # before the policy is built, and again after: it may load torch
-            _torch_single_thread()
+            torch_single_thread()
         if rollout_fragment_length < 1:
             raise ValueError(f"rollout_fragment_length must be >= 1, got {rollout_fragment_length}")
         self.worker_index = int(worker_index)
@@ -168,7 +168,7 @@ class RolloutWorker(WorkerCalls):
         )
         self.policy = self._make_policy(policy_factory_or_policy)
         if single_thread:
-            _torch_single_thread()
+            torch_single_thread()
         self._seed_policy(seed)
         self._action_bounds = self._bounds(self.env.single_action_space)
         self._obs, _ = self.env.reset(seed=env_seed)

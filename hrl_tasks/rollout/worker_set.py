@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from hrl_tasks.envs.make import EnvLike, resolve_env
 from hrl_tasks.policies import Policy
-from hrl_tasks.rollout.env import EnvLike, resolve_env
 from hrl_tasks.rollout.worker import PolicyFactory, RolloutWorker
 from hrl_tasks.scheduler import EngineError, WorkerGroup, WorkerHandle
 

@@ -1,6 +1,9 @@
-"""The engine: resource-aware tasks, nested tasks and stateful workers on Dask."""
+"""The engine: resource-aware tasks, nested tasks and stateful workers on Dask.
 
-from hrl_tasks.data.codec import register_dask_serialization
+Importing it installs the hook through which the package's codecs register on first use
+(`hrl_tasks.scheduler.serialization`).
+"""
+
 from hrl_tasks.scheduler.context import TaskContext, current_task
 from hrl_tasks.scheduler.engine import Engine, current_engine, worker_local
 from hrl_tasks.scheduler.errors import (
@@ -14,14 +17,11 @@ from hrl_tasks.scheduler.faults import InjectedFault, clear_faults, inject_fault
 from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.resources import Ledger
 from hrl_tasks.scheduler.retry import RetryPolicy
+from hrl_tasks.scheduler.serialization import register_serializer
 from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.sync import SyncEngine
 from hrl_tasks.scheduler.taskref import TaskRef
-
-# Batches travel through Dask with the project's codec in every process that has an
-# engine, whichever of hrl_tasks.data and distributed it imported first.
-register_dask_serialization()
 
 __all__ = [
     "Engine",
@@ -39,6 +39,7 @@ __all__ = [
     "InjectedFault",
     "SpeculationPolicy",
     "clear_faults",
+    "register_serializer",
     "inject_faults",
     "kill_worker_after",
     "SchedulerLostError",

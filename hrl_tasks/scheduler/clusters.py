@@ -43,12 +43,10 @@ def package_versions() -> dict:
         except metadata.PackageNotFoundError:
             return None
 
-    try:
-        import hrl_tasks
-
-        own = hrl_tasks.__version__
-    except ImportError:
-        own = None
+    # The version of the package this process imported as hrl_tasks (loaded before any of
+    # its modules, so read, not imported): a copy first on a worker's path may not be the
+    # one its modules come from.
+    own = getattr(sys.modules.get("hrl_tasks"), "__version__", None)
     return {"hrl_tasks": own, **{name: version(name) for name in CHECKED_PACKAGES}}
 
 
@@ -93,6 +91,15 @@ def check_versions(client: Client) -> None:
             "versions there, or upload this package with Engine.connect(..., upload=True) "
             "(--upload) if only hrl_tasks is missing."
         )
+
+
+def tls_security(ca_file: str | None, cert: str | None, key: str | None):
+    """A ``distributed.Security`` that requires TLS with these files (any may be None),
+    for ``Engine.connect(..., security=...)``."""
+    from distributed.security import Security
+
+    return Security(tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key,
+                    require_encryption=True)  # fmt: skip
 
 
 def probe_address(address: str, timeout: float = 5.0, security=None) -> None:
@@ -178,9 +185,7 @@ def upload_package(client: Client) -> None:
 
     from distributed.diagnostics.plugin import UploadDirectory
 
-    import hrl_tasks
-
-    package = os.path.dirname(hrl_tasks.__file__)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hrl_tasks/
     with tempfile.TemporaryDirectory() as staging:
         root = os.path.join(staging, "hrl_tasks_upload")
         shutil.copytree(package, os.path.join(root, "hrl_tasks"),
@@ -426,15 +431,13 @@ def without_resources(args: list[str]) -> tuple[list[str], dict]:
 def batch_processes(system: str, cores: int, options: dict) -> int:
     """Worker processes per job, split as dask-jobqueue splits them when ``processes``
     is not given (about the square root of the cores, as ``nprocesses_nthreads``)."""
-    from distributed.deploy.local import nprocesses_nthreads
-
     processes = options.get("processes") or dask.config.get(f"jobqueue.{system}.processes", None)
-    return int(processes) if processes else nprocesses_nthreads(cores)[0]
+    return int(processes) if processes else dask_compat.default_processes(cores)
 
 
 def worker_processes(cluster) -> int:
     """Worker processes per job of a dask-jobqueue cluster."""
-    return int(cluster._dummy_job.worker_processes)
+    return dask_compat.jobqueue_processes(cluster)
 
 
 def job_ids(cluster) -> list[str]:

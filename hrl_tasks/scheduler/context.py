@@ -104,6 +104,15 @@ def in_task_thread() -> bool:
     return dask_compat.running_task_key() is not None
 
 
+def worker_address() -> str | None:
+    """The address of the worker process running the caller (a task or a direct
+    call), or None outside the workers (the driver)."""
+    try:
+        return get_worker().address
+    except ValueError:
+        return None
+
+
 def in_worker_task() -> bool:
     """Whether the calling thread runs an engine task or a direct call on a worker."""
     return in_task_thread() or in_direct_call()

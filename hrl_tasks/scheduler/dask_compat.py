@@ -88,6 +88,27 @@ def preload_forkserver(modules: list[str]) -> None:
     multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
 
 
+def default_processes(cores: int) -> int:
+    """Worker processes for ``cores`` cores when none are given, as Dask splits them
+    (about the square root of the cores; dask-jobqueue splits a job the same way).
+
+    Why: ``distributed.deploy.local.nprocesses_nthreads`` is not exported. Public
+    replacement: none.
+    """
+    from distributed.deploy.local import nprocesses_nthreads
+
+    return nprocesses_nthreads(cores)[0]
+
+
+def jobqueue_processes(cluster) -> int:
+    """Worker processes per job of a dask-jobqueue cluster.
+
+    Why: the split is known only to the cluster's template job (``_dummy_job``).
+    Public replacement: none (the job script shows it only as text).
+    """
+    return int(cluster._dummy_job.worker_processes)  # noqa: SLF001
+
+
 # --- the workers --------------------------------------------------------------------
 
 
@@ -243,3 +264,15 @@ def upload_directory(plugin_class, path: str):
         return plugin_class(path, update_path=True, restart_workers=True)
     except TypeError:
         return plugin_class(path, update_path=True, restart=True)
+
+
+async def ask_peer(comm, op: str, **message):
+    """Send one request over ``comm`` (from the worker's connection pool) and return
+    the reply: how a worker asks another worker's handler ``op`` for a value.
+
+    Why: ``distributed.core.send_recv`` is internal. Public replacement: none for
+    worker-to-worker requests on a connection taken from ``worker.rpc``.
+    """
+    from distributed.core import send_recv
+
+    return await send_recv(comm, op=op, **message)

@@ -622,9 +622,42 @@ class Engine:
             self.backend.push(ev.AbandonObject(handle.obj_id))
 
     def object_info(self, obj_id: str, field: str):
-        """One field of a stateful object's state (``address``, ``restarts``, ``gone``)."""
-        obj = self.state.objects.get(obj_id)
-        return None if obj is None else getattr(obj, field)
+        """One field of a stateful object's state (``address``, ``restarts``, ``gone``),
+        or None for an object the engine does not know (any more)."""
+        with self.backend.lock:
+            obj = self.state.objects.get(obj_id)
+            return None if obj is None else getattr(obj, field)
+
+    def object_alive(self, obj_id: str) -> bool:
+        """Whether a stateful object still takes calls (known, not killed, not out of restarts)."""
+        with self.backend.lock:
+            obj = self.state.objects.get(obj_id)
+            return obj is not None and obj.gone is None
+
+    def object_creation(self, obj_id: str):
+        """The future of a stateful object's latest creation (it changes when the object
+        moves after its worker died), or None before the first."""
+        return self.backend.creations.get(obj_id)
+
+    # --- the workers --------------------------------------------------------
+
+    def worker_addresses(self) -> list[str]:
+        """The addresses of the cluster's workers now, as the scheduler knows them."""
+        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
+        """Block until the cluster has at least ``n`` workers (a batch cluster's jobs start).
+
+        Raises:
+            TimeoutError: if they are not there within ``timeout`` seconds.
+        """
+        self.client.wait_for_workers(n, timeout=timeout)
+
+    def run_on_workers(self, fn, *args, workers: list[str] | None = None, on_error: str = "raise"):
+        """Run ``fn(*args)`` once in each worker process (or those of ``workers``), outside
+        the task queue; returns ``{address: result}``. ``on_error="ignore"`` skips workers
+        that fail or leave meanwhile. For set-up and inspection, not for work."""
+        return self.client.run(fn, *args, workers=workers, on_error=on_error)
 
     # --- resources ----------------------------------------------------------
 
@@ -655,7 +688,7 @@ class Engine:
 
     def resources(self) -> dict:
         """Per worker: what it declared, what stateful workers hold, what is free now."""
-        free_now = self.client.run(local_resources)
+        free_now = self.run_on_workers(local_resources)
         with self.backend.lock:
             ledger = self.state.ledger
             return {

@@ -115,7 +115,7 @@ def inject_faults(
         seed: base seed; each worker draws from its own stream.
         cooperative: see :class:`FaultInjector`.
     """
-    workers = sorted(engine.client.scheduler_info(n_workers=-1)["workers"])
+    workers = engine.worker_addresses()
     unknown = set(slow_workers or {}) - set(workers)
     if unknown:
         raise ValueError(f"no such workers: {sorted(unknown)}; the workers are {workers}")
@@ -129,17 +129,17 @@ def inject_faults(
             "seed": seed * 1000 + i,
             "cooperative": cooperative,
         }
-        engine.client.run(_install, config, workers=[address])
+        engine.run_on_workers(_install, config, workers=[address])
 
 
 def clear_faults(engine) -> None:
     """Turn fault injection off on every worker (a worker leaving meanwhile needs none)."""
-    engine.client.run(_install, None, on_error="ignore")
+    engine.run_on_workers(_install, None, on_error="ignore")
 
 
 def kill_worker_after(engine, address: str, delay_s: float) -> threading.Timer:
     """SIGKILL the process of worker ``address`` after ``delay_s`` seconds (same host only)."""
-    pid = engine.client.run(os.getpid, workers=[address])[address]
+    pid = engine.run_on_workers(os.getpid, workers=[address])[address]
     timer = threading.Timer(delay_s, os.kill, (pid, signal.SIGKILL))
     timer.daemon = True
     timer.start()

@@ -55,9 +55,7 @@ class WorkerHandle:
     @property
     def alive(self) -> bool:
         """Whether the object still takes calls (not killed, not out of restarts)."""
-        with self.engine.backend.lock:
-            obj = self.engine.state.objects.get(self.obj_id)
-            return obj is not None and obj.gone is None
+        return self.engine.object_alive(self.obj_id)
 
     @property
     def restarts(self) -> int:
@@ -97,7 +95,7 @@ class WorkerHandle:
         """Wait until the object is built; raises what its factory raised."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            creation = self.engine.backend.creations.get(self.obj_id)
+            creation = self.engine.object_creation(self.obj_id)
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 with task_wait():  # in a task: the object may need this worker's thread

@@ -16,8 +16,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from distributed.core import send_recv
 from distributed.protocol import to_serialize
+
+from hrl_tasks.scheduler import dask_compat
 
 SHARED_HANDLER = "hrl_tasks_shared_value"
 SHARED_WAIT_S = 30.0  # a peer asking for a shared value waits this long for it to arrive
@@ -148,7 +149,7 @@ async def _fetch(runtime, ref: SharedRef) -> Any:
     except OSError:
         raise InputLostError(ref.key) from None  # the holder is gone
     try:
-        response = await send_recv(comm, op=SHARED_HANDLER, key=ref.key)
+        response = await dask_compat.ask_peer(comm, SHARED_HANDLER, key=ref.key)
     except OSError:
         comm.abort()
         raise InputLostError(ref.key) from None

@@ -47,6 +47,7 @@ from hrl_tasks.search.schedulers import (
     TrialScheduler,
 )
 from hrl_tasks.search.space import Mode, SearchError, check_mode, is_domain
+from hrl_tasks.tuning.options import TuneOptions
 
 SCHEDULERS = ("fifo", "asha", "pbt")
 DEFAULT_TRIAL_RESOURCES = {"CPU": 1}
@@ -83,7 +84,7 @@ def run_chunk(
         "span": (start, end) in Unix seconds, "worker": where it ran}``.
     """
     from hrl_tasks.algorithms import get_algorithm, stop_reached
-    from hrl_tasks.cli import jsonable
+    from hrl_tasks.jsonable import jsonable
     from hrl_tasks.scheduler import current_engine
 
     started = time.time()
@@ -109,12 +110,9 @@ def run_chunk(
 
 def where_this_runs() -> str:
     """The address of the worker process running this, or ``"driver"``."""
-    from distributed import get_worker
+    from hrl_tasks.scheduler.context import worker_address
 
-    try:
-        return get_worker().address
-    except ValueError:
-        return "driver"
+    return worker_address() or "driver"
 
 
 # --- admission: pure -----------------------------------------------------------------
@@ -607,132 +605,125 @@ def plot_trials(trials, path: Path, metric: str, threshold: float | None = None)
 # --- the entry point -------------------------------------------------------------------
 
 
-def tune(
-    algorithm: str,
-    env: Any = None,
-    space: Mapping[str, Any] | None = None,
-    config: Mapping[str, Any] | None = None,
-    num_samples: int = 8,
-    scheduler: str | TrialScheduler = "fifo",
-    sampler: str = "random",
-    metric: str = "episode_return_mean",
-    mode: Mode = "max",
-    stop: Mapping[str, Any] | None = None,
-    trial_resources: Mapping[str, float] | None = None,
-    max_concurrent: int | None = None,
-    out: str | Path | None = None,
-    engine=None,
-    *,
-    resume: bool = False,
-    seed: int | None = 0,
-    checkpoint_interval_s: float = 60.0,
-    max_failures: int = 2,
-    reporter: Callable[[Search], None] | None = None,
-    verbose: bool = True,
-) -> TuneResult:
-    """Search ``space`` for the config of ``algorithm`` that does best on ``env``.
+def tune(algorithm: str, env: Any = None, space: Mapping[str, Any] | None = None,
+         config: Mapping[str, Any] | None = None, engine=None, **options) -> TuneResult:  # fmt: skip
+    """Search ``space`` for the config of ``algorithm`` that does best on ``env``: each
+    trial a task that builds its own algorithm on ``engine`` (default: an embedded
+    cluster) and trains it in chunks, the trial scheduler deciding between chunks.
 
-    Each trial is a task that builds its own algorithm on the same cluster (its
-    rollout workers are nested stateful workers) and trains it in chunks; between
-    chunks the trial scheduler decides whether it goes on, stops, or (PBT) takes
-    over another trial's checkpoint.
+    Args: ``algorithm`` (a name of ``hrl_tasks.algorithms.ALGORITHMS``), ``env`` (an env
+    spec, `hrl_tasks.envs.make`; or ``config["env"]``), ``space`` (keys to search, each a
+    domain of `hrl_tasks.search` or a constant), ``config`` (the fixed keys), and the
+    ``options`` of `TuneOptions` (``num_samples``, ``scheduler``, ``stop``, ``out``...).
+    Returns a `TuneResult` (``trials``, ``best_config``, ``best_checkpoint``). Raises
+    ``ConfigError`` or ``SearchError`` for a bad config, space, sampler or scheduler
+    before any cluster starts, ``ResourceError`` if a trial could never fit. Example::
 
-    Args:
-        algorithm: a name of ``hrl_tasks.algorithms.ALGORITHMS``, e.g. ``"ppo"``.
-        env: an env spec (see `hrl_tasks.rollout.env`); or ``config["env"]``.
-        space: config keys to search, each a domain of `hrl_tasks.search`
-            (``uniform``, ``loguniform``, ``randint``, ``choice``, ``grid``) or a constant.
-        config: the fixed config keys.
-        num_samples: trials proposed (for ``grid``: repeats of the grid).
-        scheduler: ``"fifo"``, ``"asha"`` or ``"pbt"`` (see `make_scheduler` for
-            their defaults), or a `TrialScheduler`.
-        sampler: ``"random"``, ``"grid"``, or ``"optuna"`` (TPE; needs Optuna).
-        metric: the reported metric the search optimizes, and ``mode`` ``"max"``
-            or ``"min"``.
-        stop: each trial's stop conditions, as in `hrl_tasks.train` (default 10
-            iterations).
-        trial_resources: what each trial's own task holds (default ``{"CPU": 1}``);
-            its rollout workers hold the config's ``rollout_worker_resources``.
-        max_concurrent: at most this many trials at once (default: as many as fit).
-        out: directory for each trial's metrics.jsonl and checkpoints, trials.json,
-            results.csv and curves.png, and TensorBoard runs (one per trial, in
-            ``tensorboard/``) when tensorboard is installed; None writes nothing.
-        engine: run on this engine (default: an embedded cluster).
-        resume: continue the search saved in ``out``: ended trials are not run again.
-        seed: makes the sampler and PBT repeatable.
-        checkpoint_interval_s: longest stretch a trial trains between two saves.
-        max_failures: a trial that fails more often than this ends with ERROR.
-        reporter: called with the `Search` after each wait, besides the table.
-        verbose: show the live table of trials (`hrl_tasks.tuning.report.TrialTable`):
-            printed, or updated in place in a notebook.
-
-    Returns:
-        A `TuneResult`: ``trials`` (a dict per trial), ``best_config``, ``best_checkpoint``.
-
-    Raises:
-        ConfigError: for a key the algorithm does not have, in ``config`` or ``space``,
-            or a value it refuses, before any cluster starts.
-        SearchError: for a bad space, sampler, scheduler or mode.
-        ResourceError: if one trial could never fit in the cluster.
-
-    Example::
-
-        from hrl_tasks.search import loguniform
         result = hrl_tasks.tune("ppo", env="CartPole-v1", space={"lr": loguniform(1e-4, 1e-2)},
                                 scheduler="asha", stop={"episode_return_mean": 450})
-        print(result.best_config)
     """
-    from hrl_tasks.scheduler import Engine, ResourceError
-    from hrl_tasks.scheduler.resources import describe, normalize_request
+    from hrl_tasks.scheduler import Engine
 
-    check_mode(mode)
-    space, config = dict(space or {}), dict(config or {})
+    opts, space = TuneOptions.from_keywords(options), dict(space or {})
+    settings = search_settings(algorithm, fixed_config(config, env), space, opts)
+    decisions = {} if opts.resume else new_decisions(space, settings["stop"], opts)
+    own_engine, engine = engine is None, engine or Engine.local()
+    try:
+        begin = Search.resume if opts.resume else Search
+        search = begin(engine=engine, out=settings.pop("out"), **decisions, **settings)
+        return run_search(search, opts.verbose)
+    finally:
+        if own_engine:
+            engine.close()
+
+
+def search_settings(algorithm: str, config: dict, space: dict, opts: TuneOptions) -> dict:
+    """What every search takes, new or resumed (as `Search` takes it), checked before any
+    cluster starts.
+
+    Raises:
+        ConfigError: for a key or value the algorithm refuses, in ``config`` or ``space``.
+        SearchError: for a bad mode, or ``resume`` with nothing saved in ``out``.
+    """
+    check_mode(opts.mode)
+    stop = trial_stop(opts.stop, opts.out, opts.resume)
+    check_search(algorithm, config, space)
+    trial_resources = trial_request(opts.trial_resources)
+    out = None if opts.out is None else Path(opts.out)
+    if opts.resume and (out is None or not (out / "search.pkl").exists()):
+        raise SearchError(f"nothing to resume in {out}: it holds no search.pkl")
+    return dict(algorithm=algorithm, config=config, metric=opts.metric, mode=opts.mode,
+                stop=stop, trial_resources=trial_resources, out=out,
+                max_concurrent=opts.max_concurrent, max_failures=opts.max_failures,
+                checkpoint_interval_s=opts.checkpoint_interval_s,
+                reporter=with_table(opts.reporter) if opts.verbose else opts.reporter)  # fmt: skip
+
+
+def fixed_config(config: Mapping[str, Any] | None, env: Any) -> dict:
+    """The config keys every trial shares: ``config``, with ``env`` as its env if given."""
+    config = dict(config or {})
     if env is not None:
         config["env"] = env
+    return config
+
+
+def trial_stop(stop: Mapping[str, Any] | None, out: str | Path | None, resume: bool) -> dict:
+    """Each trial's stop conditions: ``stop``; none given when resuming, those of the
+    search saved in ``out``; else 10 iterations."""
     if resume and not stop and out is not None and (Path(out) / "search.pkl").exists():
         stop = read_decisions(Path(out)).get("stop")  # the saved search's, unless given anew
-    stop = dict(stop or {"iteration": 10})
-    check_search(algorithm, config, space)
-    trial_resources = normalize_request(
+    return dict(stop or {"iteration": 10})
+
+
+def trial_request(trial_resources: Mapping[str, float] | None) -> dict:
+    """What each trial's own task holds, checked: ``trial_resources``, by default
+    `DEFAULT_TRIAL_RESOURCES`."""
+    from hrl_tasks.scheduler.resources import normalize_request
+
+    return normalize_request(
         DEFAULT_TRIAL_RESOURCES if trial_resources is None else trial_resources
     )
-    out = None if out is None else Path(out)
-    owns_engine = engine is None
-    reporter = with_table(reporter) if verbose else reporter
-    settings = dict(algorithm=algorithm, config=config, metric=metric, mode=mode, stop=stop,
-                    trial_resources=trial_resources, max_concurrent=max_concurrent,
-                    checkpoint_interval_s=checkpoint_interval_s, max_failures=max_failures,
-                    reporter=reporter)  # fmt: skip
-    if resume:
-        if out is None or not (out / "search.pkl").exists():
-            raise SearchError(f"nothing to resume in {out}: it holds no search.pkl")
-    else:
-        chosen_sampler = make_sampler(sampler, space, num_samples, seed, metric, mode)
-        chosen_scheduler = make_scheduler(scheduler, space, stop, mode, seed)
-        # A scheduler given as an object counts iterations, whatever the stop conditions.
-        time_attr = scheduler_budget(stop)[0] if isinstance(scheduler, str) else "iteration"
-    engine = engine or Engine.local()
-    try:
-        if resume:
-            search = Search.resume(out, engine=engine, **settings)
-        else:
-            search = Search(sampler=chosen_sampler, scheduler=chosen_scheduler, engine=engine,
-                            out=out, time_attr=time_attr, **settings)  # fmt: skip
-        capacity = engine.capacity()
-        if capacity and not fits([search.bundle()], capacity):
-            wanted = " + ".join(str(r) for r in search.bundle() if r) or "{}"
-            raise ResourceError(
-                f"one trial holds {wanted} (trial_resources, then rollout_worker_resources "
-                f"for each of its rollout workers), which no arrangement of the workers fits:"
-                f"\n{describe(capacity)}\nAsk for less, or start bigger workers."
-            )
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            search.save_trials()
-        result = search.run()
-        if verbose:
-            reporter.table(search)  # the final table, unless it is already shown
-        return result
-    finally:
-        if owns_engine:
-            engine.close()
+
+
+def new_decisions(space: Mapping[str, Any], stop: Mapping[str, Any], opts: TuneOptions) -> dict:
+    """What a new search decides with, as `Search` takes them: its ``sampler``, its trial
+    ``scheduler``, and the units that scheduler counts (``time_attr``).
+
+    Raises:
+        SearchError: for an unknown sampler or scheduler, or a bad space.
+    """
+    sampler = make_sampler(opts.sampler, space, opts.num_samples, opts.seed, opts.metric,
+                           opts.mode)  # fmt: skip
+    scheduler = make_scheduler(opts.scheduler, space, stop, opts.mode, opts.seed)
+    # A scheduler given as an object counts iterations, whatever the stop conditions.
+    time_attr = scheduler_budget(stop)[0] if isinstance(opts.scheduler, str) else "iteration"
+    return {"sampler": sampler, "scheduler": scheduler, "time_attr": time_attr}
+
+
+def run_search(search: Search, verbose: bool) -> TuneResult:
+    """Refuse a search whose trials could never fit, save it before its first trial
+    starts (so that it can resume), run it, and show the final table (``verbose``)."""
+    check_trial_fits(search)
+    if search.out is not None:
+        search.out.mkdir(parents=True, exist_ok=True)
+        search.save_trials()
+    result = search.run()
+    if verbose:
+        search.reporter.table(search)  # the final table, unless it is already shown
+    return result
+
+
+def check_trial_fits(search: Search) -> None:
+    """Raise `ResourceError` if one trial of ``search`` fits in no arrangement of the
+    engine's workers (not checked while they declare nothing)."""
+    from hrl_tasks.scheduler import ResourceError
+    from hrl_tasks.scheduler.resources import describe
+
+    capacity = search.engine.capacity()
+    if capacity and not fits([search.bundle()], capacity):
+        wanted = " + ".join(str(r) for r in search.bundle() if r) or "{}"
+        raise ResourceError(
+            f"one trial holds {wanted} (trial_resources, then rollout_worker_resources "
+            f"for each of its rollout workers), which no arrangement of the workers fits:"
+            f"\n{describe(capacity)}\nAsk for less, or start bigger workers."
+        )

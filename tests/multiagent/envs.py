@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from hrl_tasks.rollout.multi_agent_env import ALL, MultiAgentEnv
+from hrl_tasks.envs.multi_agent import ALL, MultiAgentEnv
 
 
 class Race(MultiAgentEnv):

@@ -8,9 +8,9 @@ from pettingzoo.test import parallel_api_test
 
 from hrl_tasks.algorithms import PPO
 from hrl_tasks.algorithms.config import ConfigError
+from hrl_tasks.envs.multi_agent import CentralCritic, CentralCriticEnv, make_multi_agent_env
 from hrl_tasks.policies.ppo import PPOConfig, PPOPolicy
 from hrl_tasks.policies.spaces import StateBox, UnsupportedSpaceError
-from hrl_tasks.rollout.multi_agent_env import CentralCritic, CentralCriticEnv, make_multi_agent_env
 from tests.multiagent.envs import race
 
 SPREAD = "mpe2.simple_spread_v3"

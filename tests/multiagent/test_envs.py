@@ -5,8 +5,7 @@ import pytest
 from pettingzoo.classic import connect_four_v3, rps_v2, tictactoe_v3
 from pettingzoo.test import api_test, parallel_api_test
 
-from hrl_tasks.rollout import MultiAgentEnvError
-from hrl_tasks.rollout.multi_agent_env import (
+from hrl_tasks.envs.multi_agent import (
     ALL,
     ParallelEnvAdapter,
     TurnBasedEnvAdapter,
@@ -14,6 +13,7 @@ from hrl_tasks.rollout.multi_agent_env import (
     is_multi_agent,
     make_multi_agent_env,
 )
+from hrl_tasks.rollout import MultiAgentEnvError
 from tests.multiagent.envs import race
 
 GAMES = [tictactoe_v3, connect_four_v3]

@@ -6,6 +6,7 @@ import pytest
 
 from hrl_tasks.algorithms.config import ConfigError
 from hrl_tasks.data import MultiAgentBatch
+from hrl_tasks.envs.multi_agent import make_multi_agent_env
 from hrl_tasks.policies.dqn import DQNConfig, DQNPolicy
 from hrl_tasks.policies.policy_map import (
     PolicyMap,
@@ -16,7 +17,6 @@ from hrl_tasks.policies.policy_map import (
 )
 from hrl_tasks.policies.ppo import PPOConfig, PPOPolicy
 from hrl_tasks.policies.spaces import MaskedBox, UnsupportedSpaceError
-from hrl_tasks.rollout.multi_agent_env import make_multi_agent_env
 from hrl_tasks.rollout.multi_agent_worker import Episode, MultiAgentRolloutWorker
 
 GAME_SPACE = gym.spaces.Dict(

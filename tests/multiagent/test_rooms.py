@@ -7,6 +7,7 @@ import pytest
 
 import hrl_tasks
 from hrl_tasks.algorithms import PPO
+from hrl_tasks.envs.multi_agent import ALL
 from hrl_tasks.envs.rooms import (
     HIGH,
     HierarchicalRooms,
@@ -16,7 +17,6 @@ from hrl_tasks.envs.rooms import (
     high_or_low,
 )
 from hrl_tasks.policies.policy_map import PolicySpec
-from hrl_tasks.rollout.multi_agent_env import ALL
 
 UP, DOWN, LEFT, RIGHT = range(4)
 NORTH, SOUTH, WEST, EAST, CENTRE = range(5)

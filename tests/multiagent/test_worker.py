@@ -3,10 +3,10 @@
 import numpy as np
 
 from hrl_tasks.data import MultiAgentBatch
+from hrl_tasks.envs.multi_agent import make_multi_agent_env
 from hrl_tasks.policies.pg import PGConfig, PGPolicy
 from hrl_tasks.policies.policy_map import PolicyMap, policy_observation_space
 from hrl_tasks.policies.ppo import PPOConfig, PPOPolicy
-from hrl_tasks.rollout.multi_agent_env import make_multi_agent_env
 from hrl_tasks.rollout.multi_agent_worker import MultiAgentRolloutWorker
 from tests.multiagent.envs import EndTogether, race
 

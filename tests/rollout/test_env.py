@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from gymnasium.envs.registration import EnvSpec
 
+from hrl_tasks.envs.make import SameStepVectorEnv
 from hrl_tasks.rollout import (
     CatchEnvErrors,
     EnvError,
@@ -14,7 +15,6 @@ from hrl_tasks.rollout import (
     register_env,
     resolve_env,
 )
-from hrl_tasks.rollout.env import SameStepVectorEnv
 from tests.rollout.envs import ChainEnv, WrongShapeEnv
 
 

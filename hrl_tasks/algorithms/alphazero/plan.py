@@ -29,7 +29,6 @@ import torch
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.alphazero.config import AlphaZeroConfig
 from hrl_tasks.algorithms.alphazero.selfplay import evaluation_game, self_play_game
-from hrl_tasks.algorithms.checkpoint import CheckpointError
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.replay import ReplayBuffer
 from hrl_tasks.data.rng import generator_from_state, generator_state
@@ -54,6 +53,8 @@ class AlphaZero(Algorithm):
 
     name = "alphazero"
     config_class = AlphaZeroConfig
+    policy_noun = "network"
+    policy_mismatch_hint = "saved with other channels, blocks or game?"
 
     def __init__(self, config=None, engine=None, **overrides):
         self.config = self.parse_config(config, overrides)
@@ -94,14 +95,8 @@ class AlphaZero(Algorithm):
         )  # fmt: skip
         self.parallel = ParallelConfig(split_min=cfg.split_min) if cfg.split_min > 0 else None
 
-    @classmethod
-    def for_acting(cls, config=None, **overrides) -> AlphaZero:
-        algo = cls.__new__(cls)
-        algo.config = cls.parse_config(config, overrides)
-        algo._build_learner()
-        algo.engine, algo.workers, algo.plan, algo.owns_engine = None, None, None, False
-        algo.acting = True
-        return algo
+    def build_for_acting(self) -> None:
+        self._build_learner()
 
     @property
     def policy(self):
@@ -254,22 +249,12 @@ class AlphaZero(Algorithm):
             "rng": generator_state(self.rng),
         }
 
-    def load_policy_state(self, policy_state: Any) -> None:
-        current = self.net.get_weights()
-        try:
-            self.net.set_weights(policy_state["weights"])
-        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
-            self.net.set_weights(current)
-            raise CheckpointError(
-                f"the checkpoint's network does not fit this alphazero (saved with other "
-                f"channels, blocks or game?): {str(exc).splitlines()[0] if str(exc) else exc!r}"
-            ) from exc
+    def get_policy_state(self) -> dict[str, Any]:
+        """The network's weights (the optimizer's state is loaded by `set_state` alone)."""
+        return {"weights": self.net.get_weights()}
 
-    def set_acting_state(self, state: dict[str, Any]) -> None:
-        self.check_algorithm(state)
-        self.load_policy_state(state["policy"])
-        self.iteration = int(state["iteration"])
-        self.time_total_s = float(state["time_total_s"])
+    def set_policy_state(self, policy_state: Any) -> None:
+        self.net.set_weights(policy_state["weights"])
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_acting_state(state)

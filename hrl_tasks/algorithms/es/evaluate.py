@@ -19,10 +19,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-import hrl_tasks
+from hrl_tasks.envs import EnvError, env_creator, env_name
 from hrl_tasks.policies import ESConfig as ESPolicyConfig
 from hrl_tasks.policies import ESPolicy
-from hrl_tasks.rollout import EnvError, env_creator, env_name
+from hrl_tasks.scheduler import EngineError, worker_local
 
 
 @dataclass
@@ -46,8 +46,8 @@ def shared_noise_table(seed: int, size: int) -> np.ndarray:
     """The noise table of this process, built on first use (once per worker process)."""
     factory = lambda: make_noise_table(seed, size)  # noqa: E731
     try:
-        return hrl_tasks.worker_local(f"es-noise-{seed}-{size}", factory)
-    except hrl_tasks.EngineError:  # a driver thread with no engine open: build it here
+        return worker_local(f"es-noise-{seed}-{size}", factory)
+    except EngineError:  # a driver thread with no engine open: build it here
         return factory()
 
 
@@ -55,11 +55,17 @@ class NoiseTablePolicy(ESPolicy):
     """An `ESPolicy` whose ``noise(i)`` is the slice of the shared noise table at index ``i``.
 
     So the ``noise_seeds`` column of an ES batch holds table indices, and
-    `ESPolicy.loss` (centered ranks, antithetic weights, L2) works unchanged.
+    `ESPolicy.loss` (centered ranks, antithetic weights, L2) works unchanged. Its
+    config is a `NoiseTableConfig`; None uses the defaults.
+
+    Raises:
+        ValueError: If the noise table is smaller than the policy's parameters.
     """
 
-    def __init__(self, observation_space, action_space, config=None, *, single_thread=False):
-        super().__init__(observation_space, action_space, config, single_thread=single_thread)
+    config_class = NoiseTableConfig
+
+    def setup(self) -> None:
+        """Checks that the noise table is long enough for a perturbation of every parameter."""
         if self.config.noise_table_size < self.num_params:
             raise ValueError(
                 f"noise_table_size={self.config.noise_table_size} is smaller than the "
@@ -114,7 +120,7 @@ class Evaluator:
         on env seeds ``env_seed + k``; returns their returns and lengths."""
         # One policy and env per thread of each worker process, built on first use.
         key = f"es-evaluator-{self.token}-{threading.get_ident()}"
-        policy, env = hrl_tasks.worker_local(key, self._build)
+        policy, env = worker_local(key, self._build)
         policy.set_flat(theta)
         returns, lengths = [], []
         for k in range(self.episodes if episodes is None else episodes):

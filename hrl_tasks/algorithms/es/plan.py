@@ -6,8 +6,8 @@ from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.es.config import ESConfig
 from hrl_tasks.algorithms.es.evaluate import Evaluator, NoiseTableConfig, NoiseTablePolicy
 from hrl_tasks.algorithms.es.ops import ESTrainStep, PerturbationRounds
+from hrl_tasks.envs import resolve_env
 from hrl_tasks.flow import StandardMetricsReporting
-from hrl_tasks.rollout import resolve_env
 
 
 class ES(Algorithm):

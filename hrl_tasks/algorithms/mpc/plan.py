@@ -27,13 +27,12 @@ import torch
 from gymnasium import spaces
 
 from hrl_tasks.algorithms.algorithm import Algorithm
-from hrl_tasks.algorithms.checkpoint import CheckpointError
 from hrl_tasks.algorithms.mpc.config import MPCConfig
 from hrl_tasks.algorithms.mpc.model import DynamicsEnsemble, EnsembleSpec, as_tensors
 from hrl_tasks.algorithms.mpc.planner import CEMConfig, CEMPlanner, EnsembleRollouts
 from hrl_tasks.data.rng import generator_from_state, generator_state
+from hrl_tasks.envs.make import env_creator
 from hrl_tasks.flow import FlowContext
-from hrl_tasks.rollout.env import env_creator
 from hrl_tasks.scheduler import Engine, SyncEngine
 
 STEPS = "env_steps_sampled"
@@ -55,6 +54,8 @@ class MPC(Algorithm):
 
     name = "mpc"
     config_class = MPCConfig
+    policy_noun = "model"  # the policy is the ensemble: its weights, normaliser and optimizer
+    policy_mismatch_hint = "saved with another ensemble_size, hidden or env?"
 
     def __init__(self, config=None, engine=None, **overrides):
         self.config = self.parse_config(config, overrides)
@@ -89,14 +90,8 @@ class MPC(Algorithm):
         self.ctx = FlowContext(history=cfg.metrics_smoothing_episodes)
         self.iteration, self.time_total_s = 0, 0.0
 
-    @classmethod
-    def for_acting(cls, config=None, **overrides) -> MPC:
-        algo = cls.__new__(cls)
-        algo.config = cls.parse_config(config, overrides)
-        algo._build()
-        algo.engine, algo.workers, algo.plan, algo.owns_engine = None, None, None, False
-        algo.acting = True
-        return algo
+    def build_for_acting(self) -> None:
+        self._build()
 
     @property
     def policy(self) -> DynamicsEnsemble:
@@ -247,25 +242,6 @@ class MPC(Algorithm):
             "data": self.data.state(),
             "rng": {"train": generator_state(self.rng), "acting": generator_state(self.acting_rng)},
         }
-
-    def load_policy_state(self, policy_state: Any) -> None:
-        """Loads the ensemble's weights, normaliser and optimizer state, all or nothing."""
-        current = self.model.get_state()
-        try:
-            self.model.set_state(policy_state)
-        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
-            self.model.set_state(current)
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            raise CheckpointError(
-                f"the checkpoint's model does not fit this mpc (saved with another ensemble_size, "
-                f"hidden or env?): {first_line}"
-            ) from exc
-
-    def set_acting_state(self, state: dict[str, Any]) -> None:
-        self.check_algorithm(state)
-        self.load_policy_state(state["policy"])
-        self.iteration = int(state["iteration"])
-        self.time_total_s = float(state["time_total_s"])
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_acting_state(state)

@@ -3,6 +3,8 @@
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.config import ConfigError
 from hrl_tasks.algorithms.ppo.config import PPOConfig
+from hrl_tasks.envs import env_name
+from hrl_tasks.envs.multi_agent import CentralCritic, is_multi_agent
 from hrl_tasks.flow import (
     ConcatBatches,
     LocalIterator,
@@ -13,8 +15,6 @@ from hrl_tasks.flow import (
 )
 from hrl_tasks.policies.ppo import PPOConfig as PPOPolicyConfig
 from hrl_tasks.policies.ppo import PPOPolicy
-from hrl_tasks.rollout import env_name
-from hrl_tasks.rollout.multi_agent_env import CentralCritic, is_multi_agent
 
 
 class PPO(Algorithm):
