@@ -19,8 +19,8 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 EXIT_USAGE = 2
 
@@ -402,9 +402,9 @@ def import_in_background() -> threading.Thread:
     return thread
 
 
-@dataclass(frozen=True)
-class TrainSetup:
-    """What ``hrl-tasks train`` runs, decided before any cluster starts."""
+class TrainSetup(NamedTuple):
+    """What ``hrl-tasks train`` runs, decided before any cluster starts (a NamedTuple:
+    ``dataclasses`` would add its import to every ``--help``)."""
 
     algorithm: str
     algo_cls: type
