@@ -330,7 +330,8 @@ class DaskBackend(BackendRecords):
                 continue
             spec = self._spec(launch.key, launch.name, launch.attempt, launch.request, topic,
                               launch.internal)  # fmt: skip
-            options = (launch.workers, tuple(sorted(launch.request.items())), launch.priority)
+            options = (launch.workers, launch.strict, tuple(sorted(launch.request.items())),
+                       launch.priority)  # fmt: skip
             batches.setdefault(options, []).append((launch, fn, spec, args, kwargs))
             self.batched.add(launch.key)
         failed += self._submit(batches)
@@ -340,10 +341,9 @@ class DaskBackend(BackendRecords):
     def _submit(self, batches: dict) -> list:
         """Submit batched attempts, one ``map`` per set of options; the failures as events."""
         failed = []
-        for (workers, request, priority), batch in batches.items():
-            pin = (
-                {} if workers is None else {"workers": list(workers), "allow_other_workers": False}
-            )
+        for (workers, strict, request, priority), batch in batches.items():
+            pin = {} if workers is None else {"workers": list(workers),
+                                              "allow_other_workers": not strict}  # fmt: skip
             common = {"pure": False, "resources": dict(request) or None, "priority": priority,
                       "fifo_timeout": FIFO, **pin}  # fmt: skip
             try:
@@ -410,6 +410,13 @@ class DaskBackend(BackendRecords):
             lost = tuple(t for t, f in self.put_futures.items() if f.status == "cancelled")
             self.feed(ev.InputsLost(key, lost))
             return
+        if isinstance(error, KilledWorker) and error.task != key:
+            # Not this attempt's worker: an input's (a put value being sent again) died
+            # while it was computed. The put goes out again; the attempt is not to blame.
+            lost = tuple(t for t, f in self.put_futures.items() if f.key == error.task)
+            if lost:
+                self.feed(ev.InputsLost(key, lost))
+                return
         lost = isinstance(error, (KilledWorker, WorkerLostError))
         self.feed(ev.AttemptDone(key, status, error, lost, value))
 
@@ -609,6 +616,14 @@ class DaskBackend(BackendRecords):
             if done:
                 try:
                     return fetch.result()
+                except KilledWorker as exc:  # a lost result's second computation died too
+                    if self.client.status not in CONNECTED:
+                        raise self.lost_scheduler() from exc
+                    raise WorkerLostError(
+                        f"the result of {exc.task} was lost with its worker, and the worker "
+                        "computing it again died too; submit the task again",
+                        address=getattr(exc.last_worker, "address", None),
+                    ) from exc
                 except BaseException as exc:  # Dask's cancellation, or a closed comm
                     if self.client.status in CONNECTED:
                         raise

@@ -199,7 +199,10 @@ class Launch:
     ``kind`` is ``task`` (the user's function), ``create``, ``call``,
     ``snapshot`` or ``destroy`` (of object ``obj_id`` as call number ``seq``).
     ``inputs`` maps each dependency's task id to the key whose result to use.
-    ``workers``: run only there. ``fetch``: report the result's value in
+    ``workers``: run there; only there if ``strict`` (a stateful object's calls),
+    else Dask runs it elsewhere once none of them is left (a result lost with
+    its worker is computed again on another, never waits for one that died).
+    ``fetch``: report the result's value in
     :class:`AttemptDone` (creations and snapshots). ``state``: the snapshot a
     creation restores. ``watched``: speculation follows this attempt, so its
     start must be reported (a direct call that is not watched reports its
@@ -212,6 +215,7 @@ class Launch:
     attempt: int
     kind: str = "task"
     workers: tuple[str, ...] | None = None
+    strict: bool = False
     priority: int = 0
     inputs: dict = field(default_factory=dict)
     request: dict = field(default_factory=dict)

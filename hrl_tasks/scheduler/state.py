@@ -272,8 +272,10 @@ class EngineState:
             workers = (backup_on,)
         elif task.speculation is not None:
             workers = self._healthy_workers()
+        # Only an object's calls are bound to a worker; a plain task's workers are a
+        # preference (its result can be computed again elsewhere if its worker dies).
         self.attempts[key] = Attempt(key, task.task_id, number, inputs,
-                                     pinned=workers[0] if workers and len(workers) == 1 else None)  # fmt: skip
+                                     pinned=obj.address if obj is not None else None)  # fmt: skip
         task.live[key] = self.now
         task.current = key
         task.attempts += 1
@@ -283,6 +285,7 @@ class EngineState:
             self.spec.busy[backup_on] = self.spec.busy.get(backup_on, 0) + 1
         self._emit(ev.Launch(
             key, task.task_id, task.name, number, kind=task.kind, workers=workers,
+            strict=obj is not None,
             priority=1 if backup_on is not None else 0, inputs=inputs, request=task.request,
             internal=task.internal, direct=task.direct,
             fetch=task.kind in ("create", "snapshot"), obj_id=task.obj_id, seq=task.seq,

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import hrl_tasks as hrl
+from hrl_tasks.scheduler import clear_faults, inject_faults
 from tests.scheduler import tasks
 
 pytestmark = pytest.mark.cluster
@@ -168,3 +169,25 @@ def test_a_dependent_of_a_call_result_lost_with_its_worker_fails_clearly(fresh):
     with pytest.raises(hrl.WorkerLostError, match="result of 'Counter.add' was lost"):
         fresh.submit(tasks.inc, result).result(timeout=60)
     assert time.monotonic() - start < 30  # not a wait for a worker that never returns
+
+
+def test_a_result_kept_off_a_slow_worker_is_computed_again_after_its_worker_dies(fresh):
+    """Speculative work avoids a worker known to be slow; when the worker that
+    computed it dies, the result is computed again on what is left (the avoided
+    worker, or the one that replaced the dead one), never waits for the dead one."""
+    slow, fast = sorted(fresh.nthreads)
+    fresh.submit(tasks.work, 0, 0.05).result(timeout=30)  # the workers import the task module
+    inject_faults(fresh, slow_workers={slow: 40.0})
+    for _ in range(8):
+        refs = [fresh.submit(tasks.work, i, 0.05, speculative=True) for i in range(8)]
+        assert fresh.gather(refs, timeout=60) == [i * i for i in range(8)]
+        if slow in fresh.slow_workers():
+            break
+    else:
+        pytest.fail("the slow worker was not noticed in 8 rounds")
+    clear_faults(fresh)
+    ref = fresh.submit(tasks.work, 7, 0.05, speculative=True)
+    fresh.wait([ref], timeout=30)
+    assert fresh.client.who_has([ref.future])[ref.future.key] == (fast,)
+    kill_worker(fresh, fast)
+    assert ref.result(timeout=60) == 49

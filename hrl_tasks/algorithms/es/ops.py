@@ -17,7 +17,9 @@ from hrl_tasks.algorithms.es.evaluate import (
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.flow import STEPS_SAMPLED, STEPS_TRAINED, FlowContext, LocalIterator
 from hrl_tasks.policies import NOISE_SEEDS, RETURNS
+from hrl_tasks.scheduler import WorkerLostError
 
+LOST = (CancelledError, WorkerLostError)  # what a round sends again
 ROUNDS = "es_rounds"  # a FlowContext counter: saved in checkpoints, so indices continue on restore
 
 
@@ -92,8 +94,10 @@ def run_round(engine, evaluator: Evaluator, theta: np.ndarray, jobs: list, resen
 
     A value from ``engine.put`` lives on one worker and cannot be recomputed: if
     that worker dies, the tasks that need it (and finished results that died
-    with it) come back cancelled rather than retried. Those are sent again with
-    theta put afresh; the tasks are pure, so the results are the same.
+    with it) come back cancelled rather than retried; a finished result whose
+    second computation lost its worker too comes back as `WorkerLostError`.
+    Those are sent again with theta put afresh; the tasks are pure, so the
+    results are the same.
     """
     results: dict[int, dict] = {}
     pending = dict(enumerate(jobs))
@@ -114,14 +118,14 @@ def run_round(engine, evaluator: Evaluator, theta: np.ndarray, jobs: list, resen
         try:
             results.update(zip(refs, engine.gather(list(refs.values())), strict=True))
             break
-        except CancelledError:
+        except LOST:
             if resend == resends:
                 raise
         pending = {}
         for i, ref in refs.items():
             try:
                 results[i] = ref.result()
-            except CancelledError:
+            except LOST:
                 pending[i] = jobs[i]
     return [results[i] for i in range(len(jobs))]
 
