@@ -41,6 +41,7 @@ from hrl_tasks.scheduler.runtime import change_supply, run_task, schedule_unrunn
 from hrl_tasks.scheduler.shared import Shared, direct_arguments, inline, rebuilt
 from hrl_tasks.scheduler.state import EngineState
 from hrl_tasks.scheduler.taskref import Local, TaskRef
+from hrl_tasks.scheduler.validate import InvalidState
 from hrl_tasks.scheduler.worker_objects import (
     DIRECT_HANDLER,
     PackedCall,
@@ -119,6 +120,7 @@ class DaskBackend(BackendRecords):
         self.refresh_again = False
         self.loop_thread = client.sync(self._thread_id)
         self.lost: SchedulerLostError | None = None
+        self.invalid: InvalidState | None = None  # what a validating state machine found
         self.put_values: dict = {}  # put task id -> its value, while its ref is held
         self.put_futures: dict = {}  # put task id -> the Dask future holding it now
         self.start(self._watch_scheduler)
@@ -174,8 +176,16 @@ class DaskBackend(BackendRecords):
             with self.lock:
                 instructions = self.state.handle(*events, now=time.monotonic())
             self.execute(instructions)
+        except InvalidState as exc:  # a bug in the engine: every wait raises it from now on
+            self.invalid = self.invalid or exc
+            logger.exception("hrl_tasks: invalid state after %s", events)
         except Exception:  # never stop the event loop; the log says what broke
             logger.exception("hrl_tasks: error while handling %s", events)
+
+    def raise_if_invalid(self) -> None:
+        """Raise the broken invariant a validating engine found, if it found one."""
+        if self.invalid is not None:
+            raise self.invalid
 
     def on_reports(self, event) -> None:
         """Start and end reports from the workers (a Dask topic handler)."""

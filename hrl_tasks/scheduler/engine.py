@@ -29,6 +29,7 @@ import asyncio
 import concurrent.futures as cf
 import contextvars
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
@@ -58,7 +59,16 @@ from hrl_tasks.scheduler.taskref import TaskRef, collect_refs
 
 logger = logging.getLogger(__name__)
 RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
+VALIDATE_VARIABLE = "HRL_TASKS_VALIDATE"
 EVENTS_BACKSTOP_SWEEP_S = 5.0  # seconds between looks at the workers beside the events
+
+
+def validating(validate: bool | None) -> bool:
+    """Whether an engine checks its state after every event: ``validate``, or if None
+    the environment's ``HRL_TASKS_VALIDATE`` (``1`` for on)."""
+    if validate is not None:
+        return bool(validate)
+    return os.environ.get(VALIDATE_VARIABLE, "") == "1"
 
 
 def _own_worker() -> frozenset:
@@ -139,6 +149,9 @@ class Engine:
             scheduler to batch them. Dask's client waits up to 10 ms; RL loops
             make one short round trip after another, and 1 ms took the
             round-trip latency here from 10.6 ms to 6.0 ms.
+        validate: check the state machine's invariants after every event (slow;
+            for tests). Default: on when the environment sets ``HRL_TASKS_VALIDATE=1``.
+            A broken invariant is raised by the next wait.
     """
 
     def __init__(
@@ -150,6 +163,7 @@ class Engine:
         retries: RetryPolicy | int | None = None,
         lost_worker_timeout: float = 10.0,
         send_interval_s: float | None = 0.001,
+        validate: bool | None = None,
     ):
         if send_interval_s is not None:
             dask_compat.set_send_interval(client, send_interval_s)
@@ -161,7 +175,7 @@ class Engine:
         # Lost workers come as the scheduler's remove-worker events; a sweep now and
         # then is the backstop (events sent while the client reconnected are not replayed).
         state = EngineState(uuid.uuid4().hex[:16], placement_timeout=3 * lost_worker_timeout,
-                            sweep_s=EVENTS_BACKSTOP_SWEEP_S)  # fmt: skip
+                            sweep_s=EVENTS_BACKSTOP_SWEEP_S, validate=validating(validate))  # fmt: skip
         backend = DaskBackend(client, state, self.topic)
         self._start(state, backend, retries, lost_worker_timeout, activate=not nested)
         self._reaches_workers: bool | None = None  # see reaches_workers(); None: not asked
@@ -193,6 +207,7 @@ class Engine:
         n_workers: int | None = None,
         threads_per_worker: int | None = None,
         resources: dict | list[dict] | None = None,
+        validate: bool | None = None,
         **cluster_kwargs,
     ) -> Engine:
         """Start an embedded ``distributed.LocalCluster`` with worker processes.
@@ -204,11 +219,12 @@ class Engine:
                 threads, ``GPU`` = the devices visible, ``memory`` = its
                 memory limit in bytes. A list gives one dict per worker, for a
                 heterogeneous cluster (its length sets ``n_workers``).
+            validate: as for :class:`Engine`.
             **cluster_kwargs: passed to ``LocalCluster`` (e.g. ``dashboard_address``).
         """
         cluster, client = start_local(n_workers, threads_per_worker, resources, **cluster_kwargs)
         try:
-            return cls(client, cluster=cluster)
+            return cls(client, cluster=cluster, validate=validate)
         except BaseException:
             client.close()
             cluster.close()
@@ -442,8 +458,11 @@ class Engine:
 
     def gather(self, refs: Iterable[TaskRef], timeout: float | None = None) -> list:
         """The results of ``refs``, in order, fetched in one batch."""
+        self.backend.raise_if_invalid()
         with task_wait():
-            return self.backend.gather(list(refs), timeout)
+            values = self.backend.gather(list(refs), timeout)
+        self.backend.raise_if_invalid()
+        return values
 
     def wait(
         self,
@@ -461,8 +480,10 @@ class Engine:
                 f"return_when must be one of {sorted(RETURN_WHEN)}, got {return_when!r}"
             )
         by_outcome = {ref.outcome: ref for ref in refs}
+        self.backend.raise_if_invalid()
         with task_wait():
             done, not_done = cf.wait(by_outcome, timeout, RETURN_WHEN[return_when])
+        self.backend.raise_if_invalid()
         return {by_outcome[f] for f in done}, {by_outcome[f] for f in not_done}
 
     def as_completed(
@@ -494,6 +515,22 @@ class Engine:
             task = self.state.tasks.get(task_id)
             found = None if task is None else getattr(task, field)
             return set(found) if isinstance(found, set) else found
+
+    def story(self, ref: TaskRef | str) -> str:
+        """What happened to a task, for a person to read: ``print(engine.story(ref))``.
+
+        The engine keeps a bounded log of the events it handled and the
+        instructions it gave (the last 20,000). The story is the task's entries
+        (its attempts, their starts and ends, retries, its resolution) and the
+        cluster's events since it began, oldest first with their age, then
+        where the task is now: which attempts run where and for how long, or
+        what it waits for.
+        """
+        task_id = ref if isinstance(ref, str) else ref.task_id
+        with self.backend.lock:
+            lines = self.state.story(task_id)
+        name = ref if isinstance(ref, str) else f"{ref.name} ({task_id})"
+        return "\n".join([f"story of {name}:", *lines])
 
     def future_of(self, ref: TaskRef):
         """The Dask future of ``ref``'s winning or current attempt, or None."""

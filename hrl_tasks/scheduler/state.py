@@ -68,8 +68,10 @@ from hrl_tasks.scheduler.speculation import (
     plan_backups,
 )
 from hrl_tasks.scheduler.stats import EngineStats
+from hrl_tasks.scheduler.status import CANCELLED, FAILED, FINISHED, PENDING
+from hrl_tasks.scheduler.story import StoryLog, render
+from hrl_tasks.scheduler.validate import check, where_is
 
-PENDING, FINISHED, FAILED, CANCELLED = "pending", "finished", "failed", "cancelled"
 SPECULATION_TICK_S = 0.02
 SWEEP_TICK_S = 1.0
 # A task's event reaches the state machine within one pass of the event loop after its
@@ -106,6 +108,7 @@ class Task:
     linked: list = field(default_factory=list)  # backup calls on peers (task ids)
     backup_of: str | None = None
     waiting_on: set = field(default_factory=set)  # inputs awaited before a rerun
+    retry_due: float | None = None  # when its retry's back-off ends, while it waits it out
     after_inputs: tuple | None = None  # (attempt, error, rerun) to decide once they settle
     released: bool = False
     held_on: str | None = None  # the one worker its result lives on, if it was pinned there
@@ -175,12 +178,20 @@ class EngineState:
             before it fails with :class:`WorkerLostError`.
         sweep_s: seconds between looks at the workers while objects live (what
             finds dead workers when no event tells; a backstop when events do).
+        validate: check every invariant (:mod:`~hrl_tasks.scheduler.validate`)
+            after each :meth:`handle`; for tests, slow.
     """
 
     def __init__(
-        self, key_prefix: str = "", placement_timeout: float = 30.0, sweep_s: float = SWEEP_TICK_S
+        self,
+        key_prefix: str = "",
+        placement_timeout: float = 30.0,
+        sweep_s: float = SWEEP_TICK_S,
+        validate: bool = False,
     ):
         self.key_prefix = key_prefix
+        self.validating = validate
+        self.log = StoryLog()
         self.placement_timeout = placement_timeout
         self.sweep_s = sweep_s
         self.tasks: dict[str, Task] = {}
@@ -210,6 +221,7 @@ class EngineState:
         self.now = now
         self._out = []
         for event in events:
+            self.log.note(event, now, self._task_of_key)
             if self.scheduler_lost is not None and isinstance(event, NEEDS_SCHEDULER):
                 self._emit(ev.Fail(event.task_id, self.scheduler_lost))
                 continue
@@ -221,7 +233,27 @@ class EngineState:
             self.tick_at = now + delay  # a sooner tick replaces a later one
             self._emit(ev.Later(delay, ev.Tick()))
         out, self._out = self._out, []
+        for instruction in out:
+            self.log.note(instruction, now, self._task_of_key)
+        if self.validating:
+            check(self)
         return out
+
+    def _task_of_key(self, key: str) -> str | None:
+        attempt = self.attempts.get(key)
+        return None if attempt is None else attempt.task_id
+
+    def validate(self) -> None:
+        """Raise :class:`~hrl_tasks.scheduler.validate.InvalidState` if an invariant is broken."""
+        check(self)
+
+    def story(self, task_id: str) -> list[str]:
+        """What happened to ``task_id`` (and the cluster meanwhile), oldest first, and
+        where it is now: lines for a person to read."""
+        task = self.tasks.get(task_id)
+        where = where_is(self, task) if task is not None and task.status == PENDING else []
+        status = None if task is None else f"{task.status} after {task.attempts} attempts"
+        return render(self.log.of(task_id), self.now, where, status)
 
     def _add(self, task: Task) -> Task:
         self.tasks[task.task_id] = task
@@ -277,6 +309,7 @@ class EngineState:
         self.attempts[key] = Attempt(key, task.task_id, number, inputs,
                                      pinned=obj.address if obj is not None else None)  # fmt: skip
         task.live[key] = self.now
+        task.retry_due = None
         task.current = key
         task.attempts += 1
         if backup_on is not None:
@@ -525,6 +558,7 @@ class EngineState:
             return
         self.stats.count("retried")
         if decision.delay > 0:
+            task.retry_due = self.now + decision.delay
             self._emit(ev.Later(decision.delay, ev.RetryDue(task.task_id, decision.attempt)))
         else:
             self._launch(task, decision.attempt)
@@ -764,7 +798,8 @@ class EngineState:
         pending = [self.tasks[t] for _, t in sorted(obj.calls.items()) if t in self.tasks]
         obj.calls.clear()
         for task in pending:
-            if task.kind == "destroy":
+            if task.kind == "destroy":  # done: its attempt will never answer
+                self._drop_copies(task)
                 self._finish(task, task.current or task.task_id)
             else:
                 self._fail(task, lost, count=task.kind == "call")

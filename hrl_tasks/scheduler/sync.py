@@ -18,7 +18,7 @@ import time
 
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.context import TaskContext, enter_task, leave_task
-from hrl_tasks.scheduler.engine import Engine
+from hrl_tasks.scheduler.engine import Engine, validating
 from hrl_tasks.scheduler.errors import ObjectStartError
 from hrl_tasks.scheduler.handles import WorkerHandle
 from hrl_tasks.scheduler.records import BackendRecords
@@ -49,6 +49,10 @@ class InProcessBackend(BackendRecords):
             self.carry_out(ins)
 
     feed = push
+
+    def raise_if_invalid(self) -> None:
+        """Nothing to raise: an invalid state raises in :meth:`push` itself."""
+
     push_and_wait = push
 
     def read_workers(self) -> dict:
@@ -159,14 +163,20 @@ class SyncEngine(Engine):
         resources: what the single in-process "worker" declares, for the same
             :class:`ResourceError` checks as a cluster (default ``{"CPU": 1}``).
         retries: the default retry policy.
+        validate: as for :class:`~hrl_tasks.scheduler.engine.Engine`.
     """
 
-    def __init__(self, resources: dict | None = None, retries: RetryPolicy | int | None = None):
+    def __init__(
+        self,
+        resources: dict | None = None,
+        retries: RetryPolicy | int | None = None,
+        validate: bool | None = None,
+    ):
         self.client = None
         self.cluster = None
         self.owns_client = False
         self.topic = WORKER
-        state = EngineState("sync")
+        state = EngineState("sync", validate=validating(validate))
         backend = InProcessBackend(state, resources or {"CPU": 1})
         self._start(state, backend, retries, lost_worker_timeout=10.0, activate=True)
         backend.push(backend.see_workers())

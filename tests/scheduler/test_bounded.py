@@ -16,7 +16,7 @@ SPECULATIVE = SpeculationPolicy()  # as PPO's sample calls
 
 
 def make_state() -> EngineState:
-    state = EngineState("p")
+    state = EngineState("p", validate=True)
     state.handle(ev.WorkersSeen(dict(WORKERS)))
     return state
 

@@ -12,13 +12,14 @@ from hrl_tasks.scheduler.errors import ObjectStartError, SchedulerLostError, Wor
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import CANCELLED, FINISHED, EngineState
+from hrl_tasks.scheduler.validate import InvalidState
 
 TWO_WORKERS = {"a": (1, {"CPU": 1.0}), "b": (1, {"CPU": 1.0})}
 POLICY = SpeculationPolicy(multiplier=2.0, min_samples=3, min_elapsed_s=0.05, max_backups=1)
 
 
 def make_state(workers=TWO_WORKERS) -> EngineState:
-    state = EngineState("p")
+    state = EngineState("p", validate=True)
     state.handle(ev.WorkersSeen(dict(workers)))
     return state
 
@@ -411,3 +412,78 @@ def test_a_call_result_lost_with_its_worker_fails_its_users_at_once():
     out = state.handle(ev.SubmitTask("u2", "inc", deps=("k",)))
     assert [f.task_id for f in of(ev.Fail, out)] == ["u2"] and not launched(out)
     assert call.workers == ("a",)
+
+
+# --- the state checks itself and tells a task's story ------------------------------
+
+
+def test_validate_names_a_pending_task_that_nothing_will_end():
+    state = make_state()
+    state.handle(ev.SubmitTask("t1", "rollout"))
+    state.validate()  # an attempt in flight: fine
+    del state.attempts["t1"]  # what a lost Dask callback would leave behind
+    with pytest.raises(InvalidState, match=r"its attempt t1 is not an attempt of it"):
+        state.validate()
+    state.tasks["t1"].live.clear()
+    with pytest.raises(InvalidState, match=r"t1 \(rollout\) is pending but nothing will end it"):
+        state.validate()
+
+
+def test_validate_checks_the_ledger():
+    state = make_state()
+    state.handle(ev.CreateObject("o1", "c1", "Learner", "Learner", request={"CPU": 1.0}))
+    state.validate()
+    state.ledger.acquire("ghost", "a", {"CPU": 1.0})
+    with pytest.raises(InvalidState, match="ghost holds resources on a but does not live there"):
+        state.validate()
+    del state.ledger.holdings["ghost"]
+    del state.ledger.holdings["o1"]
+    with pytest.raises(InvalidState, match=r"object o1 lives on \w but holds nothing"):
+        state.validate()
+
+
+def test_a_task_backing_off_or_waiting_for_an_input_is_valid():
+    state = make_state()
+    state.handle(ev.SubmitTask("in", "producer", policy=RetryPolicy(1, backoff=5.0, retry_on=(OSError,))))  # fmt: skip
+    state.handle(ev.SubmitTask("t1", "consumer", deps=("in",)))
+    state.handle(ev.AttemptDone("in", "error", OSError("once")))  # validated after each handle
+    assert state.tasks["in"].retry_due == pytest.approx(5.0)
+    out = state.handle(ev.AttemptDone("t1", "error", OSError("input gone")))
+    assert not launched(out) and state.tasks["t1"].waiting_on == {"in"}
+    story = "\n".join(state.story("t1"))
+    assert "waits for input in (producer)" in story
+    assert "waits out a retry's back-off (5.0 s left)" in "\n".join(state.story("in"))
+
+
+def test_a_story_tells_attempts_retries_and_where_the_task_is_now():
+    state = make_state()
+    state.handle(
+        ev.SubmitTask("t1", "rollout", policy=RetryPolicy(2, retry_on=(OSError,))), now=1.0
+    )
+    state.handle(ev.Started("t1", "a"), now=1.5)
+    out = state.handle(ev.AttemptDone("t1", "error", OSError("boom")), now=2.0)
+    (retry,) = launched(out)
+    state.handle(ev.WorkerRemoved("a"), now=2.5)
+    state.handle(ev.Started(retry.key, "b"), now=3.0)
+    lines = state.story("t1")
+    text = "\n".join(lines)
+    for expected in ("SubmitTask", "Started: on a", "AttemptDone: error: OSError: boom",
+                     f"Launch {retry.key}: attempt 1 (task)", "WorkerRemoved: a",
+                     f"Started {retry.key}: on b"):  # fmt: skip
+        assert expected in text
+    assert lines[-1] == f"now: pending after 2 attempts; attempt {retry.key} running on b for 0.0 s"
+    state.handle(ev.AttemptDone(retry.key, "finished"), now=4.0)
+    assert state.story("t1")[-1] == "now: finished after 2 attempts"
+
+
+def test_a_plain_task_prefers_workers_an_object_call_is_bound_to_its_own():
+    state = make_state()
+    state.handle(ev.CreateObject("o1", "c1", "Learner", "Learner"))
+    out = state.handle(ev.CallObject("k1", "o1", "step"))
+    (call,) = launched(out)
+    assert call.strict and call.workers == (state.objects["o1"].address,)
+    state.spec.speed.slow_until["a"] = 100.0  # a is known to be slow: speculative work avoids it
+    out = state.handle(ev.SubmitTask("t1", "rollout", speculation=POLICY))
+    (task,) = launched(out)
+    assert task.workers == ("b",) and not task.strict  # Dask may run it elsewhere once b is gone
+    assert state.attempts["t1"].pinned is None

@@ -1,0 +1,137 @@
+"""The state machine's invariants, checked after every ``handle()`` when asked.
+
+As distributed's ``Scheduler.validate_state``: cheap enough to run in tests and
+in a CI pass over the engine's tests (``Engine(validate=True)`` or
+``HRL_TASKS_VALIDATE=1``), too slow for every run. A violation raises
+:class:`InvalidState` naming each broken rule, the task and what it holds, so
+a bug that would hang a run fails where it happens instead.
+
+The rules:
+
+- every task not done is *somewhere*: an attempt of it is in flight, it waits
+  out a retry's back-off, it waits for inputs that are themselves not done, it
+  is queued on an object that has no home yet, or its call ran and waits for
+  its object's creation report or for a snapshot that is in flight;
+- every attempt belongs to a task not done, which knows it; an attempt bound
+  to a worker (a stateful object's call) is bound to a live worker;
+- the ledger adds up: every live object with a home holds its request there,
+  on a live worker, and nothing else is held. (Not that a worker holds no
+  more than it declares: what a worker declares is read as it advertises
+  itself plus what the engines record they hold, and the two change one after
+  the other, so a read may briefly find less than is held; never more.)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hrl_tasks.scheduler.status import PENDING, STATUSES
+
+if TYPE_CHECKING:
+    from hrl_tasks.scheduler.state import EngineState, Task
+
+
+class InvalidState(AssertionError):
+    """The engine's state broke one of its invariants (a bug in the engine)."""
+
+
+def problems(state: EngineState) -> list[str]:
+    """Every broken invariant of ``state``, one sentence each (empty: all hold)."""
+    found: list[str] = []
+    for task in state.tasks.values():
+        found += _task_problems(state, task)
+    found += _attempt_problems(state)
+    found += _ledger_problems(state)
+    return found
+
+
+def check(state: EngineState) -> None:
+    """Raise :class:`InvalidState` if ``state`` breaks an invariant."""
+    found = problems(state)
+    if found:
+        shown = "\n  ".join(found[:20])
+        more = f"\n  ... and {len(found) - 20} more" if len(found) > 20 else ""
+        raise InvalidState(f"the engine's state is inconsistent:\n  {shown}{more}")
+
+
+def _task_problems(state: EngineState, task: Task) -> list[str]:
+    if task.status not in STATUSES:
+        return [f"task {task.task_id} has status {task.status!r}"]
+    if task.status != PENDING:
+        return [f"task {task.task_id} is {task.status} with attempts {sorted(task.live)}"] * bool(
+            task.live
+        )
+    where = where_is(state, task)
+    if not where:
+        return [
+            f"task {task.task_id} ({task.name}) is pending but nothing will end it: no "
+            f"attempt in flight, no back-off, no inputs awaited, not queued on its object"
+        ]
+    return [f"task {task.task_id}: {w}" for w in where if w.startswith("!")]
+
+
+def where_is(state: EngineState, task: Task) -> list[str]:
+    """Where a pending task is: reasons it will end (a '!' marks a reason that is broken)."""
+    where = []
+    for key in task.live:
+        attempt = state.attempts.get(key)
+        if attempt is None or attempt.task_id != task.task_id:
+            where.append(f"! its attempt {key} is not an attempt of it")
+        elif attempt.worker is None:
+            where.append(f"attempt {key} sent {state.now - task.live[key]:.1f} s ago, not started")
+        else:
+            since = state.now - (attempt.started_at or state.now)
+            where.append(f"attempt {key} running on {attempt.worker} for {since:.1f} s")
+    if task.retry_due is not None:
+        where.append(f"waits out a retry's back-off ({task.retry_due - state.now:.1f} s left)")
+    if task.waiting_on:
+        for dep in task.waiting_on:
+            found = state.tasks.get(dep)
+            if found is None or found.status != PENDING:
+                where.append(f"! it waits for input {dep}, which is done or unknown")
+            elif task.task_id not in state.waiters.get(dep, ()):
+                where.append(f"! it waits for input {dep}, which will not wake it")
+            else:
+                where.append(f"waits for input {dep} ({state.tasks[dep].name})")
+    obj = state.objects.get(task.obj_id) if task.obj_id else None
+    if obj is not None:
+        if task.task_id in obj.queued:
+            ok = obj.address is None and obj.gone is None
+            where.append(
+                f"queued until {obj.name!r} has a home" if ok
+                else "! queued on an object that has a home or is gone"
+            )  # fmt: skip
+        if any(t is task for t, _, _ in obj.held):
+            where.append("held for its object's creation report")
+        if any(t == task.task_id for waiting in obj.snapshots.values() for t, _ in waiting):
+            where.append("awaiting a snapshot")
+    return where
+
+
+def _attempt_problems(state: EngineState) -> list[str]:
+    found = []
+    for key, attempt in state.attempts.items():
+        task = state.tasks.get(attempt.task_id)
+        if task is None or task.status != PENDING:
+            found.append(f"attempt {key} of task {attempt.task_id}, which is done or unknown")
+        elif key not in task.live:
+            found.append(f"attempt {key} is not among the attempts of task {task.task_id}")
+        if attempt.pinned is not None and attempt.pinned not in state.ledger.capacity:
+            found.append(f"attempt {key} is bound to worker {attempt.pinned}, which is gone")
+    return found
+
+
+def _ledger_problems(state: EngineState) -> list[str]:
+    found = []
+    ledger = state.ledger
+    for holder, (worker, _) in ledger.holdings.items():
+        obj = state.objects.get(holder)
+        if obj is None or obj.address != worker:
+            found.append(f"{holder} holds resources on {worker} but does not live there")
+    for obj in state.objects.values():
+        if obj.address is not None and obj.gone is None:
+            if obj.obj_id not in ledger.holdings:
+                found.append(f"object {obj.obj_id} lives on {obj.address} but holds nothing")
+            if obj.address not in ledger.capacity:
+                found.append(f"object {obj.obj_id} lives on {obj.address}, which is gone")
+    return found
