@@ -1,183 +1,415 @@
-"""Chaos: each algorithm trains to its threshold while its worker processes are killed.
+"""Chaos, as a matrix: each algorithm trains to its threshold while workers fail.
 
-For each run of bench/learning.py (the same settings, thresholds and budgets),
-once training reports iteration ``--kill-after``, a thread kills (SIGKILL) the
-process of rollout worker 1, then ``--gap`` seconds later the process of a
-second component: rollout worker 2, or for Ape-X the process holding replay
-shard 0 (its contents are lost and it refills), or for ES (episodes are tasks,
-there are no rollout workers) any worker process. No algorithm has a learner
-in a worker process today (IMPALA's learner is a thread of the driver, which
-``--resume`` covers). The same run without kills goes first (``--no-baseline``
-skips it), on the same seed.
+A cell is an algorithm and a fault schedule. Each cell runs the algorithm
+with the settings of bench/learning.py (or of the game, composition and search
+benches) until it reaches its threshold or runs out of budget, while a thread
+carries out the schedule from the moment the second iteration ends. The same
+run without faults goes first, on the same seed (``--no-baseline`` skips it).
 
-Per run, one JSON line: whether the threshold was reached, env steps and wall
-time to it (with and without kills), and per kill what was killed, how long
-progress stalled (the longest gap between iteration ends from the kill until
-the next one, at most 60 s, less the median gap before it) and how many env steps could have been in
-flight on the killed process (an upper bound on what the kill cost: a lost
-sample call's batch is sampled again). Not part of CI (tests/algorithms/
-test_lost_workers.py is the short version).
+Faults (``--faults``):
 
-    python bench/chaos.py [--only ppo-cartpole impala-cartpole] [--seed 0] [--table]
+- ``one-kill``: SIGKILL of one worker process;
+- ``kills-0.5s``, ``kills-1.5s``, ``kills-5s``: three kills that far apart;
+- ``kill-in-recovery``: a kill, then a kill of the worker process that replaces
+  it as soon as it joins, while what the first took is being rebuilt there;
+- ``sigstop-30s``: a worker process frozen (SIGSTOP) for 30 s, then continued;
+- ``nanny-kill``: on a cluster of separate processes (``dask scheduler`` and one
+  ``dask worker`` per worker, reached by address, as ``--address`` does), a
+  worker's nanny killed with its worker: the cluster is one worker short for good;
+- ``add-remove``: on that cluster, a worker added, and 20 s later one removed
+  (closed as a batch system would end its job);
+- ``monkey-<seed>``: a seeded random schedule of kills, bursts of kills and
+  freezes, one every 20 s on average, for ``--monkey-minutes``.
+
+Per cell, one JSON line: whether the run ended on its own and reached the
+threshold, env steps and wall time (and the baseline's), the longest time
+without an iteration ending, and per fault what was done and how long the
+iterations stalled after it. A run may take at most 1.5x the baseline's env
+steps (the spec's budget without a baseline that reached it) and 1.5x its
+wall time plus the faults' own length; a wait on the engine past that ends
+with DeadlineReached and the cell says ``ended: false``.
+
+    python bench/chaos.py --algorithms ppo es --faults one-kill kills-0.5s [--seed 0]
+    python bench/chaos.py --algorithms all --faults monkey-0 monkey-1 monkey-2
 """
 
+from __future__ import annotations
+
 import argparse
+import contextlib
 import json
 import os
+import random
 import signal
-import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning import RUNS  # noqa: E402
+from learning import GAMES, RUNS  # noqa: E402
 
 import hrl_tasks  # noqa: E402
-from hrl_tasks.algorithms import get_algorithm, stop_reached  # noqa: E402
+from hrl_tasks.algorithms import get_algorithm  # noqa: E402
+
+STALL_WINDOW_S = 120.0
+SEPARATE = ("nanny-kill", "add-remove")
 
 
-def kill_targets(algo, engine) -> list:
-    """Functions returning ``(what, address)`` of the process to kill, read at kill time
-    (a re-created component has moved)."""
-    handles = list(algo.workers.remote_workers)
-    if not handles:  # ES: its episodes run as tasks on any worker
-
-        def any_worker():
-            return "a worker process running episodes", sorted(engine.client.run(os.getpid))[0]
-
-        return [any_worker, any_worker]
-    first = [lambda: ("rollout worker 1", handles[0].address)]
-    if getattr(algo, "shards", None):
-        return first + [lambda: ("replay shard 0", algo.shards[0].address)]
-    return first + [lambda: (f"rollout worker {len(handles)}", handles[-1].address)]
+# --- the algorithms, each a run to a threshold ------------------------------------
 
 
-def in_flight_steps(algo) -> int:
-    """Env steps the sample calls in flight on one rollout worker hold at most."""
-    cfg = algo.config
-    per_call = cfg.num_envs_per_worker * cfg.rollout_fragment_length
-    if algo.name == "es":  # a perturbation task per thread, two episodes of at most 500 steps
-        return 2 * cfg.episodes_per_perturbation * 500 * algo.threads_per_worker
-    return per_call * getattr(cfg, "num_async", 1)
+@dataclass
+class Run:
+    """An algorithm on its way to a threshold: ``step()`` one iteration."""
+
+    name: str
+    algorithm: str
+    config: dict
+    reached: callable
+    budget_steps: int | None = None
+    budget_s: float | None = None
+    evaluate: callable = None  # (algo, result) -> dict of extra metrics, or None
+    threads_per_worker: int = 1
+
+    def build(self, engine, seed: int):
+        return get_algorithm(self.algorithm)({**self.config, "seed": seed}, engine=engine)
 
 
-class Killer:
-    """Kills the targets' processes one after the other, ``gap`` seconds apart."""
+def learning_runs() -> dict[str, Run]:
+    """bench/learning.py's CartPole runs, and MPC on Pendulum, by algorithm name."""
+    runs = {}
+    for name, spec in RUNS.items():
+        if not (name.endswith("cartpole") or name == "mpc-pendulum"):
+            continue
+        runs[spec["algorithm"]] = Run(
+            name, spec["algorithm"], {**spec["config"], "env": spec["env"]},
+            reached=lambda r, t=spec["threshold"]: r.get("episode_return_mean", -1e9) >= t,
+            budget_steps=spec["budget"],
+        )  # fmt: skip
+    return runs
 
-    def __init__(self, engine, targets, gap: float):
-        self.engine, self.targets, self.gap = engine, targets, gap
-        self.kills: list[dict] = []
-        self.thread = threading.Thread(target=self._run, daemon=True, name="chaos")
+
+def alphazero_run() -> Run:
+    spec = GAMES["alphazero-tictactoe"]
+    return Run(
+        "alphazero-tictactoe", "alphazero", {**spec["config"], "env": spec["env"]},
+        reached=lambda r: r.get("loss_rate/minimax") == 0.0, budget_s=spec["minutes"] * 60,
+    )  # fmt: skip
+
+
+def composition_run() -> Run:
+    from multiagent_tictactoe import TARGET, against_random, experiment
+
+    def evaluate(algo, result):
+        if result["iteration"] % 5:
+            return None
+        scores = against_random(algo, 400, result["iteration"])
+        return {f"vs_random/{pid}": s["win_or_draw"] for pid, s in scores.items()}
+
+    config = experiment(0)
+    config.pop("seed")
+    return Run(
+        "composition-tictactoe", "composition", config,
+        reached=lambda r: all(r.get(f"vs_random/{p}", 0) >= TARGET for p in ("ppo", "dqn")),
+        budget_s=20 * 60, evaluate=evaluate,
+    )  # fmt: skip
+
+
+def all_runs() -> dict[str, Run]:
+    runs = learning_runs()
+    runs["alphazero"] = alphazero_run()
+    runs["composition"] = composition_run()
+    runs["search"] = Run("search-ppo-cartpole", "search", {}, reached=lambda r: r["best"] >= 450,
+                         budget_s=15 * 60)  # fmt: skip
+    return runs
+
+
+class SearchAsAlgorithm:
+    """A search with trials as tasks (bench/search.py's grid, FIFO), as one long step."""
+
+    def __init__(self, engine, seed: int, out: str):
+        self.engine, self.seed, self.out = engine, seed, out
+        self.done = False
+
+    def train(self) -> dict:
+        from search import LEARNING_RATES
+
+        from hrl_tasks.search import FIFOScheduler, grid
+
+        result = hrl_tasks.tune(
+            "ppo", env="CartPole-v1", space={"lr": grid(LEARNING_RATES[3:7])},
+            config={"seed": self.seed}, num_samples=1, sampler="grid", scheduler=FIFOScheduler(),
+            stop={"episode_return_mean": 450, "iteration": 100}, out=self.out,
+            engine=self.engine, verbose=False,
+        )  # fmt: skip
+        best = result.best_trial["best"] if result.best_trial else -1e9
+        return {"iteration": 1, "best": best, "env_steps_sampled": 0,
+                "trials": {t["status"]: 1 for t in result.trials}}  # fmt: skip
+
+    def stop(self) -> None:
+        return None
+
+
+# --- the clusters -------------------------------------------------------------------
+
+
+class SeparateCluster:
+    """``dask scheduler`` and one ``dask worker`` process per worker, each with a nanny."""
+
+    def __init__(self, n_workers: int, threads: int):
+        self.dir = tempfile.mkdtemp(prefix="chaos-")
+        self.file = os.path.join(self.dir, "scheduler.json")
+        self.threads = threads
+        self.scheduler = subprocess.Popen(
+            ["dask", "scheduler", "--port", "0", "--dashboard-address", ":0",
+             "--scheduler-file", self.file], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.file):
+            if time.monotonic() > deadline:
+                raise RuntimeError("dask scheduler did not start")
+            time.sleep(0.1)
+        time.sleep(0.5)
+        self.address = json.loads(Path(self.file).read_text())["address"]
+        self.workers: list[subprocess.Popen] = [self.add_worker() for _ in range(n_workers)]
+
+    def add_worker(self) -> subprocess.Popen:
+        process = subprocess.Popen(
+            ["dask", "worker", self.address, "--nworkers", "1", "--nthreads", str(self.threads),
+             "--resources", f"CPU={self.threads}", "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        return process
+
+    def close(self) -> None:
+        for process in [*self.workers, self.scheduler]:
+            if process.poll() is None:
+                process.terminate()
+        for process in [*self.workers, self.scheduler]:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+# --- faults -------------------------------------------------------------------------
+
+
+@dataclass
+class Faults:
+    """Carries out a fault schedule on the engine's workers, from a thread."""
+
+    engine: object
+    schedule: list  # (delay after the previous, action)
+    cluster: SeparateCluster | None = None
+    done: list = field(default_factory=list)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, daemon=True, name="chaos")
+        thread.start()
+        return thread
 
     def _run(self) -> None:
-        for i, target in enumerate(self.targets):
-            if i:
-                time.sleep(self.gap)
-            what, address = target()
-            pids = self.engine.client.run(os.getpid)
-            held = sorted(self._held_at(address))
-            os.kill(pids[address], signal.SIGKILL)
-            self.kills.append({"what": what, "address": address, "held": held,
-                               "at": time.perf_counter()})  # fmt: skip
+        for delay, action in self.schedule:
+            time.sleep(delay)
+            try:
+                what = getattr(self, action)()
+            except Exception as exc:  # noqa: BLE001 - a fault that could not be done is a row
+                what = f"{action} failed: {exc!r}"
+            self.done.append({"action": action, "what": what, "at": time.perf_counter()})
 
-    def _held_at(self, address):
-        objects = self.engine.backend.state.objects.values()
-        return [o.name for o in objects if o.address == address]
+    def pids(self) -> dict:
+        found = {}
+        while not found:  # every worker is being re-spawned: wait for one
+            found = self.engine.run_on_workers(os.getpid, on_error="ignore")
+            if not found:
+                time.sleep(0.1)
+        return found
+
+    def kill(self) -> str:
+        pids = self.pids()
+        address = random.Random(len(self.done)).choice(sorted(pids))
+        os.kill(pids[address], signal.SIGKILL)
+        return f"killed {address}"
+
+    def kill_replacement(self) -> str:
+        before = set(self.pids())
+        first = self.kill()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pids = self.engine.run_on_workers(os.getpid, on_error="ignore")
+            new = sorted(set(pids) - before)
+            if new:
+                os.kill(pids[new[0]], signal.SIGKILL)
+                return f"{first}, then its replacement {new[0]} as it joined"
+            time.sleep(0.02)
+        return f"{first}; no replacement joined within 60 s"
+
+    def freeze(self, seconds: float = 30.0) -> str:
+        pids = self.pids()
+        address = sorted(pids)[0]
+        os.kill(pids[address], signal.SIGSTOP)
+        time.sleep(seconds)
+        os.kill(pids[address], signal.SIGCONT)
+        return f"froze {address} for {seconds:g} s"
+
+    def kill_nanny(self) -> str:
+        process = next(p for p in self.cluster.workers if p.poll() is None)
+        children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True,
+                                  text=True).stdout.split()  # fmt: skip
+        os.kill(process.pid, signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        return f"killed nanny {process.pid} and its worker(s) {children}"
+
+    def add(self) -> str:
+        self.cluster.workers.append(self.cluster.add_worker())
+        return "added a worker"
+
+    def remove(self) -> str:
+        process = self.cluster.workers[-1]
+        process.terminate()
+        return f"closed worker process {process.pid}"
 
 
-def run(name: str, spec: dict, seed: int, kill_after: int | None, gap: float) -> dict:
-    algo_cls = get_algorithm(spec["algorithm"])
-    stop = {"episode_return_mean": spec["threshold"], "env_steps_sampled": spec["budget"]}
-    config = {**spec["config"], "env": spec["env"], "seed": seed}
-    n_workers = max(1, config.get("num_workers", 2))
-    with hrl_tasks.Engine.local(
-        n_workers=n_workers, threads_per_worker=algo_cls.threads_per_worker
-    ) as engine:
-        algo = algo_cls(config, engine=engine)
-        killer = Killer(engine, kill_targets(algo, engine), gap) if kill_after else None
-        ends, start = [], time.perf_counter()
-        try:
+def schedule_of(fault: str, monkey_minutes: float) -> list:
+    """``[(seconds after the previous, action)]`` for a named fault."""
+    kills = {"kills-0.5s": 0.5, "kills-1.5s": 1.5, "kills-5s": 5.0}
+    if fault == "one-kill":
+        return [(0.0, "kill")]
+    if fault in kills:
+        return [(0.0, "kill"), (kills[fault], "kill"), (kills[fault], "kill")]
+    if fault == "kill-in-recovery":
+        return [(0.0, "kill_replacement")]
+    if fault == "sigstop-30s":
+        return [(0.0, "freeze")]
+    if fault == "nanny-kill":
+        return [(0.0, "kill_nanny")]
+    if fault == "add-remove":
+        return [(0.0, "add"), (20.0, "remove")]
+    if fault.startswith("monkey-"):
+        return monkey(int(fault.split("-", 1)[1]), monkey_minutes * 60)
+    raise ValueError(f"unknown fault {fault!r}")
+
+
+def monkey(seed: int, seconds: float) -> list:
+    """A seeded random schedule: faults one every 20 s on average, for ``seconds``."""
+    rng, out, at = random.Random(seed), [], 0.0
+    while True:
+        gap = rng.expovariate(1 / 20.0)
+        at += gap
+        if at > seconds:
+            return out
+        kind = rng.choices(["kill", "burst", "freeze", "kill_replacement"], [5, 2, 1, 1])[0]
+        if kind == "burst":
+            out += [(gap, "kill"), (rng.uniform(0.3, 3.0), "kill")]
+        elif kind == "freeze":
+            out.append((gap, "freeze"))
+            at += 30.0
+        else:
+            out.append((gap, kind))
+
+
+# --- one cell -----------------------------------------------------------------------
+
+
+def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) -> dict:
+    separate = fault in SEPARATE
+    n_workers = max(1, run.config.get("num_workers", 2))
+    algo_cls = None if run.algorithm == "search" else get_algorithm(run.algorithm)
+    threads = getattr(algo_cls, "threads_per_worker", 1)
+    cluster = SeparateCluster(n_workers, threads) if separate else None
+    engine = (hrl_tasks.Engine.connect(cluster.address) if separate
+              else hrl_tasks.Engine.local(n_workers=n_workers, threads_per_worker=threads))  # fmt: skip
+    if separate:
+        engine.wait_for_workers(n_workers, timeout=60)
+    schedule = [] if fault is None else schedule_of(fault, args.monkey_minutes)
+    fault_s = sum(d for d, _ in schedule) + 30.0 * sum(a == "freeze" for _, a in schedule)
+    steps_cap = run.budget_steps
+    wall_cap = run.budget_s or args.max_minutes * 60
+    if baseline is not None:
+        if baseline["reached"] and baseline["env_steps"] and steps_cap:
+            steps_cap = int(1.5 * baseline["env_steps"])
+        wall_cap = 1.5 * baseline["wall_s"] + fault_s + 30
+    if fault and fault.startswith("monkey-"):
+        wall_cap = max(wall_cap, args.monkey_minutes * 60 + 60)
+    algo = (SearchAsAlgorithm(engine, seed, f"{args.out}/search-{fault}-{seed}")
+            if run.algorithm == "search" else run.build(engine, seed))  # fmt: skip
+    faults = Faults(engine, schedule, cluster)
+    ends, start, result, ended = [], time.perf_counter(), {}, True
+    try:
+        with engine.time_limit(wall_cap):
             while True:
-                result = algo.train()
-                ends.append(time.perf_counter())
-                if killer and result["iteration"] == kill_after:
-                    killer.thread.start()
-                if stop_reached(result, stop):
+                try:
+                    result = algo.train()
+                except hrl_tasks.DeadlineReached:
+                    ended = False
                     break
-            wall = time.perf_counter() - start
-            if killer:
-                killer.thread.join(timeout=gap * 3 + 30)
-            done = list(killer.kills) if killer else []
-            untils = [k["at"] for k in done[1:]] + [float("inf")] * bool(done)
-            kills = [
-                summarize(k, u, ends, in_flight_steps(algo))
-                for k, u in zip(done, untils, strict=True)
-            ]
-            restarts = [h.restarts for h in algo.workers.remote_workers]
-            return {
-                "run": name, "kills": len(kills), "seed": seed,
-                "reached": result["episode_return_mean"] >= spec["threshold"],
-                "return": round(result["episode_return_mean"], 1),
-                "env_steps": result["env_steps_sampled"], "wall_s": round(wall, 1),
-                "iterations": result["iteration"], "restarts": restarts,
-                "workers_lost": engine.stats()["workers_lost"], "per_kill": kills,
-            }  # fmt: skip
-        finally:
-            algo.stop()
+                extra = run.evaluate(algo, result) if run.evaluate else None
+                result.update(extra or {})
+                ends.append(time.perf_counter())
+                if len(ends) == 2 and schedule:
+                    faults.start()
+                if run.reached(result) or run.algorithm == "search":
+                    break
+                if steps_cap and result.get("env_steps_sampled", 0) >= steps_cap:
+                    break
+                if time.perf_counter() - start > wall_cap:
+                    break
+    finally:
+        algo.stop()
+        engine.close()
+        if cluster is not None:
+            cluster.close()
+    wall = time.perf_counter() - start
+    gaps = [b - a for a, b in zip([start, *ends], ends, strict=False)]
+    return {
+        "cell": f"{run.name} / {fault or 'no faults'}", "seed": seed, "ended": ended,
+        "reached": bool(result) and bool(run.reached(result)),
+        "env_steps": result.get("env_steps_sampled"), "wall_s": round(wall, 1),
+        "iterations": result.get("iteration"), "longest_gap_s": round(max(gaps, default=0.0), 1),
+        "faults": [stall(f, ends) for f in faults.done],
+        "baseline": None if baseline is None
+        else {k: baseline[k] for k in ("reached", "env_steps", "wall_s")},
+        "date": time.strftime("%Y-%m-%d"),
+    }  # fmt: skip
 
 
-def summarize(kill: dict, until: float, ends: list, in_flight: int) -> dict:
-    """The stall a kill caused: the longest gap between iteration ends from the kill
-    until the next kill (at most 60 s), less the median gap before it."""
-    before = [b - a for a, b in zip(ends, ends[1:], strict=False) if b < kill["at"]]
-    after = [e for e in ends if kill["at"] <= e <= min(until, kill["at"] + 60)]
-    gaps = [b - a for a, b in zip([kill["at"], *after], after, strict=False)]
-    typical = statistics.median(before) if before else 0.0
-    stall = max(gaps) - typical if gaps else float("nan")
-    return {"what": kill["what"], "held": kill["held"], "stall_s": round(max(0.0, stall), 2),
-            "steps_in_flight_at_most": in_flight}  # fmt: skip
-
-
-def table(rows: list[dict]) -> str:
-    """Markdown rows: one per chaos run, beside its baseline."""
-    out = ["| run | kills (what) | reached | env steps (no kills) | wall s (no kills) | "
-           "stall per kill, s | steps in flight per kill, at most |", "|---|---|---|---|---|---|---|"]  # fmt: skip
-    base = {r["run"]: r for r in rows if r["kills"] == 0}
-    for r in (r for r in rows if r["kills"]):
-        b = base.get(r["run"])
-        what = "; ".join(f"{k['what']} ({', '.join(k['held']) or 'tasks'})" for k in r["per_kill"])
-        out.append(
-            f"| {r['run']} | {r['kills']}: {what} | {'yes' if r['reached'] else 'NO'} "
-            f"{r['return']} | {r['env_steps']:,} ({b['env_steps']:,}) | {r['wall_s']} "
-            f"({b['wall_s']}) | {', '.join(str(k['stall_s']) for k in r['per_kill'])} | "
-            f"{r['per_kill'][0]['steps_in_flight_at_most'] if r['per_kill'] else ''} |"
-            if b
-            else f"| {r['run']} | {r['kills']}: {what} | {r['reached']} | {r['env_steps']:,} "
-            f"| {r['wall_s']} | | |"
-        )
-    return "\n".join(out)
+def stall(fault: dict, ends: list) -> dict:
+    """How long after the fault the next iterations took to end: the longest gap between
+    iteration ends within ``STALL_WINDOW_S`` of it."""
+    after = [e for e in ends if fault["at"] <= e <= fault["at"] + STALL_WINDOW_S]
+    gaps = [b - a for a, b in zip([fault["at"], *after], after, strict=False)]
+    return {"what": fault["what"], "stall_s": round(max(gaps), 1) if gaps else None}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", default=[n for n in RUNS if n.endswith("cartpole")])
+    runs = all_runs()
+    parser.add_argument("--algorithms", nargs="*", default=["all"], help=f"of {sorted(runs)}")
+    parser.add_argument("--faults", nargs="*", default=["one-kill"])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--kill-after", type=int, default=3, help="iteration that starts the kills")
-    parser.add_argument("--gap", type=float, default=5.0, help="seconds between the two kills")
-    parser.add_argument("--no-baseline", action="store_true", help="skip the runs without kills")
-    parser.add_argument("--table", action="store_true", help="print a markdown table at the end")
+    parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--monkey-minutes", type=float, default=5.0)
+    parser.add_argument(
+        "--max-minutes", type=float, default=30.0, help="a run's cap without a baseline"
+    )
+    parser.add_argument("--out", default="runs/bench-chaos")
     args = parser.parse_args()
-    rows = []
-    for name in args.only:
-        for kill_after in ([] if args.no_baseline else [None]) + [args.kill_after]:
-            row = run(name, RUNS[name], args.seed, kill_after, args.gap)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    if args.table:
-        print(table(rows))
+    names = sorted(runs) if args.algorithms == ["all"] else args.algorithms
+    for name in names:
+        run = runs[name]
+        baseline = None if args.no_baseline else cell(run, None, args.seed, None, args)
+        if baseline is not None:
+            print(json.dumps(baseline), flush=True)
+        for fault in args.faults:
+            print(json.dumps(cell(run, fault, args.seed, baseline, args)), flush=True)
 
 
 if __name__ == "__main__":

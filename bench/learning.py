@@ -91,7 +91,8 @@ GAMES = {
         config={"num_workers": 2, "simulations": 200, "evaluation_simulations": 400,
                 "games_per_iteration": 8, "temperature_moves": 10, "channels": 64, "blocks": 3,
                 "updates_per_iteration": 60, "evaluation_interval": 10, "evaluation_games": 20,
-                "opponents": ("random", "uct-1000", "alphabeta-4")},
+                "opponents": ("random", "uct-1000", "alphabeta-4"),
+                "evaluation_time_s": 1800},  # every game counts, however long
         targets={"win_rate/random": (">=", 0.95), "win_rate/uct-1000": (">=", 0.6),
                  "score/alphabeta-4": (">=", 0.5)},
         final={"random": 100, "uct-1000": 50, "alphabeta-4": 50},

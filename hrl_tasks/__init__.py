@@ -5,6 +5,7 @@ from hrl_tasks.version import __version__
 # The engine's names load on first use (PEP 562), so that ``import hrl_tasks`` and the
 # command line's help and usage errors import neither distributed nor torch.
 ENGINE_NAMES = (
+    "DeadlineReached",
     "Engine",
     "EngineError",
     "ObjectStartError",

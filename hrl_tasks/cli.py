@@ -126,7 +126,12 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         "--stop-reward", type=float, help="stop when the mean episode return reaches this"
     )
     command.add_argument("--stop-steps", type=int, help="stop after this many env steps in all")
-    command.add_argument("--stop-time", type=float, help="stop after this many seconds of training")
+    command.add_argument(
+        "--stop-time",
+        type=float,
+        help="stop after this many seconds of training; an iteration still waiting on the "
+        "cluster 5 s past it is cut short (the last checkpoint stays the last)",
+    )
     command.add_argument("--stop-iters", type=int, help="stop after this many iterations")
     command.add_argument(
         "--stop", action="append", default=[], metavar="METRIC=VALUE",
@@ -432,8 +437,8 @@ def run_train(args) -> int:
         steps = algo.ctx.counters["env_steps_sampled"]
         progress = Progress(stop, args.no_progress, base_steps=steps)
         board = metrics_writer(setup.out / "tensorboard")  # None without tensorboard
-        result = train_until_stop(algo, setup.out, stop, progress, board, args)
-        finish_run(algo, setup, result, args)
+        result, cut_short = train_until_stop(algo, setup.out, stop, progress, board, args)
+        finish_run(algo, setup, result, args, cut_short)
     finally:
         if board is not None:  # also on Ctrl-C: its last events are written at close
             board.close()
@@ -497,8 +502,12 @@ def start_run(algo, setup: TrainSetup) -> None:
     setup.out.mkdir(parents=True, exist_ok=True)
 
 
-def train_until_stop(algo, out: Path, stop: dict, progress: Progress, board, args) -> dict:
-    """Train until a ``stop`` condition holds; returns the last iteration's result.
+def train_until_stop(
+    algo, out: Path, stop: dict, progress: Progress, board, args
+) -> tuple[dict | None, bool]:
+    """Train until a ``stop`` condition holds; returns the last iteration's result, and
+    whether the time stop cut an iteration short (its waits on the engine are bounded:
+    `hrl_tasks.algorithms.time_limit`).
 
     Each iteration's metrics go to ``out/metrics.jsonl``, to TensorBoard (``board``,
     if any) and to the progress bar, with a checkpoint every ``--checkpoint-every``
@@ -507,12 +516,21 @@ def train_until_stop(algo, out: Path, stop: dict, progress: Progress, board, arg
     Raises:
         ValueError: after the first iteration, if ``stop`` names a metric not reported.
     """
-    from hrl_tasks.algorithms import stop_reached
+    from hrl_tasks.algorithms import stop_reached, time_limit
     from hrl_tasks.jsonable import jsonable
+    from hrl_tasks.scheduler import DeadlineReached
 
-    with (out / "metrics.jsonl").open("a") as log, progress as bar:
+    result = None
+    with (
+        (out / "metrics.jsonl").open("a") as log,
+        progress as bar,
+        algo.engine.time_limit(time_limit(stop, algo)),
+    ):
         while True:
-            result = algo.train()
+            try:
+                result = algo.train()
+            except DeadlineReached:
+                return result, True
             check_stop_keys(stop, result)
             log.write(json.dumps(jsonable(result)) + "\n")
             log.flush()
@@ -522,14 +540,29 @@ def train_until_stop(algo, out: Path, stop: dict, progress: Progress, board, arg
             if result["iteration"] % args.checkpoint_every == 0:
                 save_checkpoint(algo, out, result["iteration"], args.keep_checkpoints)
             if stop_reached(result, stop):
-                return result
+                return result, False
 
 
-def finish_run(algo, setup: TrainSetup, result: dict, args) -> None:
-    """The run's last checkpoint and learning curve, and the line that sums it up."""
+def finish_run(algo, setup: TrainSetup, result: dict | None, args, cut_short: bool) -> None:
+    """The run's last checkpoint and learning curve, and the line that sums it up.
+
+    A run whose last iteration the time stop cut short saves no checkpoint of that
+    iteration's state: the one of the last finished iteration, if any, stays the last.
+    """
     from hrl_tasks.envs import env_name
 
-    save_checkpoint(algo, setup.out, result["iteration"], args.keep_checkpoints)
+    if cut_short:
+        kept = sorted((setup.out / "checkpoints").glob("checkpoint-*.hrl"))
+        print(
+            f"--stop-time reached while iteration {algo.iteration + 1} waited on the cluster; "
+            "it was cut short and not saved. "
+            + (f"The last checkpoint is {kept[-1]}." if kept else "No checkpoint was saved."),
+            flush=True,
+        )
+        if result is None:
+            return
+    else:
+        save_checkpoint(algo, setup.out, result["iteration"], args.keep_checkpoints)
     curve = setup.out / "learning_curve.png"
     title = f"{setup.algorithm} on {env_name(algo.config.env)}"
     plot_run(setup.out / "metrics.jsonl", curve, setup.algorithm, title, result, args.stop_reward)

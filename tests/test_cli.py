@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -281,12 +282,33 @@ def test_alphazero_trains_on_a_game_and_stops_on_any_metric(tmp_path, capsys):
         (["train", "alphazero", "--stop", "win_rate/random"], "METRIC=NUMBER"),
         (["train", "alphazero", "--set", "opponents=['best']"], "unknown opponent 'best'"),
         (["train", "alphazero", "--env", "tictactoe_v2"], "did you mean 'tictactoe_v3'"),
+        (
+            ["train", "alphazero", "--env", "connect_four_v3", "--set", "opponents=['minimax']"],
+            "opponent 'minimax' solves the whole game tree",
+        ),
     ],
 )
 def test_alphazero_bad_input_exits_with_one_line(capsys, argv, says):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_stop_time_ends_a_run_whose_iteration_cannot_end_in_time(tmp_path, capsys):
+    """An iteration far longer than --stop-time: its waits end 5 s past the limit, the
+    run saves nothing of the cut iteration, and exits 0."""
+    out = tmp_path / "az"
+    argv = ["train", "alphazero", "--env", "connect_four_v3", "--num-workers", "1",
+            "--set", "simulations=2000", "--stop-time", "1", "--no-progress", "--out", str(out)]  # fmt: skip
+    started = time.monotonic()
+    assert main(argv) == 0, capsys.readouterr().err
+    assert time.monotonic() - started < 60
+    printed = capsys.readouterr().out
+    assert "--stop-time reached while iteration 1 waited on the cluster" in printed
+    assert "No checkpoint was saved." in printed
+    assert not (out / "checkpoints").exists() or not any((out / "checkpoints").iterdir())
 
 
 def test_stop_conditions_read_at_least_and_at_most():

@@ -22,6 +22,8 @@ from hrl_tasks.algorithms.ppo import PPO, PPOConfig
 from hrl_tasks.errors import ConfigError
 from hrl_tasks.registry import ALGORITHM_PATHS, get_algorithm, load_object
 
+STOP_GRACE_S = 5.0  # how long past a time stop an iteration may go on waiting
+
 ALGORITHMS: Mapping[str, type[Algorithm]] = {
     name: load_object(path) for name, path in ALGORITHM_PATHS.items()
 }
@@ -50,23 +52,51 @@ def train(
         callback: called with each iteration's metrics.
         **config: the algorithm's config keys.
 
+    A ``time_total_s`` stop also bounds every wait: an iteration still waiting on
+    the engine 5 s after the limit ends there, and the last finished iteration's
+    metrics are returned (the algorithm's state is then that of an iteration cut
+    short: save it only if a checkpoint of that state will do).
+
     Example::
 
         algo, result = hrl_tasks.train("ppo", env="CartPole-v1", stop={"episode_return_mean": 450})
         algo.stop()
     """
+    from hrl_tasks.scheduler import DeadlineReached
+
     stop = dict(stop or {"iteration": 10})
     algo = get_algorithm(algorithm)(dict(config, env=env), engine=engine)
-    while True:
-        result = algo.train()
-        unknown = [k for k in stop if k not in result and "/" not in k]
-        if unknown:
-            algo.stop()
-            raise ConfigError(f"unknown stop keys {unknown}; {algorithm} reports: {sorted(result)}")
-        if callback is not None:
-            callback(result)
-        if stop_reached(result, stop):
-            return algo, result
+    result = None
+    with algo.engine.time_limit(time_limit(stop, algo)):
+        while True:
+            try:
+                result = algo.train()
+            except DeadlineReached:  # an iteration that could not end in time
+                if result is None:
+                    algo.stop()
+                    raise
+                return algo, result
+            unknown = [k for k in stop if k not in result and "/" not in k]
+            if unknown:
+                algo.stop()
+                raise ConfigError(
+                    f"unknown stop keys {unknown}; {algorithm} reports: {sorted(result)}"
+                )
+            if callback is not None:
+                callback(result)
+            if stop_reached(result, stop):
+                return algo, result
+
+
+def time_limit(stop: Mapping, algo: Algorithm, grace_s: float = STOP_GRACE_S) -> float | None:
+    """Seconds the run's waits on the engine may last: its ``time_total_s`` stop, less
+    the training time it already has, plus ``grace_s`` for the iteration in progress to
+    end on its own; None without a time stop. An iteration still waiting then ends
+    with :class:`~hrl_tasks.scheduler.DeadlineReached`."""
+    limit = stop.get("time_total_s")
+    if limit is None or isinstance(limit, tuple):
+        return None
+    return max(0.0, float(limit) - algo.time_total_s) + grace_s
 
 
 def load(
@@ -157,5 +187,6 @@ __all__ = [
     "get_algorithm",
     "load",
     "stop_reached",
+    "time_limit",
     "train",
 ]

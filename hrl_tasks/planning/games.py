@@ -107,6 +107,10 @@ class TicTacToe:
     num_actions: ClassVar[int] = 9
     observation_shape: ClassVar[tuple[int, ...]] = (3, 3, 2)
     pettingzoo_agents: ClassVar[tuple[str, str]] = ("player_1", "player_2")
+    solvable: ClassVar[bool] = True
+    """Small enough for a full minimax (about 5,500 states)."""
+    opponents: ClassVar[tuple[str, ...]] = ("random", "minimax")
+    """The evaluation opponents that fit the game (AlphaZero's default)."""
 
     def initial_state(self) -> TicTacToeState:
         """The empty board, player 0 to move."""
@@ -182,6 +186,10 @@ class ConnectFour:
     num_actions: ClassVar[int] = CONNECT_FOUR_COLUMNS
     observation_shape: ClassVar[tuple[int, ...]] = (CONNECT_FOUR_ROWS, CONNECT_FOUR_COLUMNS, 2)
     pettingzoo_agents: ClassVar[tuple[str, str]] = ("player_0", "player_1")
+    solvable: ClassVar[bool] = False
+    """About 4.5e12 positions: a full minimax never ends."""
+    opponents: ClassVar[tuple[str, ...]] = ("random", "alphabeta-2")
+    """The evaluation opponents that fit the game (AlphaZero's default)."""
 
     def initial_state(self) -> ConnectFourState:
         """The empty board, player 0 to move."""

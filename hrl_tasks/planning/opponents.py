@@ -244,6 +244,18 @@ class PolicyPlayer:
         return int(self.algo.compute_single_action(observation, policy_id=self.policy_id))
 
 
+def check_opponent(name: str, game: Game) -> None:
+    """Raise ValueError if opponent ``name`` is unknown or cannot play ``game`` in
+    reasonable time (a full minimax of a game too large to solve)."""
+    parse_opponent(name)
+    if name == "minimax" and not getattr(game, "solvable", False):
+        known = ", ".join(getattr(game, "opponents", ("random",)))
+        raise ValueError(
+            f"opponent 'minimax' solves the whole game tree, and {game.name}'s is too large to "
+            f"finish; use alphabeta-N or uct-N (e.g. alphabeta-4, uct-1000; the default is {known})"
+        )
+
+
 def parse_opponent(name: str) -> Player:
     """An opponent by name: ``random``, ``minimax`` (perfect play, small games),
     ``alphabeta-N`` (Connect Four, depth N) or ``uct-N`` (UCT-MCTS, N random-rollout

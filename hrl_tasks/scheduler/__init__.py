@@ -22,8 +22,11 @@ from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.sync import SyncEngine
 from hrl_tasks.scheduler.taskref import TaskRef
+from hrl_tasks.scheduler.validate import InvalidState
+from hrl_tasks.scheduler.watch import DeadlineReached
 
 __all__ = [
+    "DeadlineReached",
     "Engine",
     "EngineError",
     "Ledger",
@@ -37,6 +40,7 @@ __all__ = [
     "WorkerGroup",
     "WorkerHandle",
     "InjectedFault",
+    "InvalidState",
     "SpeculationPolicy",
     "clear_faults",
     "register_serializer",

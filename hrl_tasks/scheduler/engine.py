@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 
 from distributed import Client, get_client, get_worker
 
-from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler import dask_compat, worker_events
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.backend import DaskBackend
 from hrl_tasks.scheduler.clusters import (
@@ -56,6 +56,7 @@ from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import EngineState
 from hrl_tasks.scheduler.taskref import TaskRef, collect_refs
+from hrl_tasks.scheduler.watch import WaitWatch
 
 logger = logging.getLogger(__name__)
 RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
@@ -152,6 +153,9 @@ class Engine:
         validate: check the state machine's invariants after every event (slow;
             for tests). Default: on when the environment sets ``HRL_TASKS_VALIDATE=1``.
             A broken invariant is raised by the next wait.
+        stall_warning_s: a wait that sees no progress in the engine (no attempt
+            started or ended, no worker came or went) for this long logs the
+            story of what it waits for (:meth:`story`); None: never.
     """
 
     def __init__(
@@ -164,6 +168,7 @@ class Engine:
         lost_worker_timeout: float = 10.0,
         send_interval_s: float | None = 0.001,
         validate: bool | None = None,
+        stall_warning_s: float | None = 60.0,
     ):
         if send_interval_s is not None:
             dask_compat.set_send_interval(client, send_interval_s)
@@ -177,10 +182,13 @@ class Engine:
         state = EngineState(uuid.uuid4().hex[:16], placement_timeout=3 * lost_worker_timeout,
                             sweep_s=EVENTS_BACKSTOP_SWEEP_S, validate=validating(validate))  # fmt: skip
         backend = DaskBackend(client, state, self.topic)
-        self._start(state, backend, retries, lost_worker_timeout, activate=not nested)
+        self._start(state, backend, retries, lost_worker_timeout, activate=not nested,
+                    stall_warning_s=stall_warning_s)  # fmt: skip
         self._reaches_workers: bool | None = None  # see reaches_workers(); None: not asked
         client.subscribe_topic(self.topic, backend.on_reports)
-        client.subscribe_topic("all", backend.on_cluster_event)  # nested engines too
+        if not nested:  # a nested engine's scheduler has it: the root engine put it there
+            worker_events.register(client)
+        client.subscribe_topic(worker_events.TOPIC, backend.on_cluster_event)  # nested too
         seen = backend.see_workers()
 
         async def first_look():
@@ -188,7 +196,9 @@ class Engine:
 
         client.sync(first_look)
 
-    def _start(self, state, backend, retries, lost_worker_timeout, activate: bool) -> None:
+    def _start(
+        self, state, backend, retries, lost_worker_timeout, activate: bool, stall_warning_s=60.0
+    ) -> None:
         """What every engine sets up, whatever its backend."""
         self.state = state
         self.backend = backend
@@ -197,6 +207,7 @@ class Engine:
         self.closed = False
         self.local_cache: dict = {}  # worker_local() objects in the driver
         self.local_cache_lock = threading.Lock()
+        self.watch = WaitWatch(lambda: self.state.progress_at, self.story, stall_warning_s)
         self._active_token = _Active.engine.set(self) if activate else None
 
     # --- construction -------------------------------------------------------
@@ -208,6 +219,7 @@ class Engine:
         threads_per_worker: int | None = None,
         resources: dict | list[dict] | None = None,
         validate: bool | None = None,
+        stall_warning_s: float | None = 60.0,
         **cluster_kwargs,
     ) -> Engine:
         """Start an embedded ``distributed.LocalCluster`` with worker processes.
@@ -219,12 +231,12 @@ class Engine:
                 threads, ``GPU`` = the devices visible, ``memory`` = its
                 memory limit in bytes. A list gives one dict per worker, for a
                 heterogeneous cluster (its length sets ``n_workers``).
-            validate: as for :class:`Engine`.
+            validate, stall_warning_s: as for :class:`Engine`.
             **cluster_kwargs: passed to ``LocalCluster`` (e.g. ``dashboard_address``).
         """
         cluster, client = start_local(n_workers, threads_per_worker, resources, **cluster_kwargs)
         try:
-            return cls(client, cluster=cluster, validate=validate)
+            return cls(client, cluster=cluster, validate=validate, stall_warning_s=stall_warning_s)
         except BaseException:
             client.close()
             cluster.close()
@@ -331,8 +343,10 @@ class Engine:
         if self.closed:
             return
         self.closed = True
+        self.watch.close()
         self.backend.close()
-        handlers = {self.topic: self.backend.on_reports, "all": self.backend.on_cluster_event}
+        handlers = {self.topic: self.backend.on_reports,
+                    worker_events.TOPIC: self.backend.on_cluster_event}  # fmt: skip
         for topic, handler in handlers.items():
             if dask_compat.topic_handler(self.client, topic) == handler:  # not another engine's
                 self.client.unsubscribe_topic(topic)
@@ -458,9 +472,15 @@ class Engine:
 
     def gather(self, refs: Iterable[TaskRef], timeout: float | None = None) -> list:
         """The results of ``refs``, in order, fetched in one batch."""
+        refs = list(refs)
         self.backend.raise_if_invalid()
-        with task_wait():
-            values = self.backend.gather(list(refs), timeout)
+        with self.watch.waiting(refs, "a gather"), task_wait():
+            try:
+                values = self.backend.gather(refs, self.watch.bound(timeout))
+            except TimeoutError:
+                if self.watch.past_deadline():
+                    raise self.watch.reached() from None
+                raise
         self.backend.raise_if_invalid()
         return values
 
@@ -481,9 +501,14 @@ class Engine:
             )
         by_outcome = {ref.outcome: ref for ref in refs}
         self.backend.raise_if_invalid()
-        with task_wait():
-            done, not_done = cf.wait(by_outcome, timeout, RETURN_WHEN[return_when])
+        with self.watch.waiting(list(by_outcome.values()), "a wait"), task_wait():
+            done, not_done = cf.wait(
+                by_outcome, self.watch.bound(timeout), RETURN_WHEN[return_when]
+            )
         self.backend.raise_if_invalid()
+        unmet = not_done if return_when == "ALL_COMPLETED" else not done
+        if unmet and by_outcome and self.watch.past_deadline():
+            raise self.watch.reached()
         return {by_outcome[f] for f in done}, {by_outcome[f] for f in not_done}
 
     def as_completed(
@@ -491,13 +516,27 @@ class Engine:
     ) -> Iterator[TaskRef]:
         """Yield ``refs`` as they finish, first finished first."""
         by_outcome = {ref.outcome: ref for ref in refs}
-        finished = cf.as_completed(by_outcome, timeout)
+        finished = cf.as_completed(by_outcome, self.watch.bound(timeout))
         while True:
-            with task_wait():
-                outcome = next(finished, None)
+            with self.watch.waiting(list(by_outcome.values()), "as_completed"), task_wait():
+                try:
+                    outcome = next(finished, None)
+                except cf.TimeoutError:
+                    if self.watch.past_deadline():
+                        raise self.watch.reached() from None
+                    raise
             if outcome is None:
                 return
             yield by_outcome[outcome]
+
+    def time_limit(self, seconds: float | None):
+        """A context in which every wait on this engine ends by ``seconds`` from now.
+
+        A wait that reaches the limit raises :class:`DeadlineReached` (a
+        ``TimeoutError``), whatever it waits for: what ``--stop-time`` and
+        ``stop={"time_total_s": ...}`` use to end a run on time. None: no limit.
+        """
+        return self.watch.time_limit(seconds)
 
     def cancel(self, ref: TaskRef) -> None:
         """Cancel ``ref``'s task (``ref.cancel()``)."""
@@ -515,6 +554,16 @@ class Engine:
             task = self.state.tasks.get(task_id)
             found = None if task is None else getattr(task, field)
             return set(found) if isinstance(found, set) else found
+
+    def validate(self) -> None:
+        """Check the state machine's invariants now (see ``validate=``).
+
+        Raises:
+            InvalidState: naming each broken one.
+        """
+        self.backend.raise_if_invalid()
+        with self.backend.lock:
+            self.state.validate()
 
     def story(self, ref: TaskRef | str) -> str:
         """What happened to a task, for a person to read: ``print(engine.story(ref))``.

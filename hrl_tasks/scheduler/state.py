@@ -78,6 +78,8 @@ SWEEP_TICK_S = 1.0
 # ref exists, so a release still unmatched this long after was of a task already
 # forgotten: a creation or destruction (internal, dropped once it ended) whose ref went later.
 RELEASED_EARLY_S = 60.0
+# What counts as progress for a wait that watches for stalls (not WorkersSeen: a sweep).
+PROGRESS = (ev.AttemptDone, ev.Started, ev.Ended, ev.InputsLost, ev.WorkerAdded, ev.WorkerRemoved)
 # Once the scheduler is lost these fail at once: they would need it to run.
 NEEDS_SCHEDULER = (ev.SubmitTask, ev.CallObject, ev.CreateObject)
 
@@ -191,6 +193,7 @@ class EngineState:
     ):
         self.key_prefix = key_prefix
         self.validating = validate
+        self.progress_at = 0.0  # when an attempt last started or ended, or a worker came or went
         self.log = StoryLog()
         self.placement_timeout = placement_timeout
         self.sweep_s = sweep_s
@@ -222,6 +225,8 @@ class EngineState:
         self._out = []
         for event in events:
             self.log.note(event, now, self._task_of_key)
+            if isinstance(event, PROGRESS):
+                self.progress_at = now
             if self.scheduler_lost is not None and isinstance(event, NEEDS_SCHEDULER):
                 self._emit(ev.Fail(event.task_id, self.scheduler_lost))
                 continue

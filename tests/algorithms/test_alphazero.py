@@ -101,3 +101,31 @@ def test_the_checkpoint_restores_network_optimizer_and_counters(trained):
             assert state["policy"]["optimizer"]["state"]
         finally:
             algo.stop()
+
+
+def test_each_game_has_opponents_that_can_finish_and_minimax_is_refused_where_it_cannot():
+    from hrl_tasks.algorithms import AlphaZeroConfig, ConfigError
+    from hrl_tasks.planning.games import ConnectFour
+
+    assert AlphaZeroConfig().evaluation_opponents(TicTacToe()) == ("random", "minimax")
+    assert AlphaZeroConfig().evaluation_opponents(ConnectFour()) == ("random", "alphabeta-2")
+    with pytest.raises(ConfigError, match="opponent 'minimax' solves the whole game tree") as bad:
+        AlphaZeroConfig.from_dict({"env": "connect_four_v3", "opponents": ["random", "minimax"]})
+    assert "\n" not in str(bad.value) and "alphabeta-N or uct-N" in str(bad.value)
+    AlphaZeroConfig.from_dict({"env": "tictactoe_v3", "opponents": ["minimax"]})  # fine there
+
+
+def test_an_evaluation_game_past_its_time_gives_up_at_its_next_move():
+    from hrl_tasks.algorithms.alphazero.selfplay import evaluation_game
+    from hrl_tasks.planning.evaluator import NetworkLeaves
+    from hrl_tasks.planning.mcts import SearchConfig
+    from hrl_tasks.policies.policy_value import PolicyValueSpec
+
+    game, config = TicTacToe(), SearchConfig(simulations=4)
+    spec = PolicyValueSpec(game.observation_shape, game.num_actions, channels=8, blocks=1)
+    leaves, weights = NetworkLeaves(spec, version=1), spec.build().get_weights()
+    with hrl_tasks.SyncEngine():
+        late = evaluation_game(game, leaves, weights, config, "random", 1, 0, 0.0)
+        outcome = evaluation_game(game, leaves, weights, config, "random", 1, 0, 60.0)
+    assert late is None
+    assert outcome in (-1.0, 0.0, 1.0)

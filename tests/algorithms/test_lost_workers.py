@@ -2,6 +2,7 @@
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -106,5 +107,44 @@ def test_es_goes_on_after_a_worker_running_its_episodes_is_killed(fresh):
         assert after[-1]["iteration"] == before["iteration"] + 3
         assert after[-1]["env_steps_sampled"] > before["env_steps_sampled"]
         assert fresh.stats()["workers_lost"] >= 1
+    finally:
+        algo.stop()
+
+
+def kill_in_quick_succession(engine, kills: int, gap_s: float) -> threading.Thread:
+    """A thread that kills a worker process ``kills`` times, ``gap_s`` apart (each time
+    the first of those alive, the re-spawned ones included)."""
+
+    def run():
+        for i in range(kills):
+            if i:
+                time.sleep(gap_s)
+            pids = {}
+            while not pids:  # all of them are being re-spawned
+                pids = engine.run_on_workers(os.getpid, on_error="ignore")
+            os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
+
+    thread = threading.Thread(target=run, daemon=True, name="kills")
+    thread.start()
+    return thread
+
+
+ALL_CASES = [*CASES, (ES, {"num_perturbations": 8})]
+
+
+@pytest.mark.parametrize("algo_cls, extra", ALL_CASES, ids=[c.__name__ for c, _ in ALL_CASES])
+def test_training_goes_on_after_three_kills_half_a_second_apart(fresh, algo_cls, extra):
+    """Kills in quick succession, the next while the last one's work is being re-launched:
+    every iteration ends on its own (the test's timeout says a hang), and sampling goes on."""
+    algo = algo_cls({**TINY, **extra}, engine=fresh)
+    try:
+        before = algo.train()
+        kills = kill_in_quick_succession(fresh, kills=3, gap_s=0.5)
+        while kills.is_alive():
+            algo.train()
+        after = [algo.train() for _ in range(3)]
+        assert after[-1]["env_steps_sampled"] > before["env_steps_sampled"]
+        assert fresh.stats()["workers_lost"] >= 1
+        fresh.validate()  # and nothing the engine holds is left in limbo
     finally:
         algo.stop()

@@ -159,10 +159,10 @@ def nested_engine_hears_worker_events():
     """Whether this worker's engine gets the scheduler's worker events (not only sweeps)."""
     from distributed import get_client
 
-    from hrl_tasks.scheduler import dask_compat
+    from hrl_tasks.scheduler import dask_compat, worker_events
 
     engine = hrl.current_engine()
-    handler = dask_compat.topic_handler(get_client(), "all")
+    handler = dask_compat.topic_handler(get_client(), worker_events.TOPIC)
     return handler == engine.backend.on_cluster_event
 
 

@@ -1,5 +1,6 @@
 """Worker processes killed with SIGKILL while work is under way."""
 
+import logging
 import os
 import signal
 import threading
@@ -191,3 +192,22 @@ def test_a_result_kept_off_a_slow_worker_is_computed_again_after_its_worker_dies
     assert fresh.client.who_has([ref.future])[ref.future.key] == (fast,)
     kill_worker(fresh, fast)
     assert ref.result(timeout=60) == 49
+
+
+def test_replicate_and_broadcast_on_the_engines_client_keep_its_connection(fresh, caplog):
+    """Dask logs replicas' WorkerStates to its "all" topic, which cannot reach a client:
+    the engine hears of workers on a topic of its own, with plain data."""
+    client = fresh.client
+    future = client.submit(tasks.inc, 1, pure=False)
+    with caplog.at_level(logging.ERROR):
+        client.replicate([future])
+        client.scatter([1, 2, 3], broadcast=True)
+        time.sleep(0.5)
+    assert not [r for r in caplog.records if "Closed comm" in r.getMessage()]
+    assert fresh.submit(tasks.inc, 5).result(timeout=30) == 6
+    kill_worker(fresh, sorted(worker_pids(fresh))[0])
+    deadline = time.monotonic() + 20
+    while fresh.stats()["workers_lost"] == 0:  # counted from the scheduler's event only
+        assert time.monotonic() < deadline, "the engine did not hear of the lost worker"
+        time.sleep(0.1)
+    assert client.status == "running"

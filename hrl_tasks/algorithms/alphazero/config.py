@@ -45,9 +45,13 @@ class AlphaZeroConfig(AlgorithmConfig):
     """Iterations between evaluations against the opponents (0: never)."""
     evaluation_games: int = 20
     """Games per opponent and evaluation, half of them moving first."""
-    opponents: tuple[str, ...] = ("random", "minimax")
-    """Evaluation opponents: random, minimax (tic-tac-toe), alphabeta-N (Connect Four,
-    depth N), uct-N (UCT-MCTS with N random-rollout simulations)."""
+    opponents: tuple[str, ...] | None = None
+    """Evaluation opponents: random, minimax (tic-tac-toe only), alphabeta-N (Connect
+    Four, depth N), uct-N (UCT-MCTS with N random-rollout simulations). None: the
+    game's own, random and minimax for tic-tac-toe, random and alphabeta-2 for Connect Four."""
+    evaluation_time_s: float = 120.0
+    """Seconds an evaluation game may take; a game still on then gives up at its next
+    move and is not counted (``evaluation_games/<opponent>`` says how many were)."""
     threads_per_worker: int = 1
     """Threads of each worker process of the embedded cluster."""
 
@@ -71,17 +75,27 @@ class AlphaZeroConfig(AlgorithmConfig):
         "min_buffer_size": ">= 1",
         "evaluation_interval": ">= 0",
         "evaluation_games": ">= 2",
+        "evaluation_time_s": "> 0",
         "threads_per_worker": ">= 1",
     }
 
     def check(self) -> None:
         super().check()
-        from hrl_tasks.planning.opponents import parse_opponent
+        from hrl_tasks.planning.games import make_game
+        from hrl_tasks.planning.opponents import check_opponent
 
-        for name in self.opponents:
+        if not isinstance(self.env, str):
+            return  # a creator function: its game is known once it is built
+        try:
+            game = make_game(self.env)
+        except ValueError:
+            return  # the algorithm says which games it plays when it is built
+        for name in self.evaluation_opponents(game):
             try:
-                parse_opponent(name)
+                check_opponent(name, game)
             except ValueError as exc:
-                raise ConfigError(
-                    f"AlphaZeroConfig.opponents must name known opponents: {exc}"
-                ) from None
+                raise ConfigError(f"AlphaZeroConfig.opponents: {exc}") from None
+
+    def evaluation_opponents(self, game) -> tuple[str, ...]:
+        """The opponents to evaluate against: ``opponents``, or the game's own."""
+        return tuple(self.opponents) if self.opponents is not None else game.opponents

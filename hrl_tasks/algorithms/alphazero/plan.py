@@ -139,25 +139,29 @@ class AlphaZero(Algorithm):
         ]  # fmt: skip
 
     def submit_matches(self, leaves, weights) -> dict[str, list]:
-        """Evaluation games per opponent, the agent moving first in half of them."""
+        """Evaluation games per opponent, the agent moving first in half of them; a game
+        still on ``evaluation_time_s`` after it began gives up."""
         cfg = self.config
         return {
             opponent: [
                 self.engine.submit(evaluation_game, self.game, leaves, weights,
                                    self.evaluation_config, opponent, k % 2,
-                                   int(self.rng.integers(2**62)), name="evaluation", retries=3)
+                                   int(self.rng.integers(2**62)), cfg.evaluation_time_s,
+                                   name="evaluation", retries=3)
                 for k in range(cfg.evaluation_games)
             ]
-            for opponent in cfg.opponents
+            for opponent in cfg.evaluation_opponents(self.game)
         }  # fmt: skip
 
     def summarize_matches(self, matches: dict[str, list]) -> dict[str, float]:
         summary = {}
         for opponent, refs in matches.items():
-            outcomes = np.asarray(self.engine.gather(refs))
-            summary[f"win_rate/{opponent}"] = float(np.mean(outcomes > 0))
-            summary[f"loss_rate/{opponent}"] = float(np.mean(outcomes < 0))
+            played = [o for o in self.engine.gather(refs) if o is not None]  # None: gave up
+            outcomes = np.asarray(played or [np.nan], dtype=np.float64)  # none: NaN rates
+            summary[f"win_rate/{opponent}"] = float(np.mean(outcomes > 0)) if played else np.nan
+            summary[f"loss_rate/{opponent}"] = float(np.mean(outcomes < 0)) if played else np.nan
             summary[f"score/{opponent}"] = float(np.mean((outcomes + 1) / 2))
+            summary[f"evaluation_games/{opponent}"] = float(len(played))
         return summary
 
     def store(self, record: dict[str, Any]) -> None:

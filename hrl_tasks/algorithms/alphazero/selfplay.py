@@ -90,13 +90,18 @@ def evaluation_game(
     opponent: str,
     agent_player: int,
     seed: int,
-) -> float:
+    time_budget_s: float | None = None,
+) -> float | None:
     """One game of the searching agent (greedy, no root noise) against ``opponent``
-    (a name `parse_opponent` knows); returns the agent's outcome."""
+    (a name `parse_opponent` knows); returns the agent's outcome, or None if the
+    game was still on ``time_budget_s`` after it began (checked before each move)."""
     rng = np.random.default_rng(seed)
     rival = parse_opponent(opponent)
     state = game.initial_state()
+    give_up_at = None if time_budget_s is None else time.monotonic() + time_budget_s
     while not game.is_terminal(state):
+        if give_up_at is not None and time.monotonic() >= give_up_at:
+            return None
         if game.to_play(state) == agent_player:
             result = searched_move(game, state, leaves, weights, config, None, rng, False)
             action = select_action(result.visits, 0.0, rng)
