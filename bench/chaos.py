@@ -16,7 +16,7 @@ Faults (``--faults``):
 - ``nanny-kill``: on a cluster of separate processes (``dask scheduler`` and one
   ``dask worker`` per worker, reached by address, as ``--address`` does), a
   worker's nanny killed with its worker: the cluster is one worker short for good;
-- ``add-remove``: on that cluster, a worker added, and 20 s later one removed
+- ``add-remove``: on that cluster, a worker added, and 5 s later one removed
   (closed as a batch system would end its job);
 - ``monkey-<seed>``: a seeded random schedule of kills, bursts of kills and
   freezes, one every 20 s on average, for ``--monkey-minutes``.
@@ -218,11 +218,12 @@ class Faults:
     def _run(self) -> None:
         for delay, action in self.schedule:
             time.sleep(delay)
+            at = time.perf_counter()  # when it began (a freeze lasts 30 s)
             try:
                 what = getattr(self, action)()
             except Exception as exc:  # noqa: BLE001 - a fault that could not be done is a row
                 what = f"{action} failed: {exc!r}"
-            self.done.append({"action": action, "what": what, "at": time.perf_counter()})
+            self.done.append({"action": action, "what": what, "at": at})
 
     def pids(self) -> dict:
         found = {}
@@ -293,7 +294,7 @@ def schedule_of(fault: str, monkey_minutes: float) -> list:
     if fault == "nanny-kill":
         return [(0.0, "kill_nanny")]
     if fault == "add-remove":
-        return [(0.0, "add"), (20.0, "remove")]
+        return [(0.0, "add"), (5.0, "remove")]
     if fault.startswith("monkey-"):
         return monkey(int(fault.split("-", 1)[1]), monkey_minutes * 60)
     raise ValueError(f"unknown fault {fault!r}")
