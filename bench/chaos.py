@@ -386,6 +386,24 @@ def stall(fault: dict, ends: list) -> dict:
     return {"what": fault["what"], "stall_s": round(max(gaps), 1) if gaps else None}
 
 
+def table(rows: list[dict]) -> str:
+    """Markdown: one row per cell, its run without faults first."""
+    out = [
+        "| algorithm | fault | ended | reached | env steps | wall s | longest gap s | stall per fault, s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for r in rows:
+        run, _, fault = r["cell"].partition(" / ")
+        stalls = ", ".join(str(f["stall_s"]) for f in r["faults"]) or "-"
+        steps = f"{r['env_steps']:,}" if r.get("env_steps") else "-"
+        out.append(
+            f"| {run} | {fault} | {'yes' if r['ended'] else '**no**'} | "
+            f"{'yes' if r['reached'] else '**no**'} | {steps} | {r['wall_s']} | "
+            f"{r['longest_gap_s']} | {stalls} |"
+        )
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     runs = all_runs()
@@ -398,7 +416,11 @@ def main() -> None:
         "--max-minutes", type=float, default=30.0, help="a run's cap without a baseline"
     )
     parser.add_argument("--out", default="runs/bench-chaos")
+    parser.add_argument("--table", type=Path, help="print the cells of this JSONL file as a table")
     args = parser.parse_args()
+    if args.table:
+        print(table([json.loads(line) for line in args.table.read_text().splitlines() if line]))
+        return
     names = sorted(runs) if args.algorithms == ["all"] else args.algorithms
     for name in names:
         run = runs[name]

@@ -1,6 +1,7 @@
 """The hrl-tasks command: help, bad input, a short run and its resumption."""
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -309,6 +310,29 @@ def test_stop_time_ends_a_run_whose_iteration_cannot_end_in_time(tmp_path, capsy
     assert "--stop-time reached while iteration 1 waited on the cluster" in printed
     assert "No checkpoint was saved." in printed
     assert not (out / "checkpoints").exists() or not any((out / "checkpoints").iterdir())
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_a_run_within_ten_seconds_whatever_it_waits_on(tmp_path):
+    """Ctrl-C while the driver waits on an iteration far longer than the test: the
+    command closes the algorithm and the cluster and exits 130 within 10 s."""
+    argv = [sys.executable, "-m", "hrl_tasks.cli", "train", "alphazero", "--env",
+            "connect_four_v3", "--num-workers", "1", "--set", "simulations=2000",
+            "--no-progress", "--out", str(tmp_path / "az")]  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stdout:  # the cluster is up and the first iteration under way
+        if line.startswith("writing to"):
+            break
+    time.sleep(3)
+    process.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    try:
+        code = process.wait(timeout=30)
+    finally:
+        process.kill()
+    assert time.monotonic() - interrupted < 10
+    assert code == 130 and "interrupted" in process.stderr.read()
 
 
 def test_stop_conditions_read_at_least_and_at_most():
