@@ -25,7 +25,7 @@ class Entry(NamedTuple):
     task_id: str | None
     keys: tuple
     what: str
-    detail: str
+    fields: tuple
 
 
 def _short(error) -> str:
@@ -33,27 +33,48 @@ def _short(error) -> str:
     return text if len(text) <= TEXT_LIMIT else text[: TEXT_LIMIT - 3] + "..."
 
 
-def detail(item) -> str:
-    """The few fields of an event or instruction that explain it."""
+def raw(item) -> tuple:
+    """The few fields of an event or instruction that explain it, as they are (cheap:
+    formatted only when a story is read); an error as its short text, never itself."""
     if isinstance(item, ev.Launch):
-        where = "" if item.workers is None else f" on {', '.join(item.workers)}"
-        return f"attempt {item.attempt} ({item.kind}){where}"
+        return (item.attempt, item.kind, item.workers)
     if isinstance(item, ev.AttemptDone):
-        lost = " (worker lost)" if item.worker_lost else ""
-        return item.status + lost + (f": {_short(item.error)}" if item.error is not None else "")
+        error = None if item.error is None else _short(item.error)
+        return (item.status, item.worker_lost, error)
     if isinstance(item, ev.Fail):
-        return _short(item.error)
-    if isinstance(item, (ev.Started, ev.Ended)):
-        return f"on {item.worker}" + (
-            f" after {item.elapsed:.3f} s" if isinstance(item, ev.Ended) else ""
-        )
+        return (_short(item.error),)
+    if isinstance(item, ev.Started):
+        return (item.worker,)
+    if isinstance(item, ev.Ended):
+        return (item.worker, item.elapsed)
     if isinstance(item, (ev.WorkerRemoved, ev.WorkerAdded)):
-        return item.address
+        return (item.address,)
     if isinstance(item, ev.WorkersSeen):
-        return f"{len(item.workers)} workers: {', '.join(sorted(item.workers))}"
+        return (tuple(sorted(item.workers)),)
     if isinstance(item, ev.RetryDue):
-        return f"attempt {item.attempt}"
-    return ""
+        return (item.attempt,)
+    return ()
+
+
+def detail(what: str, fields: tuple) -> str:
+    """An entry's fields (see `raw`) as words."""
+    if not fields:
+        return ""
+    if what == "Launch":
+        attempt, kind, workers = fields
+        return f"attempt {attempt} ({kind})" + (f" on {', '.join(workers)}" if workers else "")
+    if what == "AttemptDone":
+        status, lost, error = fields
+        return status + (" (worker lost)" if lost else "") + (f": {error}" if error else "")
+    if what == "Started":
+        return f"on {fields[0]}"
+    if what == "Ended":
+        return f"on {fields[0]} after {fields[1]:.3f} s"
+    if what == "WorkersSeen":
+        return f"{len(fields[0])} workers: {', '.join(fields[0])}"
+    if what == "RetryDue":
+        return f"attempt {fields[0]}"
+    return str(fields[0])
 
 
 class StoryLog:
@@ -68,14 +89,14 @@ class StoryLog:
             return
         if isinstance(item, ev.Released):
             for task_id in item.task_ids:
-                self.entries.append(Entry(now, task_id, (), "Released", ""))
+                self.entries.append(Entry(now, task_id, (), "Released", ()))
             return
         key = getattr(item, "key", None)
         keys = getattr(item, "keys", None) or ((key,) if key else ())
         task_id = getattr(item, "task_id", None) or (task_of_key(key) if key else None)
         if task_id is None and not keys and not isinstance(item, CLUSTER):
             return
-        self.entries.append(Entry(now, task_id, tuple(keys), type(item).__name__, detail(item)))
+        self.entries.append(Entry(now, task_id, tuple(keys), type(item).__name__, raw(item)))
 
     def of(self, task_id: str) -> list[Entry]:
         """The entries of ``task_id`` and its attempts, with the cluster's events between."""
@@ -99,7 +120,8 @@ def render(entries: list[Entry], now: float, where: list[str], status: str | Non
     lines = []
     for e in entries:
         key = f" {','.join(e.keys)}" if e.keys and e.keys != (e.task_id,) else ""
-        lines.append(f"-{now - e.at:8.3f} s  {e.what}{key}" + (f": {e.detail}" if e.detail else ""))
+        text = detail(e.what, e.fields)
+        lines.append(f"-{now - e.at:8.3f} s  {e.what}{key}" + (f": {text}" if text else ""))
     if status is None:
         lines.append("now: the engine no longer knows this task (it ended and was let go)")
     else:
