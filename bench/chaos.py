@@ -75,7 +75,6 @@ class Run:
     budget_steps: int | None = None
     budget_s: float | None = None
     evaluate: callable = None  # (algo, result) -> dict of extra metrics, or None
-    threads_per_worker: int = 1
 
     def build(self, engine, seed: int):
         return get_algorithm(self.algorithm)({**self.config, "seed": seed}, engine=engine)
@@ -135,7 +134,6 @@ class SearchAsAlgorithm:
 
     def __init__(self, engine, seed: int, out: str):
         self.engine, self.seed, self.out = engine, seed, out
-        self.done = False
 
     def train(self) -> dict:
         from search import LEARNING_RATES
