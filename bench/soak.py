@@ -1,12 +1,14 @@
 """Memory soak: resident memory of the driver and of every worker process over a long run.
 
 Runs ``hrl-tasks train ALGO --env CartPole-v1 --stop-time SECONDS --no-progress
---out TMPDIR`` on the embedded cluster, as a user would (``python -m
+--out TMPDIR`` (PPO, IMPALA, Ape-X) or, for ``search``, ``hrl-tasks tune ppo --env
+CartPole-v1`` with trials of 20,000 env steps, one after another for the whole run
+(each trial a task that trains its own PPO), on the embedded cluster, as a user would (``python -m
 hrl_tasks.cli``, the console script's entry point, with this checkout first on
 ``PYTHONPATH``), and samples from outside the resident set size (RSS) of the
 driver and of each of its descendant processes (the Dask worker processes)
 every ``--interval`` seconds. The training time (``--stop-time``) is set to the
-whole run, so the driver still trains when sampling stops; it is then
+whole run, so the driver still trains (or searches) when sampling stops; it is then
 interrupted (its ``KeyboardInterrupt`` path stops the cluster), and the final
 learning-curve plot, which would add its own memory, is never drawn.
 
@@ -22,7 +24,7 @@ many distinct thread ids the samples saw (more than at the end: threads come and
 go). With ``--plot``, RSS over time per process, one column per algorithm; with
 ``--samples``, every sample as JSON.
 
-    python bench/soak.py [--algorithm ppo|impala|both] [--minutes 30] [--warmup-minutes 5] \
+    python bench/soak.py [--algorithm ppo|impala|apex|search|both|all] [--minutes 30] [--warmup-minutes 5] \
         [--interval 10] [--checkpoint-every 10] [--set KEY=VALUE] [--plot docs/images/soak.png] [--samples soak.json]
 """
 
@@ -46,16 +48,29 @@ TARGET_MB_PER_10_MIN = 1.0
 STOP_GRACE_S = 60  # for the interrupted driver to stop its cluster
 
 
+RUNS = {
+    "ppo": ["train", "ppo"],
+    "impala": ["train", "impala"],
+    "apex": ["train", "apex"],
+    # trials of 20,000 env steps one after another, each a task that trains its own PPO
+    "search": [
+        "tune", "ppo", "--space", "lr=loguniform(1e-4,1e-2)", "--samples", "100000",
+        "--stop-steps", "20000",
+    ],
+}  # fmt: skip
+
+
 def launch(
     algorithm: str, seconds: float, out: Path, checkpoint_every: int, settings: list[str]
 ) -> subprocess.Popen:
-    """The driver process: ``hrl-tasks train`` with its output in ``out/driver.log``;
-    ``settings`` are ``KEY=VALUE`` config keys (``--set``)."""
+    """The driver process: ``hrl-tasks train`` (``tune`` for the search) with its output
+    in ``out/driver.log``; ``settings`` are ``KEY=VALUE`` config keys (``--set``)."""
+    command = RUNS[algorithm]
+    training = ["--stop-time", str(seconds), "--no-progress", "--checkpoint-every",
+                str(checkpoint_every)] if command[0] == "train" else []  # fmt: skip
     cmd = [
-        sys.executable, "-m", "hrl_tasks.cli", "train", algorithm, "--env", "CartPole-v1",
-        "--stop-time", str(seconds), "--no-progress", "--out", str(out),
-        "--checkpoint-every", str(checkpoint_every),
-        *(arg for item in settings for arg in ("--set", item)),
+        sys.executable, "-m", "hrl_tasks.cli", *command, "--env", "CartPole-v1",
+        "--out", str(out), *training, *(arg for item in settings for arg in ("--set", item)),
     ]  # fmt: skip
     env = {
         **os.environ,
@@ -121,18 +136,20 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def progress(out: Path) -> dict:
-    """Iterations and env steps of the last line of ``metrics.jsonl``."""
-    path = out / "metrics.jsonl"
-    last = None
-    if path.exists():
-        with path.open() as f:
-            for line in f:
-                if line.strip():
-                    last = line
-    if last is None:
-        return {"iterations": 0, "env_steps": 0}
-    metrics = json.loads(last)
-    return {"iterations": metrics["iteration"], "env_steps": metrics["env_steps_sampled"]}
+    """Iterations and env steps: the last line of ``metrics.jsonl``, or for a search
+    the sums over its trials' (and how many trials reported)."""
+    paths = [out / "metrics.jsonl"] if (out / "metrics.jsonl").exists() else sorted(
+        (out / "trials").glob("*/metrics.jsonl"))  # fmt: skip
+    done = {"iterations": 0, "env_steps": 0}
+    for path in paths:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        if lines:
+            metrics = json.loads(lines[-1])
+            done["iterations"] += metrics["iteration"]
+            done["env_steps"] += metrics["env_steps_sampled"]
+    if (out / "trials").exists():
+        done["trials"] = len(paths)
+    return done
 
 
 def slope_per_10_min(t_s: list, rss_mb: list) -> float | None:
@@ -166,7 +183,7 @@ def soak(
             done = progress(out)
             written = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
             done["out_dir_mb"] = round(written / 2**20, 1)
-            done["checkpoints"] = len(list((out / "checkpoints").glob("*.hrl")))
+            done["checkpoints"] = len(list(out.rglob("checkpoints/*.hrl")))
         finally:
             stop(proc)
         if exited is not None:
@@ -251,7 +268,10 @@ def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--algorithm", choices=["ppo", "impala", "both"], default="both")
+    parser.add_argument(
+        "--algorithm", choices=[*RUNS, "both", "all"], default="both",
+        help="both: ppo and impala; all: every one",
+    )  # fmt: skip
     parser.add_argument("--minutes", type=float, default=30, help="length of each run")
     parser.add_argument(
         "--warmup-minutes", type=float, default=5, help="samples before this are not fitted"
@@ -269,7 +289,9 @@ def main():
     args = parser.parse_args()
     if args.warmup_minutes >= args.minutes:
         parser.error("--warmup-minutes must be less than --minutes")
-    algorithms = ["ppo", "impala"] if args.algorithm == "both" else [args.algorithm]
+    algorithms = {"both": ["ppo", "impala"], "all": list(RUNS)}.get(
+        args.algorithm, [args.algorithm]
+    )
     runs = {}
     for algorithm in algorithms:  # one after the other: one training process at a time
         runs[algorithm] = soak(

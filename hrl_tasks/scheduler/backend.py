@@ -33,6 +33,7 @@ from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.errors import (
     EngineError,
     ObjectStartError,
+    ResultsLost,
     SchedulerLostError,
     WorkerLostError,
 )
@@ -626,18 +627,25 @@ class DaskBackend(BackendRecords):
             if done:
                 try:
                     return fetch.result()
-                except KilledWorker as exc:  # a lost result's second computation died too
+                except BaseException as exc:
                     if self.client.status not in CONNECTED:
                         raise self.lost_scheduler() from exc
-                    raise WorkerLostError(
-                        f"the result of {exc.task} was lost with its worker, and the worker "
-                        "computing it again died too; submit the task again",
-                        address=getattr(exc.last_worker, "address", None),
-                    ) from exc
-                except BaseException as exc:  # Dask's cancellation, or a closed comm
-                    if self.client.status in CONNECTED:
+                    if not isinstance(
+                        exc, (KilledWorker, cf.CancelledError, asyncio.CancelledError)
+                    ):
                         raise
-                    raise self.lost_scheduler() from exc
+                    # Lost with its worker, and Dask could not compute it again: what
+                    # it was computed from died too (a put has no recipe), or so did
+                    # the worker computing it again (the embedded cluster allows no
+                    # failure). The engine runs such tasks again.
+                    lost = tuple(f.key for f in futures if f.status != "finished")
+                    if not lost:
+                        raise
+                    raise ResultsLost(
+                        f"the result of {lost[0]} was lost with its worker, and it could "
+                        "not be computed again from what is left in the cluster", lost,
+                        address=getattr(getattr(exc, "last_worker", None), "address", None),
+                    ) from exc  # fmt: skip
             if self.client.status not in CONNECTED:
                 fetch.cancel()
                 raise self.lost_scheduler()

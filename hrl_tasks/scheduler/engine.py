@@ -31,6 +31,7 @@ import contextvars
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 
@@ -47,7 +48,7 @@ from hrl_tasks.scheduler.clusters import (
     upload_package,
 )
 from hrl_tasks.scheduler.context import current_task, in_worker_task, task_wait
-from hrl_tasks.scheduler.errors import EngineError
+from hrl_tasks.scheduler.errors import EngineError, ResultsLost
 from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.resources import check_satisfiable, normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
@@ -207,6 +208,7 @@ class Engine:
         self.closed = False
         self.local_cache: dict = {}  # worker_local() objects in the driver
         self.local_cache_lock = threading.Lock()
+        self.again_lock = threading.Lock()
         self.watch = WaitWatch(lambda: self.state.progress_at, self.story, stall_warning_s)
         self._active_token = _Active.engine.set(self) if activate else None
 
@@ -449,6 +451,8 @@ class Engine:
         topic = self.topic if parent is None else parent.topic
         if payload is not None:
             self.backend.payloads[ref.task_id] = (*payload, topic)
+            if not ref.pinned:  # a plain task can run again if its result is lost
+                ref.recipe = (*payload, topic)
         self.backend.outcomes[ref.task_id] = ref.outcome
         return ref
 
@@ -471,18 +475,47 @@ class Engine:
         return Shared(value)
 
     def gather(self, refs: Iterable[TaskRef], timeout: float | None = None) -> list:
-        """The results of ``refs``, in order, fetched in one batch."""
+        """The results of ``refs``, in order, fetched in one batch.
+
+        A finished task's result that was lost with its worker before it was read,
+        and that Dask cannot compute again, is computed again by the engine (see
+        :class:`~hrl_tasks.scheduler.errors.ResultsLost`); ``timeout`` covers that too.
+        """
         refs = list(refs)
+        deadline = None if timeout is None else time.monotonic() + timeout
         self.backend.raise_if_invalid()
         with self.watch.waiting(refs, "a gather"), task_wait():
-            try:
-                values = self.backend.gather(refs, self.watch.bound(timeout))
-            except TimeoutError:
-                if self.watch.past_deadline():
-                    raise self.watch.reached() from None
-                raise
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    values = self.backend.gather(refs, self.watch.bound(left))
+                    break
+                except ResultsLost as lost:
+                    self._compute_again(refs, lost)
+                except TimeoutError:
+                    if self.watch.past_deadline():
+                        raise self.watch.reached() from None
+                    raise
         self.backend.raise_if_invalid()
         return values
+
+    def _compute_again(self, refs: list[TaskRef], lost: ResultsLost) -> None:
+        """Run again the tasks among ``refs`` whose results are ``lost.keys``: each ref
+        gets a new outcome, which the task's next run settles. Re-raises ``lost`` when
+        one of them cannot run again (a stateful worker's call: its state went too)."""
+        with self.again_lock:  # two threads may see the same loss: one run again
+            for ref in refs:
+                if not ref.outcome.done() or ref.outcome.exception() is not None:
+                    continue
+                value = ref.outcome.result()
+                if getattr(value, "key", None) not in lost.keys:
+                    continue
+                if ref.recipe is None:
+                    raise lost
+                ref.outcome = cf.Future()
+                self.backend.payloads[ref.task_id] = ref.recipe
+                self.backend.outcomes[ref.task_id] = ref.outcome
+                self.backend.push(ev.ResultLost(ref.task_id, value.key))
 
     def wait(
         self,

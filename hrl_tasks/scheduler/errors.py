@@ -34,6 +34,23 @@ class WorkerLostError(EngineError):
         return type(self), (str(self), self.address)
 
 
+class ResultsLost(WorkerLostError):
+    """Results of finished tasks lost with their workers before they were read, which
+    Dask cannot compute again (what they were computed from died too, or so did the
+    worker computing them again). The engine runs such tasks again.
+
+    Attributes:
+        keys: the Dask keys of the lost results.
+    """
+
+    def __init__(self, message: str, keys: tuple = (), address: str | None = None):
+        super().__init__(message, address)
+        self.keys = tuple(keys)
+
+    def __reduce__(self):
+        return type(self), (str(self), self.keys, self.address)
+
+
 class ObjectStartError(EngineError):
     """A stateful worker's factory raised, or the object could not be placed."""
 

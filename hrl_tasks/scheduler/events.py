@@ -94,6 +94,16 @@ class CancelTask:
 
 
 @dataclass(frozen=True)
+class ResultLost:
+    """The result of finished plain task ``task_id`` (attempt ``key``'s) was lost
+    before it was read, and Dask cannot compute it again (what it was computed from
+    died too): run the task again. The engine has given it a new outcome and payload."""
+
+    task_id: str
+    key: str
+
+
+@dataclass(frozen=True)
 class Released:
     """Nobody holds these tasks' refs any more: forget them once they are done."""
 

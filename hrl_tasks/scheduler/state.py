@@ -78,10 +78,12 @@ SWEEP_TICK_S = 1.0
 # ref exists, so a release still unmatched this long after was of a task already
 # forgotten: a creation or destruction (internal, dropped once it ended) whose ref went later.
 RELEASED_EARLY_S = 60.0
+# A finished task whose result was lost before it was read runs again at most this often.
+RECOMPUTE_LIMIT = 3
 # What counts as progress for a wait that watches for stalls (not WorkersSeen: a sweep).
 PROGRESS = (ev.AttemptDone, ev.Started, ev.Ended, ev.InputsLost, ev.WorkerAdded, ev.WorkerRemoved)
 # Once the scheduler is lost these fail at once: they would need it to run.
-NEEDS_SCHEDULER = (ev.SubmitTask, ev.CallObject, ev.CreateObject)
+NEEDS_SCHEDULER = (ev.SubmitTask, ev.CallObject, ev.CreateObject, ev.ResultLost)
 
 
 @dataclass
@@ -115,6 +117,7 @@ class Task:
     released: bool = False
     held_on: str | None = None  # the one worker its result lives on, if it was pinned there
     lost: BaseException | None = None  # that worker died: the result is gone for good
+    recomputed: int = 0  # runs after its finished result was lost (see ResultLost)
 
 
 @dataclass
@@ -280,6 +283,29 @@ class EngineState:
         self.stats.count("submitted")
         if self._failed_input(task) is None:
             self._launch(task, 0, key=e.task_id)
+        if task.speculation is not None and task.status == PENDING:
+            self.spec.live.add(task.task_id)
+
+    def _on_ResultLost(self, e: ev.ResultLost) -> None:
+        """Run a finished plain task again whose result was lost before it was read
+        (at most ``RECOMPUTE_LIMIT`` times; it is not charged to its retries)."""
+        task = self.tasks.get(e.task_id)
+        if task is None or task.kind != "task" or task.status != FINISHED:
+            why = "it is not a finished task" if task is None else f"it is {task.status}"
+            self._emit(ev.Fail(e.task_id, WorkerLostError(
+                f"the result of task {e.task_id} was lost and cannot be computed again: {why}"
+            )))  # fmt: skip
+            return
+        if task.recomputed >= RECOMPUTE_LIMIT:
+            self._emit(ev.Fail(e.task_id, WorkerLostError(
+                f"the result of {task.name!r} was lost with its worker "
+                f"{task.recomputed + 1} times; it is not computed again"
+            )))  # fmt: skip
+            return
+        task.status, task.winner, task.recomputed = PENDING, None, task.recomputed + 1
+        self.stats.count("recomputed")
+        if self._failed_input(task) is None:
+            self._launch(task, task.attempts)
         if task.speculation is not None and task.status == PENDING:
             self.spec.live.add(task.task_id)
 

@@ -15,6 +15,7 @@ COUNTERS = (
     "cancelled",
     "workers_lost",
     "inputs_resent",
+    "recomputed",
     "speculated",
     "backup_won",
     "original_won",

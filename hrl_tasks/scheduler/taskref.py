@@ -40,9 +40,14 @@ class TaskRef:
         direct: a direct call: its result lives in the driver.
         pinned: a call of a stateful worker (its attempts run where the object lives).
         deps: the task ids of the tasks whose results it takes as inputs.
+        recipe: a plain task's function, arguments and topic, to run it again if its
+            result is lost before it is read (None for stateful-worker calls).
     """
 
-    __slots__ = ("engine", "task_id", "name", "direct", "pinned", "outcome", "deps", "__weakref__")
+    __slots__ = (
+        "engine", "task_id", "name", "direct", "pinned", "outcome", "deps", "recipe",
+        "__weakref__",
+    )  # fmt: skip
 
     def __init__(
         self, engine: Engine, task_id: str, name: str, direct: bool = False, pinned: bool = False
@@ -54,6 +59,7 @@ class TaskRef:
         self.pinned = pinned or direct
         self.outcome: cf.Future = cf.Future()
         self.deps: tuple[str, ...] = ()
+        self.recipe: tuple | None = None  # a plain task's (fn, args, kwargs, topic)
 
     @property
     def key(self) -> str:

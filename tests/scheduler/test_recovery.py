@@ -211,3 +211,19 @@ def test_replicate_and_broadcast_on_the_engines_client_keep_its_connection(fresh
         assert time.monotonic() < deadline, "the engine did not hear of the lost worker"
         time.sleep(0.1)
     assert client.status == "running"
+
+
+def test_a_finished_result_lost_with_the_put_it_was_computed_from_is_computed_again(fresh):
+    """A task's result and the put value it was computed from die together before the
+    result was fetched: Dask cannot compute it again (a put has no recipe) and forgets
+    it. The engine runs the task again, with the put value sent again."""
+    ref = fresh.put(list(range(10)))
+    (holder,) = fresh.client.who_has([ref.outcome.result()]).popitem()[1]
+    done = fresh.submit(total_plus, ref, 1)
+    fresh.wait([done], timeout=30)
+    for address in {holder, *fresh.client.who_has([done.future])[done.future.key]}:
+        kill_worker(fresh, address)
+    assert done.result(timeout=60) == 46
+    assert fresh.stats()["recomputed"] == 1
+    assert fresh.gather([done, fresh.submit(total_plus, ref, 2)], timeout=60) == [46, 47]
+    fresh.validate()

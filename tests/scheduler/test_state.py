@@ -11,7 +11,7 @@ from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.errors import ObjectStartError, SchedulerLostError, WorkerLostError
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
-from hrl_tasks.scheduler.state import CANCELLED, FINISHED, EngineState
+from hrl_tasks.scheduler.state import CANCELLED, FINISHED, RECOMPUTE_LIMIT, EngineState
 from hrl_tasks.scheduler.validate import InvalidState
 
 TWO_WORKERS = {"a": (1, {"CPU": 1.0}), "b": (1, {"CPU": 1.0})}
@@ -105,6 +105,36 @@ def test_an_input_retried_meanwhile_reruns_the_dependent_not_counted_as_a_retry(
     (rerun,) = [i for i in launched(out) if i.task_id == "down"]
     assert rerun.inputs == {"up": up_retry.key} and rerun.attempt == 0
     assert state.stats.counters["retried"] == 1  # the input's only
+
+
+def test_a_finished_result_lost_before_it_was_read_runs_again_a_bounded_number_of_times():
+    state = make_state()
+    state.handle(ev.PutValue("v"), ev.SubmitTask("t1", "total", deps=("v",)))
+    state.handle(ev.AttemptDone("t1", "finished"))
+    key, runs = "t1", []
+    for _ in range(RECOMPUTE_LIMIT):
+        out = state.handle(ev.ResultLost("t1", key))
+        (again,) = launched(out)
+        assert again.task_id == "t1" and again.key != key and again.inputs == {"v": "v"}
+        assert not of(ev.Fail, out) and state.tasks["t1"].status == "pending"
+        out = state.handle(ev.AttemptDone(again.key, "finished"))
+        assert of(ev.Resolve, out) == [ev.Resolve("t1", again.key)]
+        key = again.key
+        runs.append(again.key)
+    assert len(set(runs)) == RECOMPUTE_LIMIT
+    assert state.stats.counters["recomputed"] == RECOMPUTE_LIMIT
+    assert state.stats.counters["retried"] == 0  # a lost result is not the task's failure
+    (fail,) = of(ev.Fail, state.handle(ev.ResultLost("t1", key)))
+    assert isinstance(fail.error, WorkerLostError) and "4 times" in str(fail.error)
+
+
+def test_a_lost_result_of_a_task_that_is_not_finished_fails_its_new_outcome():
+    state = make_state()
+    state.handle(ev.SubmitTask("t1", "t"))
+    (fail,) = of(ev.Fail, state.handle(ev.ResultLost("t1", "t1")))
+    assert "it is pending" in str(fail.error)
+    (fail,) = of(ev.Fail, state.handle(ev.ResultLost("gone", "gone")))
+    assert "not a finished task" in str(fail.error)
 
 
 def test_cancel_drops_every_copy_and_counts_once():
