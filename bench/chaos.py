@@ -164,9 +164,15 @@ class SeparateCluster:
         self.dir = tempfile.mkdtemp(prefix="chaos-")
         self.file = os.path.join(self.dir, "scheduler.json")
         self.threads = threads
+        # The scheduler unpickles task graphs and the workers run them: both need this
+        # checkout and the bench modules whose envs the runs use (multiagent_tictactoe).
+        bench = Path(__file__).resolve().parent
+        path = [str(bench), str(bench.parent), os.environ.get("PYTHONPATH", "")]
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
         self.scheduler = subprocess.Popen(
             ["dask", "scheduler", "--port", "0", "--dashboard-address", ":0",
              "--scheduler-file", self.file], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=self.env,
         )  # fmt: skip
         deadline = time.monotonic() + 30
         while not os.path.exists(self.file):
@@ -181,7 +187,7 @@ class SeparateCluster:
         process = subprocess.Popen(
             ["dask", "worker", self.address, "--nworkers", "1", "--nthreads", str(self.threads),
              "--resources", f"CPU={self.threads}", "--no-dashboard"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env,
         )  # fmt: skip
         return process
 
