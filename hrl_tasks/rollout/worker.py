@@ -45,6 +45,7 @@ from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.rng import generator_from_state, generator_state
 from hrl_tasks.envs.make import EnvError, EnvLike, env_name, make_env
 from hrl_tasks.policies import Policy
+from hrl_tasks.rollout.malloc import ROLLOUT_MMAP_THRESHOLD, map_blocks_from
 
 PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
 EPS_ID_BITS = 40  # eps_id = worker_index << 40 | counter
@@ -131,8 +132,11 @@ class RolloutWorker(WorkerCalls):
         worker_index: 0 for a local worker, 1.. for remote ones; keeps seeds
             and episode ids apart between workers.
         single_thread: Limit torch to one thread, if torch is loaded (rollout
-            processes must; a driver that also learns should not). A policy
-            that acts in numpy never loads it.
+            processes must; a driver that also learns should not), and have
+            glibc map blocks of 16 KiB and more on their own, which keeps a
+            worker process's heap from growing under its messages'
+            buffers (`hrl_tasks.rollout.malloc`). A policy that acts in numpy
+            never loads torch.
         max_env_errors: Failures in a row of one sub-env (each followed by
             building it again) before sampling gives up with `EnvError`.
     """
@@ -152,6 +156,7 @@ class RolloutWorker(WorkerCalls):
     ) -> None:
         if single_thread:  # before the policy is built, and again after: it may load torch
             torch_single_thread()
+            map_blocks_from(ROLLOUT_MMAP_THRESHOLD)  # a worker process's messages: no heap growth
         if rollout_fragment_length < 1:
             raise ValueError(f"rollout_fragment_length must be >= 1, got {rollout_fragment_length}")
         self.worker_index = int(worker_index)
