@@ -21,8 +21,10 @@ end, the iterations and env steps trained, and what the run wrote to disk
 (checkpoints every ``--checkpoint-every`` iterations, 10 by default as in the
 CLI, which keeps the 5 newest), and per process its threads at the end and how
 many distinct thread ids the samples saw (more than at the end: threads come and
-go). With ``--plot``, RSS over time per process, one column per algorithm; with
-``--samples``, every sample as JSON.
+go), and where its RSS was at the end of the warm-up and at the end (the brk heap,
+anonymous mappings, files). With ``--plot``, RSS over time per process, one column
+per algorithm; with ``--samples``, every sample as JSON, with where the RSS was
+and the process's threads.
 
     python bench/soak.py [--algorithm ppo|impala|apex|search|both|all] [--minutes 30] [--warmup-minutes 5] \
         [--interval 10] [--checkpoint-every 10] [--set KEY=VALUE] [--plot docs/images/soak.png] [--samples soak.json]
@@ -93,9 +95,24 @@ def role(proc: psutil.Process) -> str:
     return proc.name()
 
 
+def where(proc: psutil.Process) -> dict:
+    """Resident MB by kind of mapping: the brk heap (glibc's main arena), anonymous
+    mappings (other arenas, blocks mapped on their own, Python's arenas, thread
+    stacks) and files (code, mapped files)."""
+    kinds = {"heap": 0.0, "anon": 0.0, "file": 0.0}
+    for region in proc.memory_maps(grouped=True):
+        path = region.path
+        kind = (
+            "heap" if path == "[heap]" else "anon" if not path or path.startswith("[") else "file"
+        )
+        kinds[kind] += region.rss / 2**20
+    return kinds
+
+
 def sample(driver: psutil.Process, series: dict, t: float) -> None:
-    """Append ``(t, RSS in MB)`` to the series of the driver and of each descendant, and
-    note the ids of its threads (how many distinct ones were seen tells thread churn)."""
+    """Append ``(t, RSS in MB)`` to the series of the driver and of each descendant,
+    with where the RSS is (`where`) and the process's threads; note the ids of its
+    threads (how many distinct ones were seen tells thread churn)."""
     try:
         procs = [driver, *driver.children(recursive=True)]
     except psutil.Error:
@@ -104,15 +121,19 @@ def sample(driver: psutil.Process, series: dict, t: float) -> None:
         try:
             rss = proc.memory_info().rss / 2**20
             threads = {thread.id for thread in proc.threads()}
+            kinds = where(proc)
         except psutil.Error:
             continue
         if proc.pid not in series:
             kind = "driver" if proc is driver else role(proc)
             n = sum(1 for s in series.values() if s["role"] == kind)
             name = kind if kind == "driver" else f"{kind}-{n + 1}"
-            series[proc.pid] = {"role": kind, "name": name, "t": [], "rss": [], "tids": set()}
+            series[proc.pid] = {"role": kind, "name": name, "t": [], "rss": [], "tids": set(),
+                                "kinds": [], "thread_counts": []}  # fmt: skip
         series[proc.pid]["t"].append(t)
         series[proc.pid]["rss"].append(rss)
+        series[proc.pid]["kinds"].append({k: round(v, 2) for k, v in kinds.items()})
+        series[proc.pid]["thread_counts"].append(len(threads))
         series[proc.pid]["threads"] = len(threads)
         series[proc.pid]["tids"] |= threads
 
@@ -206,7 +227,13 @@ def soak(
             "threads_at_end": s["threads"],
             "thread_ids_seen": len(s["tids"]),
             "samples_fitted": len(kept),
-        }
+            # where the RSS was at the end of the warm-up and at the end (see `where`)
+            "mb_by_kind": {
+                k: [round(s["kinds"][len(s["t"]) - len(kept)][k], 1) if kept else None,
+                    round(s["kinds"][-1][k], 1)]
+                for k in s["kinds"][-1]
+            },
+        }  # fmt: skip
     slopes = [p["slope_mb_per_10_min"] for p in processes.values()]
     slopes = [s for s in slopes if s is not None]
     figures = {
@@ -304,7 +331,13 @@ def main():
     if args.samples is not None:
         samples = {
             algorithm: {
-                s["name"]: {"t_s": s["t"], "rss_mb": s["rss"]} for s in run["series"].values()
+                s["name"]: {
+                    "t_s": s["t"],
+                    "rss_mb": s["rss"],
+                    "mb_by_kind": s["kinds"],
+                    "threads": s["thread_counts"],
+                }
+                for s in run["series"].values()
             }
             for algorithm, run in runs.items()
         }

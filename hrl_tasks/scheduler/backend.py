@@ -656,8 +656,9 @@ class DaskBackend(BackendRecords):
                     f"the result of {lost[0].key} was lost with the worker that held it"
                 )
 
-    def place(self, value, task_id: str):
-        """Put ``value`` in the cluster once (``engine.put``); its Dask future.
+    def place(self, value, task_id: str, broadcast: bool = False):
+        """Put ``value`` in the cluster once (``engine.put``), on every worker if
+        ``broadcast``; its Dask future.
 
         The value stays here too while its ref is held: if the worker holding it
         dies, it is sent again (see :class:`~hrl_tasks.scheduler.events.Resend`)."""
@@ -665,7 +666,8 @@ class DaskBackend(BackendRecords):
             if self.lost is not None:
                 raise self.lost
             try:
-                (future,) = self.client.scatter([value], hash=False)  # a list: not a dict's items
+                # a list: not a dict's items
+                (future,) = self.client.scatter([value], hash=False, broadcast=broadcast)
                 break
             except OSError:  # sent to a worker that just died: the scheduler drops it soon
                 if attempt == PLACE_TRIES - 1:

@@ -456,16 +456,21 @@ class Engine:
         self.backend.outcomes[ref.task_id] = ref.outcome
         return ref
 
-    def put(self, value) -> TaskRef:
+    def put(self, value, broadcast: bool = False) -> TaskRef:
         """Place ``value`` in the cluster once; the TaskRef is a dependency for any number of tasks.
 
         Unlike passing ``value`` to each task, it travels to the cluster once and
         is not copied into every task's graph (the way to broadcast weights).
         For direct calls, use :meth:`share`.
+
+        Args:
+            broadcast: place a copy on every worker now, for values that tasks on
+                every worker read: none of them waits to fetch it, and a holder
+                that dies or freezes holds none of them up.
         """
         ref = self._new_ref("put", None)
         self.backend.outcomes.pop(ref.task_id, None)
-        ref.outcome.set_result(self.backend.place(value, ref.task_id))
+        ref.outcome.set_result(self.backend.place(value, ref.task_id, broadcast))
         self.backend.push(ev.PutValue(ref.task_id))
         return ref
 

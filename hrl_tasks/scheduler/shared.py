@@ -3,8 +3,8 @@
 The first direct call that carries a :class:`Shared` value takes the value
 along (a :class:`SharedValue` marker) and its worker keeps it; calls to other
 workers carry a :class:`SharedRef`, and those workers fetch the value from the
-first one, worker to worker. Should that worker be gone, the call is sent again
-with the value inline.
+first one, worker to worker. Should that worker be gone, or not answer within
+``PEER_ANSWER_S`` (frozen), the call is sent again with the value inline.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from hrl_tasks.scheduler import dask_compat
 SHARED_HANDLER = "hrl_tasks_shared_value"
 SHARED_WAIT_S = 30.0  # a peer asking for a shared value waits this long for it to arrive
 PEER_CONNECT_S = 2.0  # to reach the worker holding a shared value; then the driver sends it
+# For the holder's answer: a frozen holder (a stopped process, a machine swapping) still
+# accepts connections and would hold the call until it runs again; the driver sends it.
+PEER_ANSWER_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -143,14 +146,20 @@ async def _fetch(runtime, ref: SharedRef) -> Any:
         return runtime.shared[ref.key]
     # A short connect time-out: Dask retries a refused connection for 30 s, and a dead
     # holder would stall the call that long; on a time-out the driver sends the value.
+    # Bounded from outside too: a frozen holder accepts the connection, and Dask's
+    # handshake with it outlasted its own time-out.
     pool = runtime.worker.rpc
     try:
-        comm = await pool.connect(ref.holder, timeout=PEER_CONNECT_S)
-    except OSError:
-        raise InputLostError(ref.key) from None  # the holder is gone
+        comm = await asyncio.wait_for(
+            pool.connect(ref.holder, timeout=PEER_CONNECT_S), PEER_CONNECT_S + 1.0
+        )
+    except (OSError, asyncio.TimeoutError):
+        raise InputLostError(ref.key) from None  # the holder is gone, or does not answer
     try:
-        response = await dask_compat.ask_peer(comm, SHARED_HANDLER, key=ref.key)
-    except OSError:
+        response = await asyncio.wait_for(
+            dask_compat.ask_peer(comm, SHARED_HANDLER, key=ref.key), PEER_ANSWER_S
+        )
+    except (OSError, asyncio.TimeoutError):
         comm.abort()
         raise InputLostError(ref.key) from None
     pool.reuse(ref.holder, comm)

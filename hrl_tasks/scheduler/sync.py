@@ -136,7 +136,7 @@ class InProcessBackend(BackendRecords):
         return [ref.outcome.result(timeout).value for ref in refs]
 
     @staticmethod
-    def place(value, task_id: str) -> Local:
+    def place(value, task_id: str, broadcast: bool = False) -> Local:
         return Local(value)
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import hrl_tasks as hrl
@@ -101,6 +102,25 @@ def test_a_shared_value_whose_holder_died_is_sent_again(fresh):
     assert other.call("get", direct=True).result(timeout=30) == list(range(1000))
 
 
+def test_a_shared_value_whose_holder_is_frozen_is_sent_again(fresh):
+    """A stopped process still accepts connections: the peer's ask for the value is
+    bounded, and the driver sends it, instead of waiting for the holder to run again."""
+    boxes = [fresh.create_worker(tasks.Box, strategy="spread") for _ in range(2)]
+    assert len({b.ready().address for b in boxes}) == 2
+    shared = fresh.share({"w": np.arange(1000, dtype=np.float32)})
+    assert boxes[0].call("put", shared, direct=True).result(timeout=30) is True
+    holder = worker_pids(fresh)[boxes[0].address]
+    os.kill(holder, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        assert boxes[1].call("put", shared, direct=True).result(timeout=60) is True
+        assert time.monotonic() - start < 15  # not until the holder runs again
+    finally:
+        os.kill(holder, signal.SIGCONT)
+    got = boxes[1].call("get", direct=True).result(timeout=30)
+    np.testing.assert_array_equal(got["w"], np.arange(1000, dtype=np.float32))
+
+
 def test_object_gives_up_after_max_restarts(fresh):
     box = fresh.create_worker(tasks.Box, max_restarts=0)
     box.ready(timeout=30)
@@ -159,6 +179,15 @@ def test_a_put_value_whose_holder_died_is_sent_again(fresh):
     assert waiting.result(timeout=60) == 50
     assert fresh.submit(total_plus, ref, 1).result(timeout=60) == 46  # submitted after
     assert fresh.stats()["inputs_resent"] >= 1
+
+
+def test_a_value_put_on_every_worker_outlives_one_of_them(fresh):
+    ref = fresh.put(list(range(10)), broadcast=True)
+    holders = fresh.client.who_has([ref.outcome.result()]).popitem()[1]
+    assert sorted(holders) == sorted(fresh.nthreads)
+    kill_worker(fresh, holders[0])
+    assert fresh.submit(total_plus, ref, 1).result(timeout=60) == 46
+    assert fresh.stats()["inputs_resent"] == 0  # the other copy served: nothing sent again
 
 
 def test_a_dependent_of_a_call_result_lost_with_its_worker_fails_clearly(fresh):

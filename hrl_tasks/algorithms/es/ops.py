@@ -92,8 +92,9 @@ def PerturbationRounds(
 def run_round(engine, evaluator: Evaluator, theta: np.ndarray, jobs: list, resends: int = 2):
     """Run ``fn(evaluator, theta, *args)`` for each ``(fn, args)`` of ``jobs``; their results.
 
-    A value from ``engine.put`` lives on one worker and cannot be recomputed: if
-    that worker dies, the tasks that need it (and finished results that died
+    Theta is put on every worker (every worker evaluates perturbations): no task
+    waits for a worker that holds it to answer, and a frozen holder stalls none.
+    A put value cannot be recomputed: if the workers holding it die, the tasks that need it (and finished results that died
     with it) come back cancelled rather than retried; a finished result whose
     second computation lost its worker too comes back as `WorkerLostError`.
     Those are sent again with theta put afresh; the tasks are pure, so the
@@ -102,7 +103,7 @@ def run_round(engine, evaluator: Evaluator, theta: np.ndarray, jobs: list, resen
     results: dict[int, dict] = {}
     pending = dict(enumerate(jobs))
     for resend in range(resends + 1):
-        theta_ref = engine.put(theta)
+        theta_ref = engine.put(theta, broadcast=True)  # every worker reads it
         refs = {
             i: engine.submit(
                 fn,
