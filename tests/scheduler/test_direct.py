@@ -1,6 +1,7 @@
 """Direct calls of stateful workers on a real cluster, and their pieces without one."""
 
 import asyncio
+import sys
 import time
 
 import numpy as np
@@ -151,6 +152,37 @@ def test_direct_calls_that_arrive_early_wait_without_holding_the_objects_threads
     ]
     assert replies == [("OK", 1 + i) for i in range(1, n + 1)]  # each in its turn
     counter.kill()
+
+
+def direct_threads(obj_id: str) -> int:
+    import threading
+
+    return sum(t.name.startswith(f"hrl-direct-{obj_id}") for t in threading.enumerate())
+
+
+@pytest.mark.cluster
+def test_an_object_whose_calls_run_one_at_a_time_keeps_one_direct_call_thread(engine):
+    counter = engine.create_worker(tasks.Counter, start=0)
+    counter.ready()
+    # Threads switch at every chance, as in a worker whose other threads run envs: a
+    # call handed over before the last one's thread is back finds no idle thread.
+    interval = engine.client.run(switch_often, workers=[counter.address])[counter.address]
+    try:
+        for _ in range(10):  # bursts in flight at once: each call handed over as the last ends
+            refs = [counter.call("add", 1, direct=True) for _ in range(40)]
+            engine.gather(refs, timeout=30)
+    finally:
+        engine.client.run(sys.setswitchinterval, interval, workers=[counter.address])
+    assert counter.call("value", direct=True).result(timeout=30) == 400
+    threads = engine.client.run(direct_threads, counter.obj_id, workers=[counter.address])
+    assert threads == {counter.address: 1}
+    counter.kill()
+
+
+def switch_often() -> float:
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    return interval
 
 
 def reported_keys(engine) -> set:
