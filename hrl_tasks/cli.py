@@ -498,6 +498,7 @@ def start_run(algo, setup: TrainSetup) -> None:
     if setup.checkpoint is not None:
         algo.set_state(setup.checkpoint)
     print(f"dashboard: {algo.engine.dashboard_link}", flush=True)
+    print(f"engine page: {algo.engine.page_link}", flush=True)
     print(f"writing to {setup.out}/", flush=True)
     setup.out.mkdir(parents=True, exist_ok=True)
 
@@ -607,6 +608,7 @@ def run_tune(args) -> int:
     engine = engine_from_args(args, embedded=True)
     try:
         print(f"dashboard: {engine.dashboard_link}", flush=True)
+        print(f"engine page: {engine.page_link}", flush=True)
         print(f"writing to {out}/", flush=True)
         result = tune(args.algorithm, engine=engine, **options)
     finally:

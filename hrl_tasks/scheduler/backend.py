@@ -23,6 +23,7 @@ import concurrent.futures as cf
 import logging
 import threading
 import time
+import weakref
 
 from distributed import Client, fire_and_forget
 from distributed.protocol import to_serialize
@@ -39,9 +40,17 @@ from hrl_tasks.scheduler.errors import (
 )
 from hrl_tasks.scheduler.records import BackendRecords
 from hrl_tasks.scheduler.runtime import change_supply, run_task, schedule_unrunnable
-from hrl_tasks.scheduler.shared import Shared, direct_arguments, inline, rebuilt
+from hrl_tasks.scheduler.shared import (
+    PEER_CONNECT_S,
+    Shared,
+    direct_arguments,
+    inline,
+    rebuilt,
+)
 from hrl_tasks.scheduler.state import EngineState
-from hrl_tasks.scheduler.taskref import Local, TaskRef
+from hrl_tasks.scheduler.task_channel import TaskChannel
+from hrl_tasks.scheduler.task_service import RESULT_HANDLER, KeptInput
+from hrl_tasks.scheduler.taskref import Kept, Local, TaskRef
 from hrl_tasks.scheduler.validate import InvalidState
 from hrl_tasks.scheduler.worker_objects import (
     DIRECT_HANDLER,
@@ -60,6 +69,7 @@ logger = logging.getLogger(__name__)
 FIFO = "0 ms"
 LINGER_S = 0.1  # how long a result's future is held after it is handed out
 FETCH_CHECK_S = 0.5  # how often a fetch of a stateful call's result checks it still exists
+HOLDER_SILENT_S = 3.0  # a fetch this long asks whether its results' workers still report
 SCHEDULER_CHECK_S = 0.25  # how often the client's link to the scheduler is looked at
 PLACE_TRIES, PLACE_RETRY_S = 5, 0.2  # engine.put to a worker that just died: tries, back-off
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
@@ -72,7 +82,8 @@ def resent_value(value):
 
 def resolve_inputs(obj, inputs: dict, futures: dict):
     """``obj`` with each TaskRef replaced by the Dask future of the key in ``inputs``
-    (a dependency) and each `Shared` by its value."""
+    (a dependency), by its value if it is here, or by a :class:`KeptInput` if a
+    worker keeps it; and each `Shared` by its value."""
 
     def walk(item):
         if isinstance(item, Shared):
@@ -85,6 +96,8 @@ def resolve_inputs(obj, inputs: dict, futures: dict):
                 found = item.future
             if found is None:
                 raise EngineError(f"the result of input {item.name!r} is not available")
+            if isinstance(found, Kept):
+                return KeptInput(found.key, found.address)
             return found.value if isinstance(found, Local) else found
         if isinstance(item, (list, tuple, set, frozenset)):
             return rebuilt(item, [walk(x) for x in item])
@@ -124,6 +137,8 @@ class DaskBackend(BackendRecords):
         self.invalid: InvalidState | None = None  # what a validating state machine found
         self.put_values: dict = {}  # put task id -> its value, while its ref is held
         self.put_futures: dict = {}  # put task id -> the Dask future holding it now
+        self.channels: dict[str, TaskChannel] = {}  # the direct route's streams, by worker
+        self.sent_direct: dict[str, tuple[str, str]] = {}  # key -> (worker, name) in flight
         self.start(self._watch_scheduler)
 
     @staticmethod
@@ -262,8 +277,12 @@ class DaskBackend(BackendRecords):
         elif isinstance(ins, ev.Cancel):
             for obj_id, waiting in self.held_back.items():  # not sent yet: never will be
                 self.held_back[obj_id] = [w for w in waiting if w.key not in ins.keys]
+            for key in ins.keys:
+                sent = self.sent_direct.pop(key, None)
+                if sent is not None and sent[0] in self.channels:
+                    self.channels[sent[0]].cancel(key)
             found = [self.futures.pop(key, None) for key in ins.keys]
-            in_cluster = [f for f in found if f is not None and not isinstance(f, Local)]
+            in_cluster = [f for f in found if f is not None and not isinstance(f, (Local, Kept))]
             if in_cluster:
                 self.start(dask_compat.cancel, self.client, in_cluster)
         elif isinstance(ins, ev.Skip):
@@ -334,6 +353,9 @@ class DaskBackend(BackendRecords):
             try:
                 if launch.direct:
                     self._send_direct(launch)
+                    continue
+                if launch.route == "direct":
+                    self._send_task(launch)
                     continue
                 fn, args, kwargs, topic = self._call_of(launch)
             except Exception as exc:
@@ -430,6 +452,107 @@ class DaskBackend(BackendRecords):
                 return
         lost = isinstance(error, (KilledWorker, WorkerLostError))
         self.feed(ev.AttemptDone(key, status, error, lost, value))
+
+    # --- the direct route: plain tasks on the engine's own streams -------------------
+
+    def _send_task(self, launch: ev.Launch) -> None:
+        fn, args, kwargs, topic = self.payloads[launch.task_id]
+        args, kwargs = resolve_inputs((args, kwargs), launch.inputs, self.futures)
+        spec = self._spec(launch.key, launch.name, launch.attempt, launch.request, topic,
+                          launch.internal)  # fmt: skip
+        spec["watched"] = launch.watched
+        address = launch.workers[0]
+        channel = self.channels.get(address)
+        if channel is None or channel.closed:
+            channel = self.channels[address] = TaskChannel(
+                address, self.client.connection_args, self._task_answers, self._stream_closed
+            )
+        self.futures[launch.key] = None
+        self.sent_direct[launch.key] = (address, launch.name)
+        channel.run(launch.key, spec, fn, args, kwargs)
+
+    def _task_answers(self, address: str, answers: list) -> None:
+        """A worker's answers on a task stream, handled together (on the event loop)."""
+        events = []
+        for answer in answers:
+            events += self._answer_events(address, *answer)
+        if events:
+            self.feed(*events)
+
+    def _answer_events(self, address: str, kind: str, key: str, status, value, elapsed) -> list:
+        if kind != "done":
+            if key not in self.sent_direct:
+                return []
+            if kind == "started":
+                return [ev.Started(key, address)]
+            return [ev.AttemptWaits(key, kind == "waiting")]
+        sent = self.sent_direct.pop(key, None)
+        if sent is None:  # dropped meanwhile (cancelled, or its worker counted as lost)
+            if status == "kept" and address in self.channels:
+                self.channels[address].release(key)
+            return []
+        timed = [] if elapsed is None else [ev.Ended(key, sent[1], address, elapsed, 0.0)]
+        if status in ("OK", "kept"):
+            if status == "kept":
+                value = Kept(address, key, value)
+                weakref.finalize(value, self._release_kept, address, key)
+            else:
+                value = Local(value)
+            if key in self.futures:
+                self.futures[key] = value
+            return [*timed, ev.AttemptDone(key, "finished")]
+        if status == "cancelled":
+            return [ev.AttemptDone(key, "cancelled")]
+        if status == "input-lost":
+            lost = WorkerLostError(f"{sent[1]}: its input {value} was lost with its worker")
+            return [ev.AttemptDone(key, "error", lost, worker_lost=True)]
+        return [*timed, ev.AttemptDone(key, "error", value)]
+
+    def _stream_closed(self, address: str, keys: tuple) -> None:
+        """A task stream broke: its worker died or cannot be reached."""
+        channel = self.channels.get(address)
+        if channel is not None and channel.closed:
+            del self.channels[address]  # a new one is opened if tasks go there again
+        lost = [key for key in keys if self.sent_direct.pop(key, None) is not None]
+        error = WorkerLostError(f"lost the task stream to worker {address}", address=address)
+        events = [ev.AttemptDone(key, "error", error, worker_lost=True) for key in lost]
+        # Not inside the handling that sent them; the worker first, so that what runs
+        # again is not sent there.
+        self.loop.add_callback(self.feed, ev.StreamLost(address), *events)
+
+    def _release_kept(self, address: str, key: str) -> None:
+        """A kept result's last reference went: the worker may let it go (any thread)."""
+        if not self.closed:
+            self.on_loop(self._tell_release, address, key)
+
+    def _tell_release(self, address: str, key: str) -> None:
+        channel = self.channels.get(address)
+        if channel is not None and not channel.closed:
+            channel.release(key)
+
+    async def _fetch_kept(self, kept: list) -> list:
+        """The values of results kept on workers; :class:`ResultsLost` for those gone."""
+
+        pool = self.client.rpc
+
+        async def one(item: Kept):
+            # A bounded connect: Dask retries a refused one (a dead worker) for 30 s.
+            try:
+                comm = await asyncio.wait_for(
+                    pool.connect(item.address, timeout=PEER_CONNECT_S), PEER_CONNECT_S + 1.0
+                )
+                response = await dask_compat.ask_peer(comm, RESULT_HANDLER, key=item.key)
+                pool.reuse(item.address, comm)
+            except (OSError, asyncio.TimeoutError):
+                response = {"status": "missing"}
+            if response["status"] != "OK":
+                raise ResultsLost(
+                    f"the result of {item.key} was lost with its worker {item.address}",
+                    (item.key,), address=item.address,
+                )  # fmt: skip
+            return response["value"]
+
+        return list(await asyncio.gather(*[one(item) for item in kept]))
 
     # --- direct calls -------------------------------------------------------------
 
@@ -609,19 +732,33 @@ class DaskBackend(BackendRecords):
                 if not mirror.cancelled():
                     mirror.exception()  # read here, raised below: asyncio must not warn
             values.append(ref.outcome.result())  # raises the task's own error, as it was
-        remote = [v for v in values if not isinstance(v, Local)]
+        kept = [v for v in values if isinstance(v, Kept)]
+        remote = [v for v in values if not isinstance(v, (Local, Kept))]
         pinned = [v for v, ref in zip(values, refs, strict=True) if ref.pinned and v in remote]
-        fetched = iter(await self._fetch(remote, pinned) if remote else ())
-        return [v.value if isinstance(v, Local) else next(fetched) for v in values]
+        again = [v for v, ref in zip(values, refs, strict=True) if ref.recipe and v in remote]
+        fetched = iter(await self._fetch(remote, pinned, again) if remote else ())
+        from_workers = iter(await self._fetch_kept(kept) if kept else ())
+        return [
+            v.value if isinstance(v, Local)
+            else next(from_workers) if isinstance(v, Kept)
+            else next(fetched)
+            for v in values
+        ]  # fmt: skip
 
-    async def _fetch(self, futures: list, pinned: list) -> list:
+    async def _fetch(self, futures: list, pinned: list, recomputable: list = ()) -> list:
         """The values of finished ``futures``; a liveness check instead of a hang.
 
         Dask recomputes a result lost with its worker, but not one pinned to that
         worker (a stateful call's): it would wait forever for the worker to come
         back. Such a loss raises :class:`WorkerLostError` within ``FETCH_CHECK_S``.
+        A fetch still going after ``HOLDER_SILENT_S`` looks for results of
+        ``recomputable`` futures held only by workers that stopped reporting (a
+        frozen process: the fetch would wait for it to run again, or for Dask's 30 s
+        connect time-out) and raises :class:`ResultsLost` for them, naming the
+        worker: the engine runs those tasks again elsewhere.
         """
         fetch = asyncio.ensure_future(self.client.gather(futures, asynchronous=True))
+        ask_at = time.monotonic() + HOLDER_SILENT_S
         while True:
             done, _ = await asyncio.wait([fetch], timeout=FETCH_CHECK_S)
             if done:
@@ -655,6 +792,25 @@ class DaskBackend(BackendRecords):
                 raise WorkerLostError(
                     f"the result of {lost[0].key} was lost with the worker that held it"
                 )
+            if recomputable and time.monotonic() >= ask_at:
+                ask_at = time.monotonic() + HOLDER_SILENT_S
+                silent = await self._silent_holders(recomputable)
+                if silent:
+                    fetch.cancel()
+                    key, address = next(iter(silent.items()))
+                    raise ResultsLost(
+                        f"the result of {key} is held by {address}, which stopped "
+                        "reporting to the scheduler", tuple(silent), address=address,
+                        silent=True,
+                    )  # fmt: skip
+
+    async def _silent_holders(self, futures: list) -> dict:
+        try:
+            return await dask_compat.silent_holders(
+                self.client, [f.key for f in futures], HOLDER_SILENT_S
+            )
+        except (OSError, KeyError, TypeError):  # the scheduler is busy or different: wait on
+            return {}
 
     def place(self, value, task_id: str, broadcast: bool = False):
         """Put ``value`` in the cluster once (``engine.put``), on every worker if
@@ -679,3 +835,6 @@ class DaskBackend(BackendRecords):
     def close(self) -> None:
         self.closed = True
         self.admin.shutdown(wait=False)
+        channels, self.channels = list(self.channels.values()), {}
+        for channel in channels:
+            self.on_loop(channel.close)

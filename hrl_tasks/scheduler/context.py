@@ -40,6 +40,10 @@ class TaskContext:
     finished: bool = False
     left_pool: bool = False  # waited once: the thread already left the pool
     direct: bool = False  # a direct call, run outside Dask's task machinery
+    route: str = "dask"  # "direct": a plain task sent straight to the worker (task_service)
+    slots: object = field(default=None, repr=False)  # the worker's Slots, on the direct route
+    lent: bool = False  # waiting: its slot is lent to other tasks
+    on_wait: object = field(default=None, repr=False)  # told True/False as it waits/goes on
     elapsed: float | None = None  # a direct call's time, when its reply carries it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -115,6 +119,9 @@ def worker_address() -> str | None:
 
 def in_worker_task() -> bool:
     """Whether the calling thread runs an engine task or a direct call on a worker."""
+    ctx = current_task()
+    if ctx is not None and ctx.route == "direct":
+        return True
     return in_task_thread() or in_direct_call()
 
 
@@ -129,11 +136,15 @@ def task_wait():
     distributed issue 6565): a parent never starves its own children. Outside
     a task this does nothing.
     """
+    ctx = current_task()
+    if ctx is not None and ctx.route == "direct":
+        with _lent_slot(ctx):
+            yield
+        return
     key = dask_compat.running_task_key() if not in_direct_call() else None
     if key is None:
         yield
         return
-    ctx = current_task()
     if ctx is not None:
         with ctx.lock:
             detached = ctx.detached
@@ -150,10 +161,37 @@ def task_wait():
         secede()
     else:
         dask_compat.leave_pool_again()
+    # The slot shared with the direct route is taken back after the pool thread: a task
+    # holding its slot while waiting for a thread would block a thread waiting for a slot.
+    shared = ctx is not None and ctx.slots is not None
+    with _lent_slot(ctx) if shared else contextlib.nullcontext():
+        try:
+            yield
+        finally:
+            rejoin()
+
+
+@contextlib.contextmanager
+def _lent_slot(ctx: TaskContext):
+    """A task of the direct route lends its worker slot while the body waits, and
+    takes one back (ahead of tasks not started) before it goes on."""
+    with ctx.lock:
+        lend = not ctx.lent and not ctx.finished
+        ctx.lent = ctx.lent or lend
+    if not lend:  # already lent by an outer wait
+        yield
+        return
+    if ctx.on_wait is not None:  # first: the slot it lends goes to someone who counts it
+        ctx.on_wait(True)
+    ctx.slots.lend()
     try:
         yield
     finally:
-        rejoin()
+        ctx.slots.take_back()
+        with ctx.lock:
+            ctx.lent = False
+        if ctx.on_wait is not None:
+            ctx.on_wait(False)
 
 
 def lend_resources(request: dict, sign: int) -> None:

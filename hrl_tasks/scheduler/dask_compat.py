@@ -276,3 +276,67 @@ async def ask_peer(comm, op: str, **message):
     from distributed.core import send_recv
 
     return await send_recv(comm, op=op, **message)
+
+
+async def silent_holders(client: Client, keys: list, lag_s: float) -> dict:
+    """Of the workers holding ``keys``, those the scheduler has not heard from for
+    ``lag_s`` (at least five heartbeats) longer than the last worker it heard from:
+    ``{key: address}`` for each key held by such workers only.
+
+    A stopped (``SIGSTOP``) worker still accepts connections, and a fetch of its
+    results waits out Dask's 30 s connect time-out; its heartbeats stop at once.
+    Lags between workers, all read from the scheduler's clock, need no clock of
+    ours and no connection of ours to the workers.
+
+    Why: the scheduler's ``who_has`` and ``identity`` handlers are reached through
+    ``client.scheduler``; ``Client.who_has`` and ``Client.scheduler_info`` are
+    their public forms, but they block (``sync``) and cannot be awaited on the
+    event loop. ``heartbeat_interval`` is the scheduler's rule for how often
+    workers report.
+    """
+    from distributed.scheduler import heartbeat_interval
+
+    who_has = await client.scheduler.who_has(keys=list(keys))
+    try:
+        workers = (await client.scheduler.identity(n_workers=-1))["workers"]
+    except TypeError:  # distributed before 2025: every worker, no argument
+        workers = (await client.scheduler.identity())["workers"]
+    seen = {address: info["last_seen"] for address, info in workers.items()}
+    if len(seen) < 2:
+        return {}  # no other worker to compute them on
+    bound = max(lag_s, 5 * heartbeat_interval(len(seen)))
+    latest = max(seen.values())
+    silent = {address for address, last in seen.items() if latest - last > bound}
+    return {
+        key: holders[0]
+        for key, holders in who_has.items()
+        if holders and all(address in silent for address in holders)
+    }
+
+
+async def open_stream(address: str, handler: str, connection_args: dict, timeout: float):
+    """A connection to ``address`` handed to its ``handler`` for good (a stream of
+    messages both ways, as the scheduler's ``add_client``), opened within ``timeout``.
+
+    Why: ``distributed.comm.connect`` is the transport layer below ``rpc``; a
+    stream that the handler keeps needs its comm, which ``rpc`` does not hand out.
+    Public replacement: none.
+    """
+    from distributed.comm import connect
+
+    comm = await connect(address, timeout=timeout, **connection_args)
+    await comm.write({"op": handler, "reply": False})
+    return comm
+
+
+def sync_on_loop(loop, coroutine_fn, *args):
+    """Run ``coroutine_fn(*args)`` on the event loop ``loop`` from another thread, blocking.
+
+    Why: a task's thread needs a value that the worker fetches on its event loop.
+    ``distributed.utils.sync`` is what ``Client.sync`` uses. Public replacement: none
+    for a worker's loop (``asyncio.run_coroutine_threadsafe`` needs the asyncio loop,
+    which Tornado's ``IOLoop`` wraps).
+    """
+    from distributed.utils import sync
+
+    return sync(loop, coroutine_fn, *args)

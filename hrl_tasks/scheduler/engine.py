@@ -50,18 +50,21 @@ from hrl_tasks.scheduler.clusters import (
 from hrl_tasks.scheduler.context import current_task, in_worker_task, task_wait
 from hrl_tasks.scheduler.errors import EngineError, ResultsLost
 from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
+from hrl_tasks.scheduler.page import EnginePage
 from hrl_tasks.scheduler.resources import check_satisfiable, normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.runtime import WorkerRuntime, local_resources
 from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import EngineState
+from hrl_tasks.scheduler.task_service import TaskRoute
 from hrl_tasks.scheduler.taskref import TaskRef, collect_refs
 from hrl_tasks.scheduler.watch import WaitWatch
 
 logger = logging.getLogger(__name__)
 RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
 VALIDATE_VARIABLE = "HRL_TASKS_VALIDATE"
+ROUTES = ("dask", "direct")  # how plain tasks reach the workers (Engine(route=...))
 EVENTS_BACKSTOP_SWEEP_S = 5.0  # seconds between looks at the workers beside the events
 
 
@@ -157,6 +160,9 @@ class Engine:
         stall_warning_s: a wait that sees no progress in the engine (no attempt
             started or ended, no worker came or went) for this long logs the
             story of what it waits for (:meth:`story`); None: never.
+        route: how plain tasks reach the workers by default (``submit(route=...)``):
+            ``"dask"`` through Dask's scheduler, ``"direct"`` placed by the engine
+            and sent on a stream of its own to each worker.
     """
 
     def __init__(
@@ -170,7 +176,10 @@ class Engine:
         send_interval_s: float | None = 0.001,
         validate: bool | None = None,
         stall_warning_s: float | None = 60.0,
+        route: str = "dask",
     ):
+        if route not in ROUTES:
+            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
         if send_interval_s is not None:
             dask_compat.set_send_interval(client, send_interval_s)
         self.client = client
@@ -185,6 +194,7 @@ class Engine:
         backend = DaskBackend(client, state, self.topic)
         self._start(state, backend, retries, lost_worker_timeout, activate=not nested,
                     stall_warning_s=stall_warning_s)  # fmt: skip
+        self.route, self.nested, self.has_workers = route, nested, True
         self._reaches_workers: bool | None = None  # see reaches_workers(); None: not asked
         client.subscribe_topic(self.topic, backend.on_reports)
         if not nested:  # a nested engine's scheduler has it: the root engine put it there
@@ -210,6 +220,9 @@ class Engine:
         self.local_cache_lock = threading.Lock()
         self.again_lock = threading.Lock()
         self.watch = WaitWatch(lambda: self.state.progress_at, self.story, stall_warning_s)
+        self.route, self.nested, self.has_workers = "dask", False, False
+        self._route_ready = False  # the workers take task streams (the direct route)
+        self._page: EnginePage | None = None
         self._active_token = _Active.engine.set(self) if activate else None
 
     # --- construction -------------------------------------------------------
@@ -222,6 +235,7 @@ class Engine:
         resources: dict | list[dict] | None = None,
         validate: bool | None = None,
         stall_warning_s: float | None = 60.0,
+        route: str = "dask",
         **cluster_kwargs,
     ) -> Engine:
         """Start an embedded ``distributed.LocalCluster`` with worker processes.
@@ -233,12 +247,13 @@ class Engine:
                 threads, ``GPU`` = the devices visible, ``memory`` = its
                 memory limit in bytes. A list gives one dict per worker, for a
                 heterogeneous cluster (its length sets ``n_workers``).
-            validate, stall_warning_s: as for :class:`Engine`.
+            validate, stall_warning_s, route: as for :class:`Engine`.
             **cluster_kwargs: passed to ``LocalCluster`` (e.g. ``dashboard_address``).
         """
         cluster, client = start_local(n_workers, threads_per_worker, resources, **cluster_kwargs)
         try:
-            return cls(client, cluster=cluster, validate=validate, stall_warning_s=stall_warning_s)
+            return cls(client, cluster=cluster, validate=validate, stall_warning_s=stall_warning_s,
+                       route=route)  # fmt: skip
         except BaseException:
             client.close()
             cluster.close()
@@ -340,6 +355,22 @@ class Engine:
         """The address of the Dask dashboard."""
         return self.client.dashboard_link
 
+    @property
+    def page_link(self) -> str:
+        """The address of the engine's live page: every engine task by worker and by
+        name (the direct route's too, which Dask's dashboard does not see) and the
+        stateful workers, refreshed every second; ``/json`` gives the same as JSON.
+        Served from the first time this is read, by this process, on 127.0.0.1."""
+        with self.backend.lock:
+            if self._page is None:
+                self._page = EnginePage(self.view)
+        return self._page.link
+
+    def view(self) -> dict:
+        """What the live page shows (`EngineState.view`), read under the engine's lock."""
+        with self.backend.lock:
+            return self.state.view()
+
     def close(self) -> None:
         """Close the engine; a local engine also stops its worker processes."""
         if self.closed:
@@ -353,6 +384,8 @@ class Engine:
             if dask_compat.topic_handler(self.client, topic) == handler:  # not another engine's
                 self.client.unsubscribe_topic(topic)
         self._deactivate()
+        if self._page is not None:
+            self._page.close()
         if self.owns_client:
             self.client.close()
         if self.cluster is not None:
@@ -381,6 +414,7 @@ class Engine:
         retries: RetryPolicy | int | None = None,
         speculative: bool | SpeculationPolicy = False,
         name: str | None = None,
+        route: str | None = None,
         **kwargs,
     ) -> TaskRef:
         """Run ``fn(*args, **kwargs)`` on a worker.
@@ -395,31 +429,48 @@ class Engine:
             speculative: allow backup copies when this task straggles: ``True``
                 for the default :class:`SpeculationPolicy`, or a policy.
             name: groups statistics and the dashboard; default ``fn``'s name.
+            route: ``"direct"``: the engine places the task and sends it to the
+                worker itself, skipping Dask's scheduler; ``"dask"``: through the
+                scheduler (a task whose inputs are Dask's goes that way anyway).
+                Default: the engine's ``route``.
 
         Raises:
             ResourceError: if no worker could ever meet ``resources``.
         """
-        ref, event = self._task(fn, args, kwargs, resources, retries, speculative, name)
+        ref, event = self._task(fn, args, kwargs, resources, retries, speculative, name, route)
         self.backend.push(event)
         return ref
 
     def map(self, fn, *iterables, **submit_kwargs) -> list[TaskRef]:
         """``[submit(fn, *args, **submit_kwargs) for args in zip(*iterables)]``, sent as one batch."""
-        options = {k: submit_kwargs.pop(k, None) for k in ("resources", "retries", "name")}
+        options = {k: submit_kwargs.pop(k, None) for k in ("resources", "retries", "name", "route")}
         speculative = submit_kwargs.pop("speculative", False)
         made = [
             self._task(fn, args, submit_kwargs, options["resources"], options["retries"],
-                       speculative, options["name"])
+                       speculative, options["name"], options["route"])
             for args in zip(*iterables, strict=True)
         ]  # fmt: skip
         if made:
             self.backend.push(*(event for _, event in made))
         return [ref for ref, _ in made]
 
-    def _task(self, fn, args, kwargs, resources, retries, speculative, name):
+    def _task(self, fn, args, kwargs, resources, retries, speculative, name, route=None):
         """A TaskRef and the event that submits it."""
         if not callable(fn):
             raise TypeError(f"submit needs a callable, got {fn!r}")
+        if route is None:  # a nested task's children go the way it came
+            parent = current_task() if self.nested else None
+            route = self.route if parent is None else parent.route
+        if route not in ROUTES:
+            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+        if not self.has_workers:  # in-process: every route is the same call
+            route = "dask"
+        elif route == "direct" and not self._route_ready:
+            # Every worker, those to come too, takes task streams (once per cluster: in a
+            # task, the root engine that sent it did it already).
+            if not (self.nested and WorkerRuntime.of().task_service is not None):
+                self.client.register_plugin(TaskRoute(), name=TaskRoute.name)
+            self._route_ready = True
         request = normalize_request(resources)
         self.check_resources(request)
         policy = RetryPolicy.coerce(retries, self.default_retries)
@@ -428,7 +479,7 @@ class Engine:
         deps = self._inputs(args, kwargs)
         ref = self._new_ref(name, (fn, args, kwargs))
         ref.deps = tuple(d.task_id for d in deps)
-        event = ev.SubmitTask(ref.task_id, name, ref.deps, request, policy, speculation)
+        event = ev.SubmitTask(ref.task_id, name, ref.deps, request, policy, speculation, route)
         return ref, event
 
     def _inputs(self, args, kwargs) -> list[TaskRef]:
@@ -520,7 +571,8 @@ class Engine:
                 ref.outcome = cf.Future()
                 self.backend.payloads[ref.task_id] = ref.recipe
                 self.backend.outcomes[ref.task_id] = ref.outcome
-                self.backend.push(ev.ResultLost(ref.task_id, value.key))
+                away = lost.address if lost.silent else None
+                self.backend.push(ev.ResultLost(ref.task_id, value.key, away_from=away))
 
     def wait(
         self,

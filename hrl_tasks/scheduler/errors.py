@@ -39,16 +39,23 @@ class ResultsLost(WorkerLostError):
     Dask cannot compute again (what they were computed from died too, or so did the
     worker computing them again). The engine runs such tasks again.
 
+    Results held only by a worker that stopped reporting (a frozen process) are
+    raised so too, ``silent`` set: they run again away from that worker.
+
     Attributes:
         keys: the Dask keys of the lost results.
+        silent: whether the worker (``address``) is silent rather than gone.
     """
 
-    def __init__(self, message: str, keys: tuple = (), address: str | None = None):
+    def __init__(
+        self, message: str, keys: tuple = (), address: str | None = None, silent: bool = False
+    ):
         super().__init__(message, address)
         self.keys = tuple(keys)
+        self.silent = silent
 
     def __reduce__(self):
-        return type(self), (str(self), self.keys, self.address)
+        return type(self), (str(self), self.keys, self.address, self.silent)
 
 
 class ObjectStartError(EngineError):

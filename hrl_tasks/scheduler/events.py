@@ -29,6 +29,7 @@ class SubmitTask:
     request: dict = field(default_factory=dict)
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     speculation: SpeculationPolicy | None = None
+    route: str = "dask"  # "direct": the engine places it and sends it to the worker itself
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,13 @@ class CancelTask:
 class ResultLost:
     """The result of finished plain task ``task_id`` (attempt ``key``'s) was lost
     before it was read, and Dask cannot compute it again (what it was computed from
-    died too): run the task again. The engine has given it a new outcome and payload."""
+    died too), or it is held by a worker that stopped reporting (``away_from``): run
+    the task again, elsewhere than ``away_from``. The engine has given it a new
+    outcome and payload."""
 
     task_id: str
     key: str
+    away_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,23 @@ class WorkerRemoved:
 
 
 @dataclass(frozen=True)
+class AttemptWaits:
+    """Direct-route attempt ``key`` waits for other tasks (``waiting``), its worker slot
+    lent to them, or goes on again: a waiting attempt does not count as busy."""
+
+    key: str
+    waiting: bool
+
+
+@dataclass(frozen=True)
+class StreamLost:
+    """The engine's task stream to worker ``address`` broke: the worker died, or cannot
+    be reached. What was sent on it is lost."""
+
+    address: str
+
+
+@dataclass(frozen=True)
 class WorkerAdded:
     address: str
 
@@ -216,7 +237,8 @@ class Launch:
     :class:`AttemptDone` (creations and snapshots). ``state``: the snapshot a
     creation restores. ``watched``: speculation follows this attempt, so its
     start must be reported (a direct call that is not watched reports its
-    time in its reply only).
+    time in its reply only). ``route``: ``"direct"`` for a plain task the engine
+    placed itself, sent on its stream to ``workers[0]``.
     """
 
     key: str
@@ -238,6 +260,7 @@ class Launch:
     state: Any = None
     args_of: str | None = None  # the task whose arguments to use (a backup call's original)
     watched: bool = False
+    route: str = "dask"  # "direct": send to ``workers[0]`` on the engine's own stream
 
 
 @dataclass(frozen=True)

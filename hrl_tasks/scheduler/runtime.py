@@ -50,6 +50,7 @@ class WorkerRuntime(WorkerPlugin):
         # at once, not after waiting for it to arrive (the driver then sends it).
         self.shared_dropped: OrderedDict[str, None] = OrderedDict()
         self.handlers_installed = False
+        self.task_service = None  # the direct route's (task_service.install)
 
     @classmethod
     def of(cls, worker=None) -> WorkerRuntime:
@@ -171,17 +172,24 @@ class WorkerRuntime(WorkerPlugin):
         if ctx is None or dask_compat.task_state(self.worker, key) != ("cancelled", "executing"):
             return
 
+        held = []
+
         def claim() -> bool:
             with ctx.lock:
                 if ctx.finished or ctx.left_pool or ctx.detached:
                     return False
                 ctx.detached = True
+                held.append(ctx.slots is not None and not ctx.lent)
                 return True
 
         if dask_compat.detach_thread(self.worker, ctx.thread, claim):
             dask_compat.report_seceded(self.worker, key)
+            if held and held[0]:  # its slot, shared with the direct route, goes too
+                ctx.slots.release()
 
     def teardown(self, worker):
+        if self.task_service is not None:
+            self.task_service.close()
         for entry in list(self.objects.values()):
             entry.close()
         self.objects.clear()
@@ -190,17 +198,29 @@ class WorkerRuntime(WorkerPlugin):
 
 
 def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
-    """Run one attempt of an engine task on a worker, reporting its start and end."""
+    """Run one attempt of an engine task on a worker, reporting its start and end.
+
+    Where the direct route runs too, the task first takes one of the worker's
+    slots, which both routes share (`task_service.Slots`); internal work does not.
+    """
     runtime = WorkerRuntime.of()
     ctx = TaskContext(spec["key"], spec["name"], spec["attempt"], spec["resources"], spec["topic"])
+    service = runtime.task_service
+    if service is not None and not spec.get("internal"):
+        args, kwargs = service.resolve_in_thread((args, kwargs))
+        service.slots.acquire()
+        ctx.slots = service.slots
     with runtime.reported(ctx):
         try:
             return runtime.call_with_faults(spec, fn, args, kwargs)
         finally:
             with ctx.lock:
                 ctx.finished = True
+                holds_slot = ctx.slots is not None and not ctx.lent and not ctx.detached
                 if ctx.detached:  # a new thread took this one's place in the pool: end here
                     dask_compat.end_thread_after_task()
+            if holds_slot:
+                ctx.slots.release()
             if ctx.seceded and ctx.resources:
                 lend_resources(ctx.resources, -1)
 

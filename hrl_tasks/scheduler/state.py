@@ -44,6 +44,7 @@ Decisions:
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import itertools
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ from hrl_tasks.scheduler.errors import (
     SchedulerLostError,
     WorkerLostError,
 )
+from hrl_tasks.scheduler.placement import MAX_PIPELINE, choose_worker, pipeline_depth
 from hrl_tasks.scheduler.resources import Ledger
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import (
@@ -78,6 +80,9 @@ SWEEP_TICK_S = 1.0
 # ref exists, so a release still unmatched this long after was of a task already
 # forgotten: a creation or destruction (internal, dropped once it ended) whose ref went later.
 RELEASED_EARLY_S = 60.0
+# A worker whose task stream broke gets no direct-route task for this long, unless it is
+# seen to leave (then it is gone) or a new stream is wanted after it (then it is tried).
+UNREACHABLE_S = 10.0
 # A finished task whose result was lost before it was read runs again at most this often.
 RECOMPUTE_LIMIT = 3
 # What counts as progress for a wait that watches for stalls (not WorkersSeen: a sweep).
@@ -118,6 +123,8 @@ class Task:
     held_on: str | None = None  # the one worker its result lives on, if it was pinned there
     lost: BaseException | None = None  # that worker died: the result is gone for good
     recomputed: int = 0  # runs after its finished result was lost (see ResultLost)
+    route: str = "dask"  # "direct": placed by the engine and sent straight to a worker
+    room_wait: tuple | None = None  # (attempt, key, away_from) while it waits for a free slot
 
 
 @dataclass
@@ -129,6 +136,8 @@ class Attempt:
     pinned: str | None = None  # the worker it was sent to, if pinned
     worker: str | None = None  # where it runs, once reported
     started_at: float | None = None
+    sent_to: str | None = None  # the worker a direct-route attempt was sent to
+    lent: bool = False  # it waited for other tasks: its resources are lent until it ends
 
 
 @dataclass
@@ -205,6 +214,15 @@ class EngineState:
         self.objects: dict[str, ObjectState] = {}
         self.ledger = Ledger()
         self.nthreads: dict[str, int] = {}
+        self.sent: dict[str, set] = {}  # worker -> direct-route attempts sent there, not ended
+        self.sent_requests: dict[str, dict] = {}  # worker -> what those attempts asked for
+        self.sent_waiting: dict[str, set] = {}  # worker -> those of them waiting for others
+        self.room: collections.deque = collections.deque()  # task ids waiting for a slot
+        self.room_freed = False  # a slot freed while tasks wait: place them after this handle
+        self.unreachable: dict[str, float] = {}  # worker -> when its task stream broke
+        self.mean_s: dict[str, float] = {}  # task name -> a moving mean of its durations
+        self.tally: dict[str, list] = {}  # task name -> [finished, failed] (the live page)
+        self._turn = 0
         self.spec = SpeculationState()
         self.stats = EngineStats()
         self.waiters: dict[str, set] = {}  # input task id -> tasks waiting for it to settle
@@ -234,6 +252,8 @@ class EngineState:
                 self._emit(ev.Fail(event.task_id, self.scheduler_lost))
                 continue
             getattr(self, f"_on_{type(event).__name__}")(event)
+        if self.room_freed:
+            self._place_room()
         delay = SPECULATION_TICK_S if self.spec.live else self.sweep_s
         if (self.spec.live or self._needs_sweep()) and (
             self.tick_at is None or now + delay < self.tick_at - 1e-3
@@ -279,7 +299,8 @@ class EngineState:
 
     def _on_SubmitTask(self, e: ev.SubmitTask) -> None:
         task = self._add(Task(e.task_id, e.name, deps=e.deps, request=e.request,
-                              policy=e.policy, speculation=e.speculation))  # fmt: skip
+                              policy=e.policy, speculation=e.speculation,
+                              route=e.route))  # fmt: skip
         self.stats.count("submitted")
         if self._failed_input(task) is None:
             self._launch(task, 0, key=e.task_id)
@@ -305,7 +326,7 @@ class EngineState:
         task.status, task.winner, task.recomputed = PENDING, None, task.recomputed + 1
         self.stats.count("recomputed")
         if self._failed_input(task) is None:
-            self._launch(task, task.attempts)
+            self._launch(task, task.attempts, away_from=e.away_from)
         if task.speculation is not None and task.status == PENDING:
             self.spec.live.add(task.task_id)
 
@@ -313,8 +334,17 @@ class EngineState:
         self._add(Task(e.task_id, "put", kind="put", status=FINISHED, winner=e.task_id,
                        current=e.task_id))  # fmt: skip
 
-    def _launch(self, task: Task, number: int, key: str | None = None, backup_on=None) -> None:
-        """Send attempt ``number`` of ``task`` (a backup copy if ``backup_on`` is a worker).
+    def _launch(
+        self,
+        task: Task,
+        number: int,
+        key: str | None = None,
+        backup_on=None,
+        away_from=None,
+        placed_on=None,
+    ) -> None:
+        """Send attempt ``number`` of ``task`` (a backup copy if ``backup_on`` is a worker;
+        on another worker than ``away_from``, if one has room).
 
         An input that is pending with no attempt running (waiting for a retry's
         back-off, for its own inputs, or for its object's new home) has no
@@ -325,20 +355,36 @@ class EngineState:
         if idle and backup_on is None:
             self._wait_for_inputs(task, idle, (number, None, True))
             return
+        obj = self.objects.get(task.obj_id) if task.obj_id else None
+        direct_route = obj is None and task.kind == "task" and task.route == "direct"
+        if direct_route and not self._direct_inputs(task):
+            task.route, direct_route = "dask", False  # its inputs are in Dask: so is it
+        sent_to = backup_on or placed_on
+        if direct_route and sent_to is None:
+            # Behind tasks already waiting, a plain task waits too (first come, first served).
+            queue_behind = self.room and not task.request and away_from is None
+            sent_to = None if queue_behind else self._place_direct(task, away_from)
+            if sent_to is None:  # every worker is full, or others wait: it waits for a slot
+                task.room_wait = (number, key, away_from)
+                self.room.append(task.task_id)
+                self.room_freed = self.room_freed or queue_behind  # a look after this handle
+                return
         key = key or self.new_key(task.name)
         inputs = {d: self.tasks[d].current for d in task.deps if d in self.tasks}
-        obj = self.objects.get(task.obj_id) if task.obj_id else None
         workers = None
         if obj is not None:
             workers = (obj.address,)
-        elif backup_on is not None:
-            workers = (backup_on,)
-        elif task.speculation is not None:
-            workers = self._healthy_workers()
+        elif sent_to is not None:
+            workers = (sent_to,)
+        elif task.speculation is not None or away_from is not None:
+            workers = self._healthy_workers(away_from)
         # Only an object's calls are bound to a worker; a plain task's workers are a
         # preference (its result can be computed again elsewhere if its worker dies).
         self.attempts[key] = Attempt(key, task.task_id, number, inputs,
-                                     pinned=obj.address if obj is not None else None)  # fmt: skip
+                                     pinned=obj.address if obj is not None else None,
+                                     sent_to=sent_to if direct_route else None)  # fmt: skip
+        if direct_route:
+            self._count_sent(key, sent_to, task.request, +1)
         task.live[key] = self.now
         task.retry_due = None
         task.current = key
@@ -349,7 +395,7 @@ class EngineState:
             self.spec.busy[backup_on] = self.spec.busy.get(backup_on, 0) + 1
         self._emit(ev.Launch(
             key, task.task_id, task.name, number, kind=task.kind, workers=workers,
-            strict=obj is not None,
+            strict=obj is not None or direct_route, route="direct" if direct_route else "dask",
             priority=1 if backup_on is not None else 0, inputs=inputs, request=task.request,
             internal=task.internal, direct=task.direct,
             fetch=task.kind in ("create", "snapshot"), obj_id=task.obj_id, seq=task.seq,
@@ -374,6 +420,7 @@ class EngineState:
         if attempt is None:
             self._emit(ev.Forget((e.key,)))
             return
+        self._unsend(attempt)
         reserved = self.spec.reserved.pop(e.key, None)
         if reserved is not None:  # a backup that ends without a start report
             self.spec.busy[reserved] = max(0, self.spec.busy.get(reserved, 0) - 1)
@@ -412,7 +459,7 @@ class EngineState:
         if not resent:
             self._on_AttemptDone(ev.AttemptDone(e.key, "cancelled"))
             return
-        del self.attempts[e.key]
+        self._unsend(self.attempts.pop(e.key))
         task.live.pop(e.key, None)
         self._emit(ev.Forget((e.key,)))
         self.stats.count("inputs_resent")
@@ -461,6 +508,7 @@ class EngineState:
             self._skip(task)  # a copy that never runs must not block later calls
         if not task.internal and task.kind in ("task", "call"):
             self.stats.count("finished")
+            self.tally.setdefault(task.name, [0, 0])[0] += 1
         for peer_id in task.linked:
             peer = self.tasks.get(peer_id)
             if peer is not None and peer.status == PENDING:
@@ -480,7 +528,9 @@ class EngineState:
         others = [k for k in task.live if k != exclude]
         task.live.clear()
         for key in others:
-            self.attempts.pop(key, None)
+            dropped = self.attempts.pop(key, None)
+            if dropped is not None:
+                self._unsend(dropped)  # the worker gives a dropped copy's slot back at once
             reserved = self.spec.reserved.pop(key, None)
             if reserved is not None:
                 self.spec.busy[reserved] = max(0, self.spec.busy.get(reserved, 0) - 1)
@@ -496,6 +546,7 @@ class EngineState:
         self._emit(ev.Fail(task.task_id, error))
         if count and not task.internal and task.kind in ("task", "call"):
             self.stats.count("failed")
+            self.tally.setdefault(task.name, [0, 0])[1] += 1
         self._settled(task)
 
     def _cancel(self, task: Task, message: str) -> None:
@@ -513,6 +564,7 @@ class EngineState:
     def _settled(self, task: Task) -> None:
         """After ``task`` is done: wake tasks waiting for it, forget it if nobody holds it."""
         self.spec.live.discard(task.task_id)
+        task.room_wait = None  # if it waited for a slot, it is skipped there
         obj = self.objects.get(task.obj_id) if task.obj_id else None
         if obj is not None and obj.calls.get(task.seq) == task.task_id:
             del obj.calls[task.seq]
@@ -870,9 +922,12 @@ class EngineState:
                 del self.spec.running[key]  # their ends will never be reported
                 self.spec.detached.discard(key)
                 self.spec.losers.pop(key, None)
+        for address in gone:
+            self._sent_lost(address)
         for address, (nthreads, declared) in e.workers.items():
             self.nthreads[address] = int(nthreads)
             self.ledger.capacity[address] = {k: float(v) for k, v in declared.items()}
+        self.room_freed = bool(self.room)
         self.ledger.see_others({a: h for a, h in e.held.items() if a in e.workers})
         for obj in list(self.objects.values()):
             if obj.address is None or obj.address in e.workers:
@@ -903,7 +958,37 @@ class EngineState:
     def _on_WorkerRemoved(self, e: ev.WorkerRemoved) -> None:
         if not e.expected:
             self.stats.count("workers_lost")
+        self.nthreads.pop(e.address, None)  # nothing more is sent there; a refresh tells the rest
+        self._sent_lost(e.address)
         self._emit(ev.Refresh())
+
+    def _on_AttemptWaits(self, e: ev.AttemptWaits) -> None:
+        attempt = self.attempts.get(e.key)
+        if attempt is None or attempt.sent_to is None:
+            return
+        waiting = self.sent_waiting.setdefault(attempt.sent_to, set())
+        if e.waiting:
+            waiting.add(e.key)
+            self.room_freed = self.room_freed or bool(self.room)
+            task = self.tasks.get(attempt.task_id)
+            if not attempt.lent and task is not None and task.request:
+                # As on the Dask route: from its first wait until it ends, a task's
+                # resources are lent to its worker (its children may need them).
+                attempt.lent = True
+                self._count_request(attempt.sent_to, task.request, -1)
+        else:
+            waiting.discard(e.key)
+
+    def _busy(self, worker: str) -> int:
+        """Direct-route attempts sent to ``worker`` that hold or wait for a slot there
+        (not those waiting for other tasks: their slots are lent)."""
+        return len(self.sent.get(worker, ())) - len(self.sent_waiting.get(worker, ()))
+
+    def _on_StreamLost(self, e: ev.StreamLost) -> None:
+        self.unreachable[e.address] = self.now
+        self._sent_lost(e.address)
+        self._emit(ev.Refresh())
+        self._emit(ev.Later(UNREACHABLE_S + 0.05, ev.Tick()))  # then it may be tried again
 
     def _on_WorkerAdded(self, e: ev.WorkerAdded) -> None:
         self._emit(ev.Refresh())
@@ -923,6 +1008,7 @@ class EngineState:
         self.spec.live.clear()
 
     def _on_Tick(self, e: ev.Tick) -> None:
+        self.room_freed = self.room_freed or bool(self.room)
         if self.tick_at is not None and self.now >= self.tick_at - 1e-3:
             self.tick_at = None  # an earlier tick that a sooner one replaced changes nothing
         for obj in list(self.objects.values()):
@@ -935,6 +1021,96 @@ class EngineState:
             self._emit(ev.Refresh())
         if self.spec.live:
             self._plan_backups()
+
+    # --- the direct route: plain tasks placed here ------------------------------
+
+    def _place_direct(self, task: Task, away_from: str | None) -> str | None:
+        """The worker to send ``task`` to now (see `placement.choose_worker`), or None."""
+        near = [self.tasks[d].held_on for d in task.deps
+                if d in self.tasks and self.tasks[d].held_on]  # fmt: skip
+        only = self._healthy_workers(away_from) if task.speculation or away_from else None
+        for worker, since in list(self.unreachable.items()):
+            if self.now - since > UNREACHABLE_S or worker not in self.nthreads:
+                del self.unreachable[worker]
+        if self.unreachable:
+            only = [w for w in (only or self.nthreads) if w not in self.unreachable]
+        free = None
+        if task.request:
+            free = {w: self._free_for_tasks(w) for w in self.nthreads}
+        self._turn += 1
+        return choose_worker(self.nthreads, {w: self._busy(w) for w in self.sent},
+                             task.request, free, near=near, only=only, turn=self._turn,
+                             depth=pipeline_depth(self.mean_s.get(task.name)))  # fmt: skip
+
+    def _direct_inputs(self, task: Task) -> bool:
+        """Whether every input of ``task`` is a direct-route result (here or kept on a
+        worker) that a task sent on the direct route can take."""
+        return all(
+            d in self.tasks and self.tasks[d].kind == "task" and self.tasks[d].route == "direct"
+            for d in task.deps
+        )
+
+    def _free_for_tasks(self, worker: str) -> dict:
+        free = self.ledger.free(worker)
+        for name, amount in self.sent_requests.get(worker, {}).items():
+            free[name] = free.get(name, 0.0) - amount
+        return free
+
+    def _count_sent(self, key: str, worker: str, request: dict, sign: int) -> None:
+        keys = self.sent.setdefault(worker, set())
+        (keys.add if sign > 0 else keys.discard)(key)
+        if sign < 0:
+            self.sent_waiting.get(worker, set()).discard(key)
+        self._count_request(worker, request, sign)
+
+    def _count_request(self, worker: str, request: dict, sign: int) -> None:
+        if request:
+            held = self.sent_requests.setdefault(worker, {})
+            for name, amount in request.items():
+                held[name] = held.get(name, 0.0) + sign * amount
+
+    def _unsend(self, attempt: Attempt) -> None:
+        """A direct-route attempt ended or was dropped: its slot is free again."""
+        if attempt.sent_to is None or attempt.key not in self.sent.get(attempt.sent_to, ()):
+            return
+        task = self.tasks.get(attempt.task_id)
+        request = task.request if task is not None and not attempt.lent else {}
+        self._count_sent(attempt.key, attempt.sent_to, request, -1)
+        self.room_freed = self.room_freed or bool(self.room)
+
+    def _sent_lost(self, worker: str) -> None:
+        """The direct-route attempts sent to ``worker`` end: it is gone."""
+        for key in sorted(self.sent.get(worker, ())):
+            self._on_AttemptDone(ev.AttemptDone(key, "error", WorkerLostError(
+                f"lost worker {worker} while a task sent to it was in flight", address=worker,
+            ), worker_lost=True))  # fmt: skip
+        self.sent.pop(worker, None)
+        self.sent_requests.pop(worker, None)
+        self.sent_waiting.pop(worker, None)
+
+    def _place_room(self) -> None:
+        """Send tasks waiting for a slot, first come first served, while slots are free
+        (one whose resources are taken everywhere keeps its place; those behind it go)."""
+        self.room_freed = False
+        kept: collections.deque = collections.deque()
+        while self.room and self._any_room():
+            task = self.tasks.get(self.room.popleft())
+            if task is None or task.status != PENDING or task.room_wait is None:
+                continue  # done meanwhile (cancelled, failed): skipped
+            number, key, away_from = task.room_wait
+            worker = self._place_direct(task, away_from)
+            if worker is None:
+                kept.append(task.task_id)
+                if not task.request:  # the workers are full for it: first come, first served
+                    break
+                continue  # its resources are taken: those behind it may fit
+            task.room_wait = None
+            self._launch(task, number, key=key, away_from=away_from, placed_on=worker)
+        self.room.extendleft(reversed(kept))
+
+    def _any_room(self) -> bool:
+        # The deepest pipeline: a task of a shallower one finds no room and keeps its place.
+        return any(self._busy(w) < max(1, n) * MAX_PIPELINE for w, n in self.nthreads.items())
 
     # --- speculation ------------------------------------------------------------
 
@@ -952,6 +1128,8 @@ class EngineState:
         at = self.now - e.age
         spec = self.spec
         self.stats.record_duration(e.name, e.elapsed)
+        mean = self.mean_s.get(e.name)
+        self.mean_s[e.name] = e.elapsed if mean is None else 0.9 * mean + 0.1 * e.elapsed
         if spec.running.pop(e.key, None) is not None:
             if e.key in spec.detached:
                 spec.detached.discard(e.key)
@@ -967,9 +1145,10 @@ class EngineState:
         window = self.stats.durations.get(name)
         return None if window is None else window.quantile(0.5)
 
-    def _healthy_workers(self) -> tuple[str, ...] | None:
-        """Where new speculative work goes: not to workers known to be slow."""
-        avoid = self.spec.speed.slow(self.now)
+    def _healthy_workers(self, also_avoid: str | None = None) -> tuple[str, ...] | None:
+        """Where new speculative work goes: not to workers known to be slow (nor to
+        ``also_avoid``)."""
+        avoid = self.spec.speed.slow(self.now) | ({also_avoid} if also_avoid else set())
         if not avoid:
             return None
         healthy = tuple(sorted(set(self.nthreads) - avoid))
@@ -1067,6 +1246,56 @@ class EngineState:
         self.spec.busy[worker] = self.spec.busy.get(worker, 0) + 1
 
     # --- reading ----------------------------------------------------------------
+
+    def view(self) -> dict:
+        """What runs where now, for a person to look at (the engine's live page): per
+        worker the attempts in flight there (started, or sent on the direct route),
+        per task name how many are in flight, finished and failed, and the objects."""
+        workers: dict[str, list] = {w: [] for w in sorted(self.nthreads)}
+        in_flight: dict[str, int] = {}
+        for key, attempt in self.attempts.items():
+            task = self.tasks.get(attempt.task_id)
+            if task is None or task.internal:
+                continue
+            in_flight[task.name] = in_flight.get(task.name, 0) + 1
+            where = attempt.worker or attempt.sent_to or attempt.pinned
+            if where is None:
+                continue
+            since = attempt.started_at if attempt.started_at is not None else task.live.get(key)
+            age = None if since is None else round(self.now - since, 3)
+            workers.setdefault(where, []).append(
+                {
+                    "name": task.name,
+                    "key": key,
+                    "started": attempt.started_at is not None,
+                    "age_s": age,
+                    "route": task.route,
+                }  # fmt: skip
+            )
+        names = sorted(set(in_flight) | set(self.tally))
+        return {
+            "workers": {
+                w: {"threads": self.nthreads.get(w), "tasks": t} for w, t in workers.items()
+            },
+            "by_name": {
+                n: {
+                    "in_flight": in_flight.get(n, 0),
+                    "finished": self.tally.get(n, [0, 0])[0],
+                    "failed": self.tally.get(n, [0, 0])[1],
+                }
+                for n in names
+            },  # fmt: skip
+            "waiting_for_a_slot": len(self.room),
+            "objects": [
+                {
+                    "name": o.name,
+                    "address": o.address,
+                    "alive": o.gone is None,
+                    "restarts": o.restarts,
+                }
+                for o in self.objects.values()
+            ],  # fmt: skip
+        }
 
     def slow_workers(self) -> set[str]:
         return set(self.spec.speed.slow_until)

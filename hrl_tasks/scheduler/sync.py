@@ -190,6 +190,8 @@ class SyncEngine(Engine):
             self.closed = True
             self.backend.close()
             self._deactivate()
+            if self._page is not None:
+                self._page.close()
 
     def create_worker(self, cls_or_factory, *args, **kwargs) -> WorkerHandle:
         """As :meth:`Engine.create_worker`; a factory that raises raises here."""

@@ -26,6 +26,22 @@ class Local:
     value: Any
 
 
+class Kept:
+    """A result of the direct route kept on the worker that computed it (a large one).
+
+    The worker keeps it while this object lives: when it is collected, the engine
+    tells the worker to let it go (``release``, called with the key).
+    """
+
+    __slots__ = ("address", "key", "nbytes", "__weakref__")
+
+    def __init__(self, address: str, key: str, nbytes: int):
+        self.address, self.key, self.nbytes = address, key, nbytes
+
+    def __repr__(self) -> str:
+        return f"Kept({self.key!r} on {self.address}, {self.nbytes} bytes)"
+
+
 class TaskRef:
     """A handle on a task submitted through the engine; an ordinary future.
 

@@ -13,7 +13,10 @@ The rules:
   is queued on an object that has no home yet, or its call ran and waits for
   its object's creation report or for a snapshot that is in flight;
 - every attempt belongs to a task not done, which knows it; an attempt bound
-  to a worker (a stateful object's call) is bound to a live worker;
+  to a worker (a stateful object's call) is bound to a live worker; an attempt
+  of the direct route is counted on the live worker it was sent to, and every
+  one counted there is in flight; a task waiting for a free slot is queued
+  for one;
 - the ledger adds up: every live object with a home holds its request there,
   on a live worker, and nothing else is held. (Not that a worker holds no
   more than it declares: what a worker declares is read as it advertises
@@ -82,6 +85,11 @@ def where_is(state: EngineState, task: Task) -> list[str]:
         else:
             since = state.now - (attempt.started_at or state.now)
             where.append(f"attempt {key} running on {attempt.worker} for {since:.1f} s")
+    if task.room_wait is not None:
+        where.append(
+            "waits for a free slot on a worker" if task.task_id in state.room
+            else "! waits for a free slot but is not queued for one"
+        )  # fmt: skip
     if task.retry_due is not None:
         where.append(f"waits out a retry's back-off ({task.retry_due - state.now:.1f} s left)")
     if task.waiting_on:
@@ -118,6 +126,16 @@ def _attempt_problems(state: EngineState) -> list[str]:
             found.append(f"attempt {key} is not among the attempts of task {task.task_id}")
         if attempt.pinned is not None and attempt.pinned not in state.ledger.capacity:
             found.append(f"attempt {key} is bound to worker {attempt.pinned}, which is gone")
+        if attempt.sent_to is not None and (
+            attempt.sent_to not in state.nthreads or key not in state.sent.get(attempt.sent_to, ())
+        ):
+            found.append(f"attempt {key} was sent to {attempt.sent_to}, which does not count it")
+    for worker, keys in state.sent.items():
+        for key in keys - set(state.attempts):
+            found.append(f"worker {worker} counts attempt {key}, which is not in flight")
+    for worker, keys in state.sent_waiting.items():
+        for key in keys - state.sent.get(worker, set()):
+            found.append(f"attempt {key} waits on {worker} but was not sent there")
     return found
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from distributed import get_worker
 from distributed.protocol import to_serialize
 
-from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler import dask_compat, task_service
 from hrl_tasks.scheduler.context import TaskContext, direct_call_thread, task_wait
 from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
 from hrl_tasks.scheduler.runtime import WorkerRuntime
@@ -165,6 +165,7 @@ def install_handlers(runtime: WorkerRuntime) -> None:
 
     handlers[DIRECT_HANDLER] = direct
     handlers[SHARED_HANDLER] = shared
+    task_service.install(runtime)
 
 
 def create_object(obj_id: str, seq: int, factory, args: tuple, kwargs: dict, state: Any):

@@ -192,3 +192,37 @@ def hold_an_object_until(event_name, resources):
     address = handle.address
     handle.kill(timeout=20)
     return address
+
+
+def zeros(n):
+    """A result of ``8 n`` bytes."""
+    import numpy as np
+
+    return np.zeros(n)
+
+
+def length(array):
+    return len(array)
+
+
+def overlap_probe(seconds):
+    """Sleep holding the task's slot; returns the most probes this worker process ran at once."""
+    import threading
+
+    probe = hrl.worker_local(
+        "overlap-probe", lambda: {"lock": threading.Lock(), "now": 0, "most": 0}
+    )
+    with probe["lock"]:
+        probe["now"] += 1
+        probe["most"] = max(probe["most"], probe["now"])
+    time.sleep(seconds)
+    with probe["lock"]:
+        probe["now"] -= 1
+        return probe["most"]
+
+
+def a_lock():
+    """A result that does not pickle."""
+    import threading
+
+    return threading.Lock()

@@ -17,10 +17,18 @@ class TestDaskEngine(EngineConformance):
         return engine
 
 
+@pytest.fixture(params=["dask", "direct"])
+def routed(engine, request):
+    """The module's engine sending plain tasks by one route, then the other."""
+    engine.route = request.param
+    yield engine
+    engine.route = "dask"
+
+
 @pytest.mark.parametrize("resources", [None, {"CPU": 1}])
-def test_nested_tree_deeper_than_the_threads(engine, resources):
+def test_nested_tree_deeper_than_the_threads(routed, resources):
     # depth 4, fan-out 3: 40 waiting parents on 2 workers with one thread each
-    ref = engine.submit(tasks.tree, 4, 3, resources, resources=resources)
+    ref = routed.submit(tasks.tree, 4, 3, resources, resources=resources)
     assert ref.result(timeout=60) == 81
 
 
@@ -35,24 +43,24 @@ def test_resource_error_is_fast_and_says_what_workers_have(engine):
         assert worker in message
 
 
-def test_a_request_that_fits_later_waits(engine):
+def test_a_request_that_fits_later_waits(routed):
     # CPU=2 fits nowhere now but a worker declares 1 only: that is a ResourceError,
     # while CPU=1 on a busy cluster just waits its turn.
     with pytest.raises(hrl.ResourceError):
-        engine.submit(tasks.inc, 1, resources={"CPU": 2})
-    busy = [engine.submit(tasks.sleep_then, i, 0.3, resources={"CPU": 1}) for i in range(4)]
-    assert engine.gather(busy, timeout=30) == [0, 1, 2, 3]
+        routed.submit(tasks.inc, 1, resources={"CPU": 2})
+    busy = [routed.submit(tasks.sleep_then, i, 0.3, resources={"CPU": 1}) for i in range(4)]
+    assert routed.gather(busy, timeout=30) == [0, 1, 2, 3]
 
 
-def test_task_ref_after_retry_feeds_its_dependents(engine):
-    upstream = engine.submit(tasks.flaky, 1, retries=2)
-    downstream = engine.submit(tasks.add, upstream, 100)
+def test_task_ref_after_retry_feeds_its_dependents(routed):
+    upstream = routed.submit(tasks.flaky, 1, retries=2)
+    downstream = routed.submit(tasks.add, upstream, 100)
     assert downstream.result(timeout=30) == 101
     assert upstream.attempts == 2
 
 
-def test_retry_attempts_get_fresh_keys(engine):
-    ref = engine.submit(tasks.flaky, 2, retries=2)
+def test_retry_attempts_get_fresh_keys(routed):
+    ref = routed.submit(tasks.flaky, 2, retries=2)
     keys = set()
     while not ref.done():
         keys.add(ref.key)
@@ -62,8 +70,8 @@ def test_retry_attempts_get_fresh_keys(engine):
     assert all(k.startswith("flaky-") for k in keys)
 
 
-def test_cancel(engine):
-    slow = engine.submit(tasks.sleep_then, 1, 1.0)
+def test_cancel(routed):
+    slow = routed.submit(tasks.sleep_then, 1, 1.0)
     assert slow.cancel()
     with pytest.raises(Exception, match="cancelled"):
         slow.result(timeout=5)
@@ -144,14 +152,15 @@ def test_broken_factory(engine):
         handle.call("anything").result(timeout=30)
 
 
-def test_stats_have_durations_from_execution(engine):
-    engine.gather(engine.map(tasks.sleep_then, range(4), [0.2] * 4, name="sleepy"), timeout=30)
+def test_stats_have_durations_from_execution(routed):
+    name = f"sleepy-{routed.route}"
+    routed.gather(routed.map(tasks.sleep_then, range(4), [0.2] * 4, name=name), timeout=30)
     deadline = time.monotonic() + 5  # durations travel in batches, every 0.1 s
     while time.monotonic() < deadline:
-        if engine.stats()["by_name"].get("sleepy", {}).get("count") == 4:
+        if routed.stats()["by_name"].get(name, {}).get("count") == 4:
             break
         time.sleep(0.05)
-    sleepy = engine.stats()["by_name"]["sleepy"]
+    sleepy = routed.stats()["by_name"][name]
     assert sleepy["count"] == 4
     assert 0.19 < sleepy["p50"] < 0.5
 

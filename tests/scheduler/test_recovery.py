@@ -121,6 +121,25 @@ def test_a_shared_value_whose_holder_is_frozen_is_sent_again(fresh):
     np.testing.assert_array_equal(got["w"], np.arange(1000, dtype=np.float32))
 
 
+def test_a_finished_result_whose_worker_is_frozen_is_computed_again_elsewhere(fresh):
+    """A stopped process still accepts the fetch's connection and never answers; its
+    heartbeats stop, and the tasks whose results it holds run again elsewhere."""
+    refs = [fresh.submit(tasks.inc, i) for i in range(12)]
+    fresh.wait(refs, timeout=30)
+    holders = fresh.client.who_has([ref.outcome.result() for ref in refs])
+    frozen = sorted({a for held in holders.values() for a in held})[0]
+    on_frozen = [ref for ref in refs if set(holders[ref.outcome.result().key]) == {frozen}]
+    pid = worker_pids(fresh)[frozen]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        assert fresh.gather(refs, timeout=60) == [i + 1 for i in range(12)]
+        assert time.monotonic() - start < 15  # not Dask's 30 s connect time-out
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert fresh.stats()["recomputed"] >= len(on_frozen)
+
+
 def test_object_gives_up_after_max_restarts(fresh):
     box = fresh.create_worker(tasks.Box, max_restarts=0)
     box.ready(timeout=30)

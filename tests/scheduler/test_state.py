@@ -9,6 +9,7 @@ import pytest
 
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.errors import ObjectStartError, SchedulerLostError, WorkerLostError
+from hrl_tasks.scheduler.placement import PIPELINE
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import CANCELLED, FINISHED, RECOMPUTE_LIMIT, EngineState
@@ -126,6 +127,17 @@ def test_a_finished_result_lost_before_it_was_read_runs_again_a_bounded_number_o
     assert state.stats.counters["retried"] == 0  # a lost result is not the task's failure
     (fail,) = of(ev.Fail, state.handle(ev.ResultLost("t1", key)))
     assert isinstance(fail.error, WorkerLostError) and "4 times" in str(fail.error)
+
+
+def test_a_result_held_by_a_silent_worker_runs_again_on_another():
+    state = make_state()  # workers a and b
+    state.handle(ev.SubmitTask("t1", "t"))
+    state.handle(ev.AttemptDone("t1", "finished"))
+    (again,) = launched(state.handle(ev.ResultLost("t1", "t1", away_from="a")))
+    assert again.workers == ("b",) and not again.strict  # b, else where there is room
+    state.handle(ev.AttemptDone(again.key, "finished"))
+    (plain,) = launched(state.handle(ev.ResultLost("t1", again.key)))
+    assert plain.workers is None  # lost with its worker: anywhere
 
 
 def test_a_lost_result_of_a_task_that_is_not_finished_fails_its_new_outcome():
@@ -517,3 +529,85 @@ def test_a_plain_task_prefers_workers_an_object_call_is_bound_to_its_own():
     (task,) = launched(out)
     assert task.workers == ("b",) and not task.strict  # Dask may run it elsewhere once b is gone
     assert state.attempts["t1"].pinned is None
+
+
+# --- the direct route -------------------------------------------------------------
+
+
+def direct_tasks(state, n, **options):
+    out = state.handle(*[ev.SubmitTask(f"t{i}", "t", route="direct", **options) for i in range(n)])
+    return launched(out)
+
+
+def test_the_direct_route_sends_each_worker_its_pipeline_and_queues_the_rest():
+    state = make_state()  # a and b, one thread each
+    sent = direct_tasks(state, 7)
+    assert len(sent) == 2 * PIPELINE
+    assert all(s.route == "direct" and s.strict and len(s.workers) == 1 for s in sent)
+    assert sorted(len(keys) for keys in state.sent.values()) == [PIPELINE, PIPELINE]
+    assert list(state.room) == [f"t{i}" for i in range(2 * PIPELINE, 7)]
+    first = sent[0]
+    (next_one,) = launched(state.handle(ev.AttemptDone(first.key, "finished")))
+    assert next_one.task_id == f"t{2 * PIPELINE}" and next_one.workers == first.workers
+
+
+def test_a_direct_attempt_on_a_worker_that_left_runs_again_on_another():
+    state = make_state()
+    (sent,) = direct_tasks(state, 1, policy=RetryPolicy(max_retries=1))
+    lost_on = sent.workers[0]
+    (again,) = launched(state.handle(ev.WorkerRemoved(lost_on)))
+    (other,) = set(TWO_WORKERS) - {lost_on}
+    assert again.task_id == "t0" and again.workers == (other,)
+    assert not state.sent.get(lost_on)
+    # The stream's own report of the loss comes later: nothing more happens.
+    late = state.handle(ev.AttemptDone(sent.key, "error", WorkerLostError("x"), worker_lost=True))
+    assert not launched(late) and not of(ev.Fail, late)
+    (ok,) = of(ev.Resolve, state.handle(ev.AttemptDone(again.key, "finished")))
+    assert ok.task_id == "t0"
+
+
+def test_a_task_cancelled_while_it_waits_for_a_slot_is_never_sent():
+    state = make_state()
+    direct_tasks(state, 2 * PIPELINE + 1)
+    waiting = f"t{2 * PIPELINE}"
+    state.handle(ev.CancelTask(waiting))
+    assert state.tasks[waiting].status == CANCELLED
+    assert not launched(state.handle(ev.AttemptDone(state.tasks["t0"].current, "finished")))
+    assert not state.room
+
+
+def test_a_direct_task_that_asks_for_resources_waits_where_they_fit():
+    state = EngineState("p", validate=True)
+    state.handle(ev.WorkersSeen({"a": (2, {"GPU": 1.0}), "b": (2, {})}))
+    out = state.handle(*[ev.SubmitTask(f"g{i}", "g", request={"GPU": 1.0}, route="direct")
+                         for i in range(2)])  # fmt: skip
+    (first,) = launched(out)
+    assert first.workers == ("a",) and list(state.room) == ["g1"]
+    (plain,) = direct_tasks(state, 1)  # a plain task behind it is not held up
+    assert plain.task_id == "t0"
+    (second,) = launched(state.handle(ev.AttemptDone(first.key, "finished")))
+    assert second.task_id == "g1" and second.workers == ("a",)
+
+
+def test_an_attempt_waiting_for_its_children_leaves_room_for_them():
+    state = make_state()
+    sent = direct_tasks(state, 2 * PIPELINE + 1)
+    parent = sent[0]
+    (child,) = launched(state.handle(ev.AttemptWaits(parent.key, True)))
+    assert child.task_id == f"t{2 * PIPELINE}"
+    state.handle(ev.AttemptWaits(parent.key, False))  # busy again: over the pipeline a while
+    assert state._busy(parent.workers[0]) == PIPELINE + (child.workers == parent.workers)
+
+
+def test_a_waiting_direct_task_lends_its_resources_until_it_ends():
+    state = EngineState("p", validate=True)
+    state.handle(ev.WorkersSeen({"a": (1, {"CPU": 1.0})}))
+    out = state.handle(*[ev.SubmitTask(f"t{i}", "t", request={"CPU": 1.0}, route="direct")
+                         for i in range(2)])  # fmt: skip
+    (parent,) = launched(out)
+    (child,) = launched(state.handle(ev.AttemptWaits(parent.key, True)))
+    assert child.task_id == "t1"
+    state.handle(ev.AttemptWaits(parent.key, False))  # lent until it ends, as on Dask's route
+    assert state.sent_requests["a"] == {"CPU": 1.0}  # the child's only
+    state.handle(ev.AttemptDone(child.key, "finished"), ev.AttemptDone(parent.key, "finished"))
+    assert state.sent_requests["a"] == {"CPU": 0.0}

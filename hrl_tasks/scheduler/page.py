@@ -1,0 +1,110 @@
+"""The engine's live page: what runs where, served by the driver.
+
+Dask's dashboard shows the tasks its scheduler runs; tasks of the direct route
+skip it. This page shows every engine task by worker and by name, and the
+stateful objects, from the engine's own state (`EngineState.view`); it
+refreshes itself every second. ``/`` is the page, ``/json`` the same as JSON.
+Served by a small HTTP server in a thread of the driver, on 127.0.0.1 and a
+free port, from the first time its address is asked for (``engine.page_link``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+REFRESH_S = 1
+
+
+def render(view: dict) -> str:
+    """The page's HTML for one `EngineState.view`."""
+    esc = html.escape
+    rows = []
+    for worker, info in view["workers"].items():
+        tasks = info["tasks"]
+        shown = ", ".join(
+            f"{esc(t['name'])} ({'running' if t['started'] else 'sent'}"
+            + (f", {t['age_s']:.1f} s" if t["age_s"] is not None else "")
+            + ")"
+            for t in tasks[:20]
+        ) + (f" and {len(tasks) - 20} more" if len(tasks) > 20 else "")
+        rows.append(
+            f"<tr><td>{esc(worker)}</td><td>{info['threads'] or ''}</td>"
+            f"<td>{len(tasks)}</td><td>{shown}</td></tr>"
+        )
+    names = [
+        f"<tr><td>{esc(name)}</td><td>{n['in_flight']}</td><td>{n['finished']}</td>"
+        f"<td>{n['failed']}</td></tr>"
+        for name, n in view["by_name"].items()
+    ]
+    objects = [
+        f"<tr><td>{esc(o['name'])}</td><td>{esc(o['address'] or 'no home yet')}</td>"
+        f"<td>{'alive' if o['alive'] else 'ended'}</td><td>{o['restarts']}</td></tr>"
+        for o in view["objects"]
+    ]
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="{REFRESH_S}">
+<title>hrl_tasks engine</title>
+<style>body{{font-family:sans-serif;margin:1em}}table{{border-collapse:collapse;margin-bottom:1.5em}}
+td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}}</style></head><body>
+<h2>Workers</h2>
+<table><tr><th>worker</th><th>threads</th><th>tasks</th><th>what (running, or sent and queued there)</th></tr>
+{"".join(rows)}</table>
+<p>Waiting in the engine for a free slot: {view["waiting_for_a_slot"]}</p>
+<h2>Tasks by name</h2>
+<table><tr><th>name</th><th>in flight</th><th>finished</th><th>failed</th></tr>
+{"".join(names)}</table>
+<h2>Stateful workers</h2>
+<table><tr><th>name</th><th>worker</th><th>status</th><th>restarts</th></tr>
+{"".join(objects)}</table>
+</body></html>"""
+
+
+class EnginePage:
+    """An HTTP server in a daemon thread serving ``view()`` as a page and as JSON."""
+
+    def __init__(self, view: Callable[[], dict], host: str = "127.0.0.1"):
+        def handler_class(*args):
+            return _Handler(view, *args)
+
+        self.server = ThreadingHTTPServer((host, 0), handler_class)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, name="hrl-tasks-page", daemon=True
+        )
+        self.thread.start()
+
+    @property
+    def link(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def __init__(self, view, *args):
+        self.view = view
+        super().__init__(*args)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.split("?")[0] == "/json":
+            body, kind = json.dumps(self.view()).encode(), "application/json"
+        elif self.path.split("?")[0] == "/":
+            body, kind = render(self.view()).encode(), "text/html; charset=utf-8"
+        else:
+            self.send_error(404, "the engine's page has / and /json")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format, *args) -> None:  # noqa: A002 - quiet: no line per request
+        pass

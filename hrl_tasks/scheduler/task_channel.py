@@ -1,0 +1,135 @@
+"""Plain tasks sent straight to a worker (the direct route): the engine's side.
+
+One :class:`TaskChannel` per worker the engine sends tasks to: a stream to the
+worker's ``hrl_tasks_tasks`` handler (:mod:`~hrl_tasks.scheduler.task_service`),
+written in batches as messages come, and read until it closes. Everything here
+runs on the engine's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+
+from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler.task_service import TASKS_HANDLER, unpack, write_batches
+
+logger = logging.getLogger(__name__)
+CONNECT_S = 5.0  # to open a worker's stream; a worker that does not answer is treated as lost
+
+
+class TaskChannel:
+    """The engine's stream of tasks to the worker at ``address``.
+
+    ``on_answers(address, answers)`` is called with the answers of each message,
+    ``(kind, key, status, value, elapsed)`` each (see `task_service`); ``on_closed(address, keys)`` once, when the stream breaks, with
+    the keys of the tasks sent on it that had not ended.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        connection_args: dict,
+        on_answers: Callable,
+        on_closed: Callable,
+    ):
+        self.address = address
+        self.connection_args = connection_args
+        self.on_answers = on_answers
+        self.on_closed = on_closed
+        self.comm = None
+        self.functions: dict[int, tuple[int, object]] = {}  # id(fn) -> (fn id, fn)
+        self.outbox: list = []
+        self.wake = asyncio.Event()
+        self.in_flight: set[str] = set()
+        self.broken: dict[int, Exception] = {}  # fn id -> why it did not pickle
+        self.fn_ids = itertools.count()
+        self.closed = False
+        self.opened = asyncio.ensure_future(self._open())
+
+    async def _open(self) -> None:
+        try:
+            self.comm = await asyncio.wait_for(
+                dask_compat.open_stream(
+                    self.address, TASKS_HANDLER, self.connection_args, CONNECT_S
+                ), CONNECT_S + 1,
+            )  # fmt: skip
+        except (OSError, asyncio.TimeoutError) as exc:
+            logger.info("hrl_tasks: no task stream to %s: %r", self.address, exc)
+            self._close()
+            return
+        asyncio.ensure_future(self._read())
+        asyncio.ensure_future(self._write())
+
+    def run(self, key: str, spec: dict, fn, args: tuple, kwargs: dict) -> None:
+        """Send one attempt."""
+        if self.closed:
+            self.on_closed(self.address, (key,))
+            return
+        known = self.functions.get(id(fn))
+        if known is None or known[1] is not fn:
+            known = (next(self.fn_ids), fn)
+            self.functions[id(fn)] = known
+            self._send(("fn", known[0], fn))
+        self.in_flight.add(key)
+        self._send(("run", key, spec, known[0], args, kwargs))
+
+    def cancel(self, key: str) -> None:
+        if key in self.in_flight:
+            self._send(("cancel", key))
+
+    def release(self, key: str) -> None:
+        """Let the worker forget a result it keeps."""
+        self._send(("release", key))
+
+    def _send(self, message) -> None:
+        if self.closed:
+            return
+        self.outbox.append(message)
+        self.wake.set()
+
+    async def _write(self) -> None:
+        try:
+            await write_batches(self.comm, self.outbox, self.wake, self._unpicklable)
+        except OSError:
+            self._close()
+
+    def _unpicklable(self, message, exc: Exception) -> None:
+        """A task whose function or arguments do not pickle fails with that, unsent."""
+        if message[0] == "fn":  # the tasks that name it fail as they come
+            self.functions = {k: v for k, v in self.functions.items() if v[0] != message[1]}
+            self.broken[message[1]] = exc
+            return
+        key, fn_id = message[1], message[3]
+        error = self.broken.get(fn_id, exc)
+        self.in_flight.discard(key)
+        self.on_answers(self.address, [("done", key, "error", TypeError(
+            f"the task's function or arguments cannot be sent to the worker: {error!r}"
+        ), None)])  # fmt: skip
+
+    async def _read(self) -> None:
+        try:
+            while not self.closed:
+                answers = unpack(await self.comm.read())
+                for kind, key, *_ in answers:
+                    if kind == "done":
+                        self.in_flight.discard(key)
+                self.on_answers(self.address, answers)
+        except OSError:
+            self._close()
+
+    def _close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.wake.set()
+        if self.comm is not None:
+            self.comm.abort()
+        lost, self.in_flight = tuple(self.in_flight), set()
+        self.on_closed(self.address, lost)
+
+    def close(self) -> None:
+        """Close the stream; the tasks in flight are reported as on a broken stream."""
+        self._close()

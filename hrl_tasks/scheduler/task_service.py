@@ -1,0 +1,517 @@
+"""Plain tasks sent straight to a worker (the direct route): the worker's side.
+
+An engine opens one stream to each worker it sends tasks to (the
+``hrl_tasks_tasks`` handler) and writes batches of messages on it; the worker
+answers on the same stream as tasks end. Messages, engine to worker:
+
+- ``("fn", fn_id, fn)``: a function, sent once per stream; tasks name it by id;
+- ``("run", key, spec, fn_id, args, kwargs)``: run one attempt;
+- ``("cancel", key)``: drop it if it has not started (a running one runs on,
+  out of its slot, and its end is not answered);
+- ``("release", key)``: forget a result kept here.
+
+Worker to engine: ``("started", key, None, None, None)`` when a task whose spec
+says ``watched`` (speculation follows it) starts; ``("waiting", key, ...)`` and
+``("resumed", key, ...)`` when a task lends its slot to wait for other tasks and
+when it goes on (a waiting task is not busy: the engine may send more); and
+``("done", key, status,
+value, elapsed)`` when a task ends: status ``"OK"``
+with the value, ``"kept"`` with the result's size (a result of
+``KEEP_FROM_BYTES`` or more stays here, and peers or the engine fetch it with
+the ``hrl_tasks_result`` handler), ``"error"`` with the exception, or
+``"cancelled"``, or ``"input-lost"`` (a kept input could not be fetched; the
+task did not run).
+
+Every engine task on a worker takes one of its slots (:class:`Slots`), whatever
+route or engine sent it: at most ``nthreads`` run at once, the rest wait in
+order. A task waiting for other tasks lends its slot while it waits, and takes
+one again before it goes on, ahead of tasks not started yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures as cf
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.protocol import to_serialize
+from distributed.sizeof import sizeof
+
+from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler.context import TaskContext
+from hrl_tasks.scheduler.shared import PEER_ANSWER_S, PEER_CONNECT_S, rebuilt
+
+TASKS_HANDLER = "hrl_tasks_tasks"
+RESULT_HANDLER = "hrl_tasks_result"
+KEEP_FROM_BYTES = 100_000  # results this large stay on their worker (measured: see docs/engine.md)
+MAX_BATCH = 1000  # messages per write: the first of a long burst leaves without waiting for all
+# While more of a stream's tasks wait to run, answers wait up to this long to go together
+# (one message per task cost most of a short task's time); a last task's answer goes at once.
+ANSWER_BATCH_S = 0.002
+
+
+def pack(messages: list) -> list:
+    """One write's frames: the functions in a pickle of their own (by value when they
+    must be, e.g. defined in ``__main__``), the rest in one pickle (one message with
+    many tasks costs about what one task did alone)."""
+    fns = [m for m in messages if m[0] == "fn"]
+    rest = [m for m in messages if m[0] != "fn"]
+    return [pickled(fns), pickled(rest)]
+
+
+def pickled(obj):
+    """``obj`` serialized now (arrays' buffers out of band), raising if it does not
+    pickle: ``to_serialize`` would send an error that the reader raises instead."""
+    from distributed.protocol.serialize import Serialized, serialize
+
+    header, frames = serialize(obj, serializers=("pickle",), on_error="raise")
+    return Serialized(header, frames)
+
+
+def unpack(frames: list) -> list:
+    return [message for part in frames for message in part]
+
+
+def picklable(messages: list) -> tuple[list, list]:
+    """Split ``messages`` into those that pickle and those that do not (with why)."""
+    from distributed.protocol.pickle import dumps
+
+    good, bad = [], []
+    for message in messages:
+        try:
+            dumps(message)
+            good.append(message)
+        except Exception as exc:
+            bad.append((message, exc))
+    return good, bad
+
+
+async def write_batches(comm, outbox: list, wake: asyncio.Event, unpicklable) -> None:
+    """Write what ``outbox`` holds as it comes, in batches; a batch that does not
+    pickle is written without the messages that do not (``unpicklable(message, error)``
+    says what became of each); nothing was written of the failed batch."""
+    while True:
+        await wake.wait()
+        wake.clear()
+        while outbox:
+            batch = outbox[:MAX_BATCH]
+            del outbox[:MAX_BATCH]
+            try:
+                await comm.write(pack(batch))
+            except OSError:
+                raise
+            except Exception:  # serialization: found before any byte is written
+                batch, bad = picklable(batch)
+                for message, exc in bad:
+                    unpicklable(message, exc)
+                await comm.write(pack(batch))
+
+
+@dataclass(frozen=True)
+class KeptInput:
+    """An input kept on worker ``address`` under ``key`` (a large direct-route result):
+    the worker running the task fetches it (or finds it among its own)."""
+
+    key: str
+    address: str
+
+
+class InputGone(Exception):
+    """A kept input could not be had: its worker is gone or does not answer."""
+
+
+async def resolve_kept(service: TaskService, obj):
+    """``obj`` with each :class:`KeptInput` replaced by its value (fetched once per key)."""
+    found: dict[str, Any] = {}
+
+    async def walk(item):
+        if isinstance(item, KeptInput):
+            if item.key not in found:
+                found[item.key] = await service.fetch(item)
+            return found[item.key]
+        if isinstance(item, (list, tuple, set, frozenset)):
+            return rebuilt(item, [await walk(x) for x in item])
+        if isinstance(item, dict):
+            return {k: await walk(v) for k, v in item.items()}
+        return item
+
+    return await walk(obj)
+
+
+def has_kept(obj) -> bool:
+    if isinstance(obj, KeptInput):
+        return True
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return any(has_kept(x) for x in obj)
+    if isinstance(obj, dict):
+        return any(has_kept(v) for v in obj.values())
+    return False
+
+
+class Slots:
+    """A worker's engine-task slots: at most ``limit`` tasks hold one at once.
+
+    Tasks that go on after a wait (:meth:`take_back`) come before tasks that
+    have not started (:meth:`acquire`): a parent resumes before more children
+    start, as Dask's ``rejoin`` does.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.held = 0
+        self.resuming = 0
+        self.cond = threading.Condition()
+        self.on_free: list = []  # callables told when a slot frees (the stream dispatchers)
+
+    def try_acquire(self) -> bool:
+        with self.cond:
+            if self.held < self.limit and not self.resuming:
+                self.held += 1
+                return True
+            return False
+
+    def acquire(self) -> None:
+        """Block until a slot is free and take it (the Dask route's tasks)."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.held < self.limit and not self.resuming)
+            self.held += 1
+
+    def release(self) -> None:
+        with self.cond:
+            self.held -= 1
+            self.cond.notify_all()
+        self._tell()
+
+    def lend(self) -> None:
+        """The calling task waits for others: its slot goes to them meanwhile."""
+        self.release()
+
+    def take_back(self) -> None:
+        """Block until a slot frees, ahead of tasks not started yet, and take it."""
+        with self.cond:
+            self.resuming += 1
+            self.cond.wait_for(lambda: self.held < self.limit)
+            self.resuming -= 1
+            self.held += 1
+            self.cond.notify_all()
+
+    def _tell(self) -> None:
+        for callback in list(self.on_free):
+            callback()
+
+
+class TaskStream:
+    """One engine's stream of tasks to this worker: queued in order, run in slots.
+
+    A thread that takes a slot runs the stream's queued tasks one after another
+    while it keeps the slot; it gives the slot back when the queue is empty, when
+    a waiting task is to go on (resuming tasks come first), or when another
+    engine's stream has tasks waiting (streams take turns).
+    """
+
+    def __init__(self, service: TaskService, comm):
+        self.service = service
+        self.comm = comm
+        self.loop = asyncio.get_running_loop()
+        self.functions: dict[int, Any] = {}
+        self.lock = threading.Lock()  # the queue: filled on the event loop, run in threads
+        self.order: collections.deque[str] = collections.deque()
+        self.items: dict[str, tuple] = {}  # key -> (spec, fn, args, kwargs), not started
+        self.cancelled: set[str] = set()
+        self.outbox: list = []
+        self.wake = asyncio.Event()
+        self.wake_due = False  # a write of held answers is scheduled
+        self.done_lock = threading.Lock()
+        self.done: list = []
+        self.posted = False
+        self.closed = False
+        self.runners = 0  # threads running this stream's tasks, each holding a slot
+
+    async def serve(self) -> None:
+        writer = asyncio.ensure_future(self._write())
+        self.service.slots.on_free.append(self._on_free)
+        self.service.streams.append(self)
+        try:
+            while True:
+                for message in unpack(await self.comm.read()):
+                    self._handle(message)
+                self._dispatch()
+        except OSError:  # the engine went away: its queued tasks go with it
+            pass
+        finally:
+            self.closed = True
+            self.service.slots.on_free.remove(self._on_free)
+            self.service.streams.remove(self)
+            with self.lock:
+                self.order.clear()
+                self.items.clear()
+            writer.cancel()
+
+    def _queue(self, key: str, item: tuple) -> None:
+        with self.lock:
+            self.items[key] = item
+            self.order.append(key)
+
+    def has_queued(self) -> bool:
+        return bool(self.items)
+
+    def _handle(self, message) -> None:
+        kind = message[0]
+        if kind == "run":
+            _, key, spec, fn_id, args, kwargs = message
+            fn = self.functions.get(fn_id)
+            if fn is None:  # it did not pickle in the engine, which fails the task itself
+                self._send(("done", key, "error", LookupError(f"no function {fn_id}"), None))
+                return
+            if has_kept((args, kwargs)):  # queued once its inputs are here
+                asyncio.ensure_future(self._fetch_inputs(key, spec, fn, args, kwargs))
+            else:
+                self._queue(key, (spec, fn, args, kwargs))
+        elif kind == "fn":
+            self.functions[message[1]] = message[2]
+        elif kind == "cancel":
+            with self.lock:
+                dropped = self.items.pop(message[1], None)
+            if dropped is not None:
+                self._send(("done", message[1], "cancelled", None, None))
+            else:
+                self.cancelled.add(message[1])
+                self.service.detach(message[1])
+        elif kind == "release":
+            self.service.kept.pop(message[1], None)
+
+    async def _fetch_inputs(self, key: str, spec: dict, fn, args, kwargs) -> None:
+        try:
+            args, kwargs = await resolve_kept(self.service, (args, kwargs))
+        except InputGone as exc:
+            self._send(("done", key, "input-lost", str(exc), None))
+            return
+        if key in self.cancelled:
+            self.cancelled.discard(key)
+            self._send(("done", key, "cancelled", None, None))
+            return
+        self._queue(key, (spec, fn, args, kwargs))
+        self._dispatch()
+
+    def _on_free(self) -> None:  # from any thread
+        if not self.closed:
+            self.loop.call_soon_threadsafe(self._dispatch)
+
+    def _dispatch(self) -> None:
+        """Start a runner for queued tasks per free slot (on the event loop)."""
+        slots = self.service.slots
+        while len(self.items) > self.runners and slots.try_acquire():
+            with self.lock:
+                self.runners += 1
+            self.service.pool.submit(self._runner)
+
+    def _next(self) -> tuple | None:
+        with self.lock:
+            while self.order:
+                key = self.order.popleft()
+                item = self.items.pop(key, None)
+                if item is not None:
+                    return (key, *item)
+        return None
+
+    def _runner(self) -> None:
+        """Run queued tasks in a pool thread holding a slot, until it should give it back."""
+        slots = self.service.slots
+        holds = True
+        try:
+            while not self.closed:
+                found = self._next()
+                if found is None:
+                    break
+                holds = self._run(*found)
+                if not holds or slots.resuming or self.service.others_waiting(self):
+                    break
+        finally:
+            with self.lock:
+                self.runners -= 1
+            if holds:
+                slots.release()
+            elif self.items and not self.closed:  # its slot went elsewhere: look again
+                self._on_free()
+
+    def _run(self, key: str, spec: dict, fn, args: tuple, kwargs: dict) -> bool:
+        """Run one attempt in this runner's thread, holding its slot; whether the slot is
+        still held after (not when the task was cancelled while it ran: it gave it back)."""
+        service = self.service
+        runtime = service.runtime
+        token = dask_compat.worker_context(runtime.worker)
+        ctx = TaskContext(key, spec["name"], spec["attempt"], spec.get("resources") or {},
+                          spec["topic"], route="direct")  # fmt: skip
+        ctx.slots = service.slots
+        ctx.on_wait = lambda waiting: self._waits(key, waiting)
+        if spec.get("watched"):
+            self._answer(("started", key, None, None, None))
+        try:
+            with runtime.reported(ctx, quiet=True):
+                value = runtime.call_with_faults(spec, fn, args, kwargs)
+            size = sizeof(value)
+            if size >= service.keep_from:
+                service.kept[key] = value
+                out = ("done", key, "kept", size, ctx.elapsed)
+            else:
+                out = ("done", key, "OK", value, ctx.elapsed)
+        except Exception as exc:
+            out = ("done", key, "error", exc, ctx.elapsed)
+        finally:
+            dask_compat.reset_worker_context(token)
+            with ctx.lock:
+                ctx.finished = True
+                holds_slot = not ctx.lent and not ctx.detached
+        self._answer(out)
+        return holds_slot
+
+    def _waits(self, key: str, waiting: bool) -> None:
+        """A task of this stream lends its slot to wait for others, or goes on: its
+        runner does not count meanwhile (another may take the slot), and its engine
+        is told."""
+        with self.lock:
+            self.runners += -1 if waiting else 1
+        self._answer(("waiting" if waiting else "resumed", key, None, None, None))
+
+    def _answer(self, out: tuple) -> None:  # from a pool thread: one wake-up per batch
+        with self.done_lock:
+            self.done.append(out)
+            post, self.posted = not self.posted, True
+        if post and not self.closed:
+            self.loop.call_soon_threadsafe(self._post)
+
+    def _post(self) -> None:
+        with self.done_lock:
+            done, self.done, self.posted = self.done, [], False
+        for out in done:
+            if out[1] in self.cancelled:
+                if out[0] == "done":
+                    self.cancelled.discard(out[1])
+                continue
+            self.outbox.append(out)
+        if not self.items:
+            self.wake.set()
+        elif not self.wake_due:  # more to come soon: let answers gather
+            self.wake_due = True
+            self.loop.call_later(ANSWER_BATCH_S, self._wake_held)
+
+    def _wake_held(self) -> None:
+        self.wake_due = False
+        self.wake.set()
+
+    def _send(self, message) -> None:
+        self.outbox.append(message)
+        self.wake.set()
+
+    async def _write(self) -> None:
+        await write_batches(self.comm, self.outbox, self.wake, self._unpicklable)
+
+    def _unpicklable(self, message, exc: Exception) -> None:
+        """A result (or error) that does not pickle: its task fails with that."""
+        _, key, status, value, elapsed = message
+        error = TypeError(f"the task's {'result' if status == 'OK' else 'error'} "
+                          f"{type(value).__name__} cannot be sent back: {exc!r}")  # fmt: skip
+        self.outbox.append(("done", key, "error", error, elapsed))
+        self.wake.set()
+
+
+class TaskService:
+    """The direct route on one worker: its slots, its streams and the results kept here."""
+
+    def __init__(self, runtime, keep_from: int = KEEP_FROM_BYTES):
+        self.runtime = runtime
+        self.slots = Slots(runtime.worker.state.nthreads)
+        self.kept: dict[str, Any] = {}
+        self.keep_from = keep_from
+        self.streams: list[TaskStream] = []
+        # Threads for tasks: as many as hold slots plus those waiting on children.
+        self.pool = cf.ThreadPoolExecutor(1024, thread_name_prefix="hrl-task")
+
+    async def serve_stream(self, comm) -> None:
+        await TaskStream(self, comm).serve()
+
+    def others_waiting(self, stream: TaskStream) -> bool:
+        """Whether a stream other than ``stream`` has tasks waiting for a slot."""
+        return any(other is not stream and other.has_queued() for other in self.streams)
+
+    def result(self, key: str) -> dict:
+        """A peer's or an engine's request for a result kept here."""
+        if key not in self.kept:
+            return {"status": "missing"}
+        return {"status": "OK", "value": to_serialize(self.kept[key])}
+
+    async def fetch(self, kept: KeptInput) -> Any:
+        """A kept result, from here or from the worker keeping it (bounded: a frozen
+        peer accepts the connection and never answers)."""
+        if kept.key in self.kept:
+            return self.kept[kept.key]
+        pool = self.runtime.worker.rpc
+        try:
+            comm = await asyncio.wait_for(
+                pool.connect(kept.address, timeout=PEER_CONNECT_S), PEER_CONNECT_S + 1.0
+            )
+        except (OSError, asyncio.TimeoutError):
+            raise InputGone(kept.key) from None
+        try:
+            response = await asyncio.wait_for(
+                dask_compat.ask_peer(comm, RESULT_HANDLER, key=kept.key), PEER_ANSWER_S
+            )
+        except (OSError, asyncio.TimeoutError):
+            comm.abort()
+            raise InputGone(kept.key) from None
+        pool.reuse(kept.address, comm)
+        if response["status"] != "OK":
+            raise InputGone(kept.key)
+        return response["value"]
+
+    def resolve_in_thread(self, obj):
+        """:func:`resolve_kept` from a task's thread (the Dask route's)."""
+        if not has_kept(obj):
+            return obj
+        return dask_compat.sync_on_loop(self.runtime.worker.loop, resolve_kept, self, obj)
+
+    def detach(self, key: str) -> None:
+        """A running task was cancelled: its slot goes to the next task at once (it
+        runs on to its end in its thread, ignored)."""
+        ctx = self.runtime.running.get(key)
+        if ctx is None or ctx.route != "direct":
+            return
+        with ctx.lock:
+            if ctx.finished or ctx.lent or ctx.detached:
+                return
+            ctx.detached = True
+        self.slots.release()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        self.kept.clear()
+
+
+class TaskRoute(WorkerPlugin):
+    """Registered by an engine of the direct route: every worker, those that join
+    later too, takes task streams."""
+
+    name = "hrl-tasks-task-route"
+    idempotent = True
+
+    def setup(self, worker) -> None:
+        from hrl_tasks.scheduler.runtime import WorkerRuntime
+
+        install(WorkerRuntime.of(worker))
+
+
+def install(runtime) -> TaskService:
+    """The worker's task service, made on first use, and its handlers."""
+    if runtime.task_service is None:
+        runtime.task_service = service = TaskService(runtime)
+        runtime.worker.handlers[TASKS_HANDLER] = service.serve_stream
+
+        def result(comm=None, key=None):
+            return service.result(key)
+
+        runtime.worker.handlers[RESULT_HANDLER] = result
+    return runtime.task_service
