@@ -102,7 +102,7 @@ def measure_hrl_tasks(args, route: str = "direct") -> dict:
         echo = engine.create_worker(Echo)
         echo.ready()
         direct = lambda: echo.call("ping", direct=True).result()  # noqa: E731
-        return {
+        figures = {
             "task_ms": median_latency(lambda: engine.submit(noop).result(), args.rounds) * 1e3,
             "map_tasks_per_s": throughput(
                 lambda n: engine.gather(engine.map(noop, range(n))), args.tasks
@@ -114,11 +114,15 @@ def measure_hrl_tasks(args, route: str = "direct") -> dict:
             "task_call_ms": median_latency(lambda: echo.call("ping").result(), args.rounds) * 1e3,
             "call_ms": median_latency(direct, args.rounds) * 1e3,
             "call_driver_cpu_ms": driver_cpu(direct, args.rounds) * 1e3,
-            "calls_in_flight_per_s": throughput(
+        }
+        try:  # last: it may break the object (each call in flight holds a connection)
+            figures["calls_in_flight_per_s"] = throughput(
                 lambda n: engine.gather([echo.call("ping", i, direct=True) for i in range(n)]),
                 args.tasks,
-            ),
-        }
+            )
+        except Exception as exc:
+            figures["calls_in_flight_per_s"], figures["calls_in_flight_error"] = None, repr(exc)
+        return figures
 
 
 def measure_dask(args) -> dict:
@@ -217,8 +221,18 @@ def versions() -> dict:
     return found
 
 
+def median_of(values):
+    """The median of the numbers among ``values``; an error's text if one was all there was."""
+    values = list(values)
+    numbers = [v for v in values if isinstance(v, (int, float))]
+    if numbers:
+        return round(statistics.median(numbers), 3)
+    return next((v for v in values if v is not None), None)
+
+
 def ratio(a, b):
-    return None if a is None or b is None else round(a / b, 3)
+    numbers = all(isinstance(v, (int, float)) for v in (a, b))
+    return round(a / b, 3) if numbers else None
 
 
 def main():
@@ -242,10 +256,9 @@ def main():
         for i in range(len(systems)):
             system = systems[(round_ + i) % len(systems)]
             runs[system].append(run_one(system, args))
+            print(json.dumps({system: runs[system][-1]}), file=sys.stderr, flush=True)
     figures = {
-        system: {
-            metric: round(statistics.median(r[metric] for r in results), 3) for metric in results[0]
-        }
+        system: {metric: median_of(r.get(metric) for r in results) for metric in results[0]}
         for system, results in runs.items()
     }
     engine, _, dask, ray = (figures.get(s, {}) for s in SYSTEMS)
