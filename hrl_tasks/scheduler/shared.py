@@ -141,32 +141,41 @@ async def resolve_shared(runtime, obj):
     return obj
 
 
-async def _fetch(runtime, ref: SharedRef) -> Any:
-    if ref.key in runtime.shared:
-        return runtime.shared[ref.key]
-    # A short connect time-out: Dask retries a refused connection for 30 s, and a dead
-    # holder would stall the call that long; on a time-out the driver sends the value.
-    # Bounded from outside too: a frozen holder accepts the connection, and Dask's
-    # handshake with it outlasted its own time-out.
-    pool = runtime.worker.rpc
+async def ask_peer_for(pool, address: str, handler: str, key: str) -> Any:
+    """The value a peer's ``handler`` answers for ``key``, asked on a connection from
+    ``pool``; :class:`InputLostError` if the peer is gone, does not answer, or has no
+    such value.
+
+    A short connect time-out: Dask retries a refused connection for 30 s, and a dead
+    peer would stall the caller that long. Bounded from outside too: a frozen peer
+    accepts the connection, and Dask's handshake with it outlasted its own time-out.
+    """
     try:
         comm = await asyncio.wait_for(
-            pool.connect(ref.holder, timeout=PEER_CONNECT_S), PEER_CONNECT_S + 1.0
+            pool.connect(address, timeout=PEER_CONNECT_S), PEER_CONNECT_S + 1.0
         )
     except (OSError, asyncio.TimeoutError):
-        raise InputLostError(ref.key) from None  # the holder is gone, or does not answer
+        raise InputLostError(key) from None
     try:
         response = await asyncio.wait_for(
-            dask_compat.ask_peer(comm, SHARED_HANDLER, key=ref.key), PEER_ANSWER_S
+            dask_compat.ask_peer(comm, handler, key=key), PEER_ANSWER_S
         )
     except (OSError, asyncio.TimeoutError):
         comm.abort()
-        raise InputLostError(ref.key) from None
-    pool.reuse(ref.holder, comm)
+        raise InputLostError(key) from None
+    pool.reuse(address, comm)
     if response["status"] != "OK":
-        raise InputLostError(ref.key)
-    runtime.keep_shared(ref.key, response["value"])
+        raise InputLostError(key)
     return response["value"]
+
+
+async def _fetch(runtime, ref: SharedRef) -> Any:
+    if ref.key in runtime.shared:
+        return runtime.shared[ref.key]
+    # On InputLostError the driver sends the value itself.
+    value = await ask_peer_for(runtime.worker.rpc, ref.holder, SHARED_HANDLER, ref.key)
+    runtime.keep_shared(ref.key, value)
+    return value
 
 
 async def serve_shared(runtime, key: str) -> dict:

@@ -43,7 +43,7 @@ from distributed.sizeof import sizeof
 
 from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler.context import TaskContext
-from hrl_tasks.scheduler.shared import PEER_ANSWER_S, PEER_CONNECT_S, rebuilt
+from hrl_tasks.scheduler.shared import InputLostError, ask_peer_for, rebuilt
 
 TASKS_HANDLER = "hrl_tasks_tasks"
 RESULT_HANDLER = "hrl_tasks_result"
@@ -449,24 +449,12 @@ class TaskService:
         peer accepts the connection and never answers)."""
         if kept.key in self.kept:
             return self.kept[kept.key]
-        pool = self.runtime.worker.rpc
         try:
-            comm = await asyncio.wait_for(
-                pool.connect(kept.address, timeout=PEER_CONNECT_S), PEER_CONNECT_S + 1.0
+            return await ask_peer_for(
+                self.runtime.worker.rpc, kept.address, RESULT_HANDLER, kept.key
             )
-        except (OSError, asyncio.TimeoutError):
+        except InputLostError:
             raise InputGone(kept.key) from None
-        try:
-            response = await asyncio.wait_for(
-                dask_compat.ask_peer(comm, RESULT_HANDLER, key=kept.key), PEER_ANSWER_S
-            )
-        except (OSError, asyncio.TimeoutError):
-            comm.abort()
-            raise InputGone(kept.key) from None
-        pool.reuse(kept.address, comm)
-        if response["status"] != "OK":
-            raise InputGone(kept.key)
-        return response["value"]
 
     def resolve_in_thread(self, obj):
         """:func:`resolve_kept` from a task's thread (the Dask route's)."""
