@@ -72,6 +72,7 @@ FETCH_CHECK_S = 0.5  # how often a fetch of a stateful call's result checks it s
 HOLDER_SILENT_S = 3.0  # a fetch this long asks whether its results' workers still report
 SCHEDULER_CHECK_S = 0.25  # how often the client's link to the scheduler is looked at
 PLACE_TRIES, PLACE_RETRY_S = 5, 0.2  # engine.put to a worker that just died: tries, back-off
+PLACE_CHECK_S = 3.0  # a put this long asks whether the worker it goes to still reports
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
 
 
@@ -816,21 +817,57 @@ class DaskBackend(BackendRecords):
         """Put ``value`` in the cluster once (``engine.put``), on every worker if
         ``broadcast``; its Dask future.
 
-        The value stays here too while its ref is held: if the worker holding it
-        dies, it is sent again (see :class:`~hrl_tasks.scheduler.events.Resend`)."""
+        The value goes to one worker; with ``broadcast`` it is then copied to the
+        others in the background, so that a frozen worker (which accepts the
+        copy's connection and never answers) holds up neither the put nor the
+        tasks that read it. The value stays here too while its ref is held: if
+        the worker holding it dies, it is sent again (see
+        :class:`~hrl_tasks.scheduler.events.Resend`)."""
         for attempt in range(PLACE_TRIES):
             if self.lost is not None:
                 raise self.lost
             try:
-                # a list: not a dict's items
-                (future,) = self.client.scatter([value], hash=False, broadcast=broadcast)
+                future = self.client.sync(self._scatter, value)
                 break
             except OSError:  # sent to a worker that just died: the scheduler drops it soon
                 if attempt == PLACE_TRIES - 1:
                     raise
                 time.sleep(PLACE_RETRY_S * (attempt + 1))
+        if broadcast:
+            self.start(self._copy_everywhere, future)
         self.put_values[task_id], self.put_futures[task_id] = value, future
         return future
+
+    async def _scatter(self, value):
+        """``value``'s future once a worker holds it. A scatter still going after
+        ``PLACE_CHECK_S`` looks for workers that stopped reporting, and goes again
+        to the others if there are any (a slow transfer is waited for)."""
+        scatter = asyncio.ensure_future(
+            self.client.scatter([value], hash=False, asynchronous=True)
+        )  # a list: not a dict's items
+        while True:
+            done, _ = await asyncio.wait([scatter], timeout=PLACE_CHECK_S)
+            if done:
+                return scatter.result()[0]
+            try:
+                seen = await dask_compat.worker_heartbeats(self.client)
+            except (OSError, KeyError, TypeError):  # the scheduler is busy or different
+                continue
+            silent = dask_compat.silent_among(seen, HOLDER_SILENT_S)
+            reporting = [address for address in seen if address not in silent]
+            if silent and reporting:
+                scatter.cancel()
+                scatter = asyncio.ensure_future(
+                    self.client.scatter([value], hash=False, workers=reporting,
+                                        asynchronous=True)
+                )  # fmt: skip
+
+    async def _copy_everywhere(self, future) -> None:
+        """Copies of ``future``'s value on every worker, for tasks that all read it."""
+        try:
+            await self.client.replicate([future], asynchronous=True)
+        except Exception as exc:  # a worker left mid-copy: tasks fetch from a holder
+            logger.debug("a broadcast's copies did not all arrive: %r", exc)
 
     def close(self) -> None:
         self.closed = True

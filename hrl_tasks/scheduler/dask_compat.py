@@ -278,35 +278,49 @@ async def ask_peer(comm, op: str, **message):
     return await send_recv(comm, op=op, **message)
 
 
-async def silent_holders(client: Client, keys: list, lag_s: float) -> dict:
-    """Of the workers holding ``keys``, those the scheduler has not heard from for
-    ``lag_s`` (at least five heartbeats) longer than the last worker it heard from:
-    ``{key: address}`` for each key held by such workers only.
+async def worker_heartbeats(client: Client) -> dict:
+    """``{address: when the scheduler last heard from it}``, on the scheduler's clock.
+
+    Why: the scheduler's ``identity`` handler is reached through
+    ``client.scheduler``; ``Client.scheduler_info`` is its public form, but it
+    blocks (``sync``) and cannot be awaited on the event loop.
+    """
+    try:
+        workers = (await client.scheduler.identity(n_workers=-1))["workers"]
+    except TypeError:  # distributed before 2025: every worker, no argument
+        workers = (await client.scheduler.identity())["workers"]
+    return {address: info["last_seen"] for address, info in workers.items()}
+
+
+def silent_among(seen: dict, lag_s: float) -> set:
+    """Of the workers last heard from at ``seen``, those not heard from for ``lag_s``
+    (at least five heartbeats) longer than the last one heard from.
 
     A stopped (``SIGSTOP``) worker still accepts connections, and a fetch of its
     results waits out Dask's 30 s connect time-out; its heartbeats stop at once.
     Lags between workers, all read from the scheduler's clock, need no clock of
     ours and no connection of ours to the workers.
 
-    Why: the scheduler's ``who_has`` and ``identity`` handlers are reached through
-    ``client.scheduler``; ``Client.who_has`` and ``Client.scheduler_info`` are
-    their public forms, but they block (``sync``) and cannot be awaited on the
-    event loop. ``heartbeat_interval`` is the scheduler's rule for how often
-    workers report.
+    Why: ``heartbeat_interval`` is the scheduler's rule for how often workers report.
     """
     from distributed.scheduler import heartbeat_interval
 
-    who_has = await client.scheduler.who_has(keys=list(keys))
-    try:
-        workers = (await client.scheduler.identity(n_workers=-1))["workers"]
-    except TypeError:  # distributed before 2025: every worker, no argument
-        workers = (await client.scheduler.identity())["workers"]
-    seen = {address: info["last_seen"] for address, info in workers.items()}
     if len(seen) < 2:
-        return {}  # no other worker to compute them on
+        return set()  # no other worker to turn to
     bound = max(lag_s, 5 * heartbeat_interval(len(seen)))
     latest = max(seen.values())
-    silent = {address for address, last in seen.items() if latest - last > bound}
+    return {address for address, last in seen.items() if latest - last > bound}
+
+
+async def silent_holders(client: Client, keys: list, lag_s: float) -> dict:
+    """Of the workers holding ``keys``, the silent ones (:func:`silent_among`):
+    ``{key: address}`` for each key held by such workers only.
+
+    Why: ``who_has`` through ``client.scheduler``, as ``identity`` in
+    :func:`worker_heartbeats`.
+    """
+    who_has = await client.scheduler.who_has(keys=list(keys))
+    silent = silent_among(await worker_heartbeats(client), lag_s)
     return {
         key: holders[0]
         for key, holders in who_has.items()

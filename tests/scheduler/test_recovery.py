@@ -202,11 +202,31 @@ def test_a_put_value_whose_holder_died_is_sent_again(fresh):
 
 def test_a_value_put_on_every_worker_outlives_one_of_them(fresh):
     ref = fresh.put(list(range(10)), broadcast=True)
-    holders = fresh.client.who_has([ref.outcome.result()]).popitem()[1]
+    deadline = time.monotonic() + 30  # the copies travel in the background
+    while len(holders := fresh.client.who_has([ref.outcome.result()]).popitem()[1]) < 2:
+        assert time.monotonic() < deadline, f"copies on {holders} only"
+        time.sleep(0.05)
     assert sorted(holders) == sorted(fresh.nthreads)
     kill_worker(fresh, holders[0])
     assert fresh.submit(total_plus, ref, 1).result(timeout=60) == 46
     assert fresh.stats()["inputs_resent"] == 0  # the other copy served: nothing sent again
+
+
+def test_a_value_put_on_every_worker_while_one_is_frozen_waits_for_none(fresh):
+    """A stopped worker accepts a copy's connection and never answers: the put
+    and the tasks reading the value go on with the workers that still report."""
+    fresh.submit(tasks.inc, 0).result(timeout=30)  # the workers import the task module
+    frozen = sorted(fresh.nthreads)[0]
+    pid = worker_pids(fresh)[frozen]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        ref = fresh.put(list(range(10)), broadcast=True)
+        refs = [fresh.submit(total_plus, ref, i, speculative=True) for i in range(4)]
+        assert fresh.gather(refs, timeout=60) == [45 + i for i in range(4)]
+        assert time.monotonic() - start < 15  # not until the frozen worker runs again
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def test_a_dependent_of_a_call_result_lost_with_its_worker_fails_clearly(fresh):
