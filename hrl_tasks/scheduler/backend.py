@@ -138,6 +138,7 @@ class DaskBackend(BackendRecords):
         self.invalid: InvalidState | None = None  # what a validating state machine found
         self.put_values: dict = {}  # put task id -> its value, while its ref is held
         self.put_futures: dict = {}  # put task id -> the Dask future holding it now
+        self.silent: set = set()  # workers a put found not reporting (frozen), until they do
         self.channels: dict[str, TaskChannel] = {}  # the direct route's streams, by worker
         self.sent_direct: dict[str, tuple[str, str]] = {}  # key -> (worker, name) in flight
         self.start(self._watch_scheduler)
@@ -840,27 +841,36 @@ class DaskBackend(BackendRecords):
 
     async def _scatter(self, value):
         """``value``'s future once a worker holds it. A scatter still going after
-        ``PLACE_CHECK_S`` looks for workers that stopped reporting, and goes again
-        to the others if there are any (a slow transfer is waited for)."""
-        scatter = asyncio.ensure_future(
-            self.client.scatter([value], hash=False, asynchronous=True)
-        )  # a list: not a dict's items
+        ``PLACE_CHECK_S`` looks for workers that stopped reporting and, if there are
+        any, goes again to the others (a slow transfer is waited for); later puts
+        leave those workers out until they report again."""
+        target = await self._reporting_workers() if self.silent else None
+        scatter = self._scatter_to(value, target)
         while True:
             done, _ = await asyncio.wait([scatter], timeout=PLACE_CHECK_S)
             if done:
                 return scatter.result()[0]
-            try:
-                seen = await dask_compat.worker_heartbeats(self.client)
-            except (OSError, KeyError, TypeError):  # the scheduler is busy or different
-                continue
-            silent = dask_compat.silent_among(seen, HOLDER_SILENT_S)
-            reporting = [address for address in seen if address not in silent]
-            if silent and reporting:
+            reporting = await self._reporting_workers()
+            if reporting is not None and (target is None or self.silent & set(target)):
                 scatter.cancel()
-                scatter = asyncio.ensure_future(
-                    self.client.scatter([value], hash=False, workers=reporting,
-                                        asynchronous=True)
-                )  # fmt: skip
+                target = reporting
+                scatter = self._scatter_to(value, target)
+
+    def _scatter_to(self, value, workers: list | None) -> asyncio.Future:
+        return asyncio.ensure_future(  # a list: not a dict's items
+            self.client.scatter([value], hash=False, workers=workers, asynchronous=True)
+        )
+
+    async def _reporting_workers(self) -> list | None:
+        """The workers that still report if some do not (those become ``silent``),
+        else None: any worker will do."""
+        try:
+            seen = await dask_compat.worker_heartbeats(self.client)
+        except (OSError, KeyError, TypeError):  # the scheduler is busy or different
+            return None
+        self.silent = dask_compat.silent_among(seen, HOLDER_SILENT_S)
+        reporting = [address for address in seen if address not in self.silent]
+        return reporting if self.silent and reporting else None
 
     async def _copy_everywhere(self, future) -> None:
         """Copies of ``future``'s value on every worker, for tasks that all read it."""

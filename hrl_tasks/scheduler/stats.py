@@ -21,6 +21,7 @@ COUNTERS = (
     "original_won",
     "time_saved_s",
 )
+NAMES_KEPT = 1_000  # task names with durations; a name not seen for longest goes first
 
 
 @dataclass
@@ -72,7 +73,13 @@ class EngineStats:
         self.counters[counter] = self.counters.get(counter, 0) + n
 
     def record_duration(self, name: str, seconds: float) -> None:
-        self.durations.setdefault(name, DurationWindow()).add(seconds)
+        """Add a duration of ``name``; the names not seen for longest go beyond
+        ``NAMES_KEPT`` (names made per task, such as a trial's, come and go)."""
+        window = self.durations.pop(name, None) or DurationWindow()
+        window.add(seconds)
+        self.durations[name] = window  # the newest last
+        if len(self.durations) > NAMES_KEPT:
+            del self.durations[next(iter(self.durations))]
 
     def snapshot(self) -> dict:
         return {

@@ -94,8 +94,8 @@ class StoryLog:
         key = getattr(item, "key", None)
         keys = getattr(item, "keys", None) or ((key,) if key else ())
         task_id = getattr(item, "task_id", None) or (task_of_key(key) if key else None)
-        if task_id is None and not keys and not isinstance(item, CLUSTER):
-            return
+        if task_id is None and not isinstance(item, CLUSTER):
+            return  # no task of this engine's (a nested engine's report, a forgotten attempt)
         self.entries.append(Entry(now, task_id, tuple(keys), type(item).__name__, raw(item)))
 
     def of(self, task_id: str) -> list[Entry]:

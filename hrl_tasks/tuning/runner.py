@@ -164,7 +164,8 @@ class Trial:
     error: str | None = None
     chunks: list = field(default_factory=list)  # (start, end, worker) of each chunk that ended
     state: Any = field(default=None, repr=False)  # the algorithm's state after its last chunk
-    curve: list = field(default_factory=list, repr=False)  # (env steps, metric) per iteration
+    # (env steps, metric) per iteration; None once it is on disk only (`Search.curve`)
+    curve: list | None = field(default_factory=list, repr=False)
 
     def record(self) -> dict:
         """What the result reports of the trial (and trials.json keeps)."""
@@ -434,7 +435,8 @@ class Search:
             board.close()
         self.scheduler.on_trial_complete(trial.trial_id)
         self.sampler.observe(trial.trial_id, trial.config, trial.best)
-        trial.state = trial.state if self.out is None else None  # on disk from now on
+        if self.out is not None:  # on disk from now on: its checkpoint, its metrics.jsonl
+            trial.state, trial.curve = None, None
         self.save_trials()
 
     def bundle(self, searched: Mapping[str, Any] | None = None) -> list[dict]:
@@ -515,8 +517,19 @@ class Search:
                 writer.writerow([r["trial_id"], r["status"], r["iterations"], r["env_steps"],
                                  r["best"], r["last"].get(self.metric), r["start_time"],
                                  r["end_time"], *[r["config"].get(k) for k in keys]])  # fmt: skip
-        plot_trials(self.trials.values(), self.out / "curves.png", self.metric,
+        curves = {t.trial_id: self.curve(t) for t in self.trials.values()}
+        plot_trials(self.trials.values(), curves, self.out / "curves.png", self.metric,
                     threshold=self.stop.get(self.metric))  # fmt: skip
+
+    def curve(self, trial: Trial) -> list:
+        """``trial``'s (env steps, metric) per iteration: kept here while it runs, read
+        from its metrics.jsonl once it has ended (a search may run many thousands)."""
+        if trial.curve is not None:
+            return trial.curve
+        metrics = self.trial_dir(trial) / "metrics.jsonl"
+        lines = metrics.read_text().splitlines() if metrics.exists() else []
+        results = [r for r in map(json.loads, lines) if "iteration" in r]
+        return [(r.get("env_steps_sampled", 0), self.value(r)) for r in results]
 
     @classmethod
     def resume(cls, out: Path, **kwargs) -> Search:
@@ -530,12 +543,9 @@ class Search:
         search.exhausted = decisions["exhausted"]
         for record in json.loads((out / "trials.json").read_text()):
             fields = {k: v for k, v in record.items() if k in Trial.__dataclass_fields__}
-            trial = Trial(**fields)
-            metrics = search.trial_dir(trial) / "metrics.jsonl"
-            lines = metrics.read_text().splitlines() if metrics.exists() else []
-            results = [r for r in map(json.loads, lines) if "iteration" in r]
-            trial.curve = [(r.get("env_steps_sampled", 0), search.value(r)) for r in results]
+            trial = Trial(**fields, curve=None)
             if trial.status not in ENDED:
+                trial.curve = search.curve(trial)
                 trial.status = PAUSED if trial.checkpoint else PENDING
                 trial.state = read_checkpoint(trial.checkpoint) if trial.checkpoint else None
             search.trials[trial.trial_id] = trial
@@ -585,13 +595,16 @@ def write_atomically(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def plot_trials(trials, path: Path, metric: str, threshold: float | None = None) -> Path:
-    """Every trial's metric against env steps, one line per trial, in one PNG."""
+def plot_trials(
+    trials, curves: Mapping[str, list], path: Path, metric: str, threshold: float | None = None
+) -> Path:
+    """Every trial's metric against env steps (``curves`` by trial id), one line per
+    trial, in one PNG."""
     from hrl_tasks.plotting import pyplot, save_figure
 
     fig, ax = pyplot().subplots(figsize=(7, 4), dpi=110)
     for trial in trials:
-        points = [(x, y) for x, y in trial.curve if not math.isnan(y)]
+        points = [(x, y) for x, y in curves[trial.trial_id] if not math.isnan(y)]
         if points:
             xs, ys = zip(*points, strict=True)
             ax.plot(xs, ys, label=f"{trial.trial_id} ({trial.status.lower()})")

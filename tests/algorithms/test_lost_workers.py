@@ -148,3 +148,32 @@ def test_training_goes_on_after_three_kills_half_a_second_apart(fresh, algo_cls,
         fresh.validate()  # and nothing the engine holds is left in limbo
     finally:
         algo.stop()
+
+
+FROZEN_CASES = [(ES, {"num_perturbations": 8}), next(c for c in CASES if c[0] is ApeX)]
+
+
+@pytest.mark.parametrize("algo_cls, extra", FROZEN_CASES, ids=[c.__name__ for c, _ in FROZEN_CASES])
+def test_training_goes_on_while_a_worker_is_frozen(fresh, algo_cls, extra):
+    """A worker frozen (SIGSTOP) for 30 s accepts connections and answers none: the
+    iterations go on with the other worker instead of waiting for it to run again
+    (ES's round put theta on every worker; Ape-X's samplers each fed one shard)."""
+    algo = algo_cls({**TINY, **extra}, engine=fresh)
+    try:
+        before = algo.train()
+        pids = fresh.client.run(os.getpid)
+        pid = pids[sorted(pids)[0]]
+        os.kill(pid, signal.SIGSTOP)
+        thaw = threading.Timer(30, os.kill, (pid, signal.SIGCONT))
+        thaw.start()
+        try:
+            start = time.monotonic()
+            after = [algo.train() for _ in range(3)]
+            took = time.monotonic() - start
+        finally:
+            thaw.cancel()
+            os.kill(pid, signal.SIGCONT)
+        assert took < 20, f"3 iterations took {took:.1f} s beside a frozen worker"
+        assert after[-1]["env_steps_sampled"] > before["env_steps_sampled"]
+    finally:
+        algo.stop()

@@ -9,6 +9,7 @@ from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.clusters import local_settings
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import RELEASED_EARLY_S, EngineState
+from hrl_tasks.scheduler.stats import NAMES_KEPT
 
 WORKERS = {"a": (1, {"CPU": 1.0}), "b": (1, {"CPU": 1.0})}
 ROUNDS = 2000
@@ -80,6 +81,30 @@ def test_refs_of_internal_tasks_dropped_after_they_ended_are_forgotten():
         state.handle(ev.Released((f"c{i}", f"d{i}")), now=now + 0.5)
     assert not state.tasks and not state.objects
     assert len(state.released_early) <= 2 * (RELEASED_EARLY_S + 1)
+
+
+def test_tasks_named_one_by_one_keep_a_bounded_number_of_names():
+    """A search names each trial's task after the trial: thousands of names, each
+    seen a few times, beside a name seen all the time."""
+    state = make_state()
+    for i in range(3 * NAMES_KEPT):
+        state.stats.record_duration(f"trial-{i:05d}", 1.0)
+        state.stats.record_duration("rollout", 0.01)
+    assert len(state.stats.durations) == NAMES_KEPT
+    assert state.stats.durations["rollout"].count == 3 * NAMES_KEPT
+    assert f"trial-{3 * NAMES_KEPT - 1:05d}" in state.stats.durations
+    assert "trial-00000" not in state.stats.durations
+
+
+def test_reports_of_tasks_of_other_engines_leave_no_story():
+    """The workers' engines report their tasks where the driver's engine hears them:
+    they are no task of its own, and its log keeps none of them."""
+    state = make_state()
+    before = len(state.log.entries)
+    for i in range(ROUNDS):
+        state.handle(ev.Started(f"nested-{i}", "a", 0.0), now=i * 0.1)
+        state.handle(ev.Ended(f"nested-{i}", "rollout", "a", 0.05, 0.0), now=i * 0.1 + 0.05)
+    assert len(state.log.entries) == before
 
 
 def test_the_embedded_cluster_bounds_dasks_histories():

@@ -11,8 +11,17 @@ import pytest
 
 import hrl_tasks
 from hrl_tasks.algorithms import ConfigError
-from hrl_tasks.search import ASHAScheduler, PBTScheduler, SearchError, choice, grid, loguniform
-from hrl_tasks.tuning.runner import TuneResult, fits
+from hrl_tasks.search import (
+    ASHAScheduler,
+    FIFOScheduler,
+    PBTScheduler,
+    SearchError,
+    choice,
+    grid,
+    loguniform,
+    make_sampler,
+)
+from hrl_tasks.tuning.runner import Search, Trial, TuneResult, fits
 
 TINY = {"num_workers": 1, "num_envs_per_worker": 2, "rollout_fragment_length": 32,
         "train_batch_size": 64, "minibatch_size": 32, "num_sgd_iter": 2}  # fmt: skip
@@ -56,6 +65,28 @@ def test_the_best_trial_follows_the_mode_and_skips_trials_without_a_value():
     }  # fmt: skip
     assert TuneResult(trials, "m", "min").best_checkpoint == "c0"
     assert TuneResult(trials[1:2], "m", "max").best_trial is None
+
+
+def test_an_ended_trials_curve_is_read_from_its_metrics_not_kept(tmp_path):
+    """A search may run many thousands of trials: the driver keeps an ended trial's
+    record, and its curve only on disk, whence the plot of every curve reads it."""
+    space = {"lr": loguniform(1e-4, 1e-2)}
+    search = Search(
+        "ppo", {"env": "CartPole-v1"}, make_sampler("random", space, 1, seed=0),
+        FIFOScheduler(), metric="episode_return_mean", mode="max", stop={},
+        trial_resources={}, max_concurrent=None, engine=None, out=tmp_path,
+        checkpoint_interval_s=60.0, max_failures=0, reporter=None,
+    )  # fmt: skip
+    trial = search.trials["0000"] = Trial("0000", {"lr": 1e-3})
+    for i, value in enumerate([10.0, 30.0, 20.0], start=1):
+        search.record(trial, {"iteration": i, "env_steps_sampled": 64 * i,
+                              "episode_return_mean": value})  # fmt: skip
+    running = list(search.curve(trial))
+    search.end(trial, "TERMINATED")
+    assert trial.curve is None and trial.best == 30.0
+    assert search.curve(trial) == running == [(64, 10.0), (128, 30.0), (192, 20.0)]
+    search.write_summary()
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
 
 
 def test_a_key_the_algorithm_lacks_fails_before_any_cluster_starts():

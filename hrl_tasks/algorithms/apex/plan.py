@@ -3,6 +3,7 @@ replay shards asynchronously; the learner reads from the shards and sends priori
 back. Two sub-flows run concurrently, as in RLlib Flow; only the learner's is reported.
 Episode returns are those of the third of the workers with the lowest epsilons."""
 
+import itertools
 import threading
 
 import numpy as np
@@ -101,31 +102,42 @@ class ApeX(Algorithm):
         lives there): a sample call and then an ``add_sample`` call, each a message
         each way. Otherwise the sample's TaskRef goes to the shard's call and Dask
         moves the batch worker to worker, at the cost of two scheduled tasks.
+        Each batch goes to the shard with the fewest batches on their way to it,
+        so a shard that stops answering (a frozen worker) holds up no sampler.
         """
         engine, in_flight, direct = workers.engine, {}, workers.direct_calls
+        adding = [0] * len(self.shards)  # batches on their way to each shard
+        turn = itertools.count()
 
-        def request(handle, shard):
+        def add(handle, sample, **how):
+            ahead = next(turn)  # equal loads take turns
+            i = min(range(len(adding)), key=lambda i: (adding[i], (i - ahead) % len(adding)))
+            adding[i] += 1
+            in_flight[self.shards[i].call("add_sample", sample, **how)] = (handle, i, "add")
+
+        def request(handle):
             sample = handle.call("sample", direct=direct)
             if direct:
-                in_flight[sample] = (handle, shard, "sample")
+                in_flight[sample] = (handle, None, "sample")
             else:
-                in_flight[shard.call("add_sample", sample)] = (handle, shard, "add")
+                add(handle, sample)
 
-        for i, handle in enumerate(handles * self.config.num_async):
-            request(handle, self.shards[i % len(self.shards)])
+        for handle in handles * self.config.num_async:
+            request(handle)
         while not self.stopping.is_set():
             done, _ = engine.wait(list(in_flight), timeout=1.0, return_when="FIRST_COMPLETED")
             for ref in done:
                 handle, shard, stage = in_flight.pop(ref)
                 if stage == "sample" and ref.exception() is None:
-                    # The next sample once this batch is stored: a slot per request.
-                    in_flight[shard.call("add_sample", ref.result(), direct=True)] = (
-                        handle, shard, "add"
-                    )  # fmt: skip
+                    add(handle, ref.result(), direct=True)  # the next sample once it is stored
                     continue
+                if stage == "add":
+                    adding[shard] -= 1
                 workers.note_sampled(handle)
-                request(handle, shard)
-                metrics = _unless_lost(ref, handle, shard)
+                request(handle)
+                metrics = _unless_lost(
+                    ref, handle, *([self.shards[shard]] if stage == "add" else [])
+                )
                 if metrics is None:
                     continue  # lost with a worker; its replacement call is on its way
                 ctx.counters[STEPS_SAMPLED] += int(metrics["env_steps"])
