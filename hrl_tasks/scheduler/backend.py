@@ -26,7 +26,6 @@ import time
 import weakref
 
 from distributed import Client, fire_and_forget
-from distributed.protocol import to_serialize
 from distributed.scheduler import KilledWorker
 
 from hrl_tasks.scheduler import dask_compat
@@ -53,8 +52,6 @@ from hrl_tasks.scheduler.task_service import RESULT_HANDLER, KeptInput
 from hrl_tasks.scheduler.taskref import Kept, Local, TaskRef
 from hrl_tasks.scheduler.validate import InvalidState
 from hrl_tasks.scheduler.worker_objects import (
-    DIRECT_HANDLER,
-    PackedCall,
     call_object,
     create_object,
     destroy_object,
@@ -72,6 +69,7 @@ FETCH_CHECK_S = 0.5  # how often a fetch of a stateful call's result checks it s
 HOLDER_SILENT_S = 3.0  # a fetch this long asks whether its results' workers still report
 SCHEDULER_CHECK_S = 0.25  # how often the client's link to the scheduler is looked at
 PLACE_TRIES, PLACE_RETRY_S = 5, 0.2  # engine.put to a worker that just died: tries, back-off
+CALL_CUT_CHECK_S = 5.0  # a broken stream's direct calls: how long to wait for the worker's removal
 PLACE_CHECK_S = 3.0  # a put this long asks whether the worker it goes to still reports
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
 
@@ -141,6 +139,7 @@ class DaskBackend(BackendRecords):
         self.silent: set = set()  # workers a put found not reporting (frozen), until they do
         self.channels: dict[str, TaskChannel] = {}  # the direct route's streams, by worker
         self.sent_direct: dict[str, tuple[str, str]] = {}  # key -> (worker, name) in flight
+        self.sent_calls: dict[str, tuple] = {}  # direct call's key -> what `_call` sent
         self.start(self._watch_scheduler)
 
     @staticmethod
@@ -288,12 +287,7 @@ class DaskBackend(BackendRecords):
             if in_cluster:
                 self.start(dask_compat.cancel, self.client, in_cluster)
         elif isinstance(ins, ev.Skip):
-            spec = self._spec(self.state.new_key("skip"), "skip", 0, {}, self.topic, True)
-            future = self.client.submit(
-                run_task, skip_calls, spec, (ins.obj_id, list(ins.seqs)), {}, key=spec["key"],
-                pure=False, workers=[ins.address], allow_other_workers=False,
-            )  # fmt: skip
-            fire_and_forget(future)
+            self._skip_calls(ins.obj_id, ins.address, ins.seqs)
         elif isinstance(ins, ev.Supply):
             self.held_back.setdefault(ins.obj_id, [])
             self.admin.submit(self._change_supply, ins)
@@ -464,14 +458,18 @@ class DaskBackend(BackendRecords):
                           launch.internal)  # fmt: skip
         spec["watched"] = launch.watched
         address = launch.workers[0]
+        self.futures[launch.key] = None
+        self.sent_direct[launch.key] = (address, launch.name)
+        self._channel(address).run(launch.key, spec, fn, args, kwargs)
+
+    def _channel(self, address: str) -> TaskChannel:
+        """The stream of tasks and direct calls to ``address``, opened on first use."""
         channel = self.channels.get(address)
         if channel is None or channel.closed:
             channel = self.channels[address] = TaskChannel(
                 address, self.client.connection_args, self._task_answers, self._stream_closed
             )
-        self.futures[launch.key] = None
-        self.sent_direct[launch.key] = (address, launch.name)
-        channel.run(launch.key, spec, fn, args, kwargs)
+        return channel
 
     def _task_answers(self, address: str, answers: list) -> None:
         """A worker's answers on a task stream, handled together (on the event loop)."""
@@ -482,6 +480,8 @@ class DaskBackend(BackendRecords):
             self.feed(*events)
 
     def _answer_events(self, address: str, kind: str, key: str, status, value, elapsed) -> list:
+        if kind == "done" and key in self.sent_calls:
+            return self._call_answer(address, key, status, value, elapsed)
         if kind != "done":
             if key not in self.sent_direct:
                 return []
@@ -515,6 +515,9 @@ class DaskBackend(BackendRecords):
         channel = self.channels.get(address)
         if channel is not None and channel.closed:
             del self.channels[address]  # a new one is opened if tasks go there again
+        calls = [key for key in keys if key in self.sent_calls]
+        if calls and not self.closed:
+            self.start(self._calls_cut, address, calls)
         lost = [key for key in keys if self.sent_direct.pop(key, None) is not None]
         error = WorkerLostError(f"lost the task stream to worker {address}", address=address)
         events = [ev.AttemptDone(key, "error", error, worker_lost=True) for key in lost]
@@ -573,39 +576,90 @@ class DaskBackend(BackendRecords):
         self.start(self._direct, launch, address, spec, call, values)
 
     async def _direct(self, launch: ev.Launch, address: str, spec: dict, call, values) -> None:
+        """Send a direct call on the stream to its object's worker once the object exists."""
         try:
             await self._created(launch, address)
-            handler = getattr(self.client.rpc(address), DIRECT_HANDLER)
-            response = await handler(spec=spec, call=to_serialize(PackedCall(call)))
-            if response["status"] == "input-lost":  # its holder is gone: send the values
-                response = await handler(
-                    spec=spec, call=to_serialize(PackedCall(inline(call, values)))
-                )
-        except (OSError, WorkerLostError) as exc:
-            if self.client.status not in CONNECTED:  # the workers went with their scheduler
-                self.feed(ev.SchedulerLost(str(self.lost_scheduler())))
-                return
-            lost = WorkerLostError(
-                f"{launch.name}: lost the connection to worker {address} during a direct call "
-                f"({exc!r})",
-                address=address,
-            )
-            self.feed(ev.AttemptDone(launch.key, "error", lost, worker_lost=True))
+        except WorkerLostError as exc:
+            self.feed(ev.AttemptDone(launch.key, "error", exc, worker_lost=True))
             return
-        except Exception as exc:  # the object did not start, or the message could not be made
+        except Exception as exc:  # the object did not start
             self.feed(ev.AttemptDone(launch.key, "error", exc))
             return
-        elapsed = response.get("elapsed")  # a short call: its time came with the reply
-        timed = (
-            () if elapsed is None else (ev.Ended(launch.key, launch.name, address, elapsed, 0.0),)
-        )
-        if response["status"] != "OK":
-            self.feed(*timed, ev.AttemptDone(launch.key, "error", response["exception"]))
+        self.sent_calls[launch.key] = (address, launch, spec, call, values)
+        self._channel(address).call(launch.key, spec, call)
+
+    def _skip_calls(self, obj_id: str, address: str, seqs: tuple) -> None:
+        """Tell the object's worker that calls ``seqs`` will never run."""
+        spec = self._spec(self.state.new_key("skip"), "skip", 0, {}, self.topic, True)
+        future = self.client.submit(
+            run_task, skip_calls, spec, (obj_id, list(seqs)), {}, key=spec["key"],
+            pure=False, workers=[address], allow_other_workers=False,
+        )  # fmt: skip
+        fire_and_forget(future)
+
+    def _call_answer(self, address: str, key: str, status, value, elapsed) -> list:
+        """The events of a direct call's answer; a call whose shared input was lost
+        with its holder goes again, once, with the values themselves."""
+        _, launch, spec, call, values = self.sent_calls.pop(key)
+        if status == "input-lost":
+            if values:
+                self.sent_calls[key] = (address, launch, spec, call, {})
+                self._channel(address).call(key, spec, inline(call, values))
+                return []
+            lost = WorkerLostError(f"{launch.name}: its shared input {value} was lost")
+            return [ev.AttemptDone(key, "error", lost)]
+        if status == "unsent":  # it never left: the calls after it must not wait for it
+            self._skip_calls(call[0], address, (call[1],))
+            return [ev.AttemptDone(key, "error", value)]
+        timed = [] if elapsed is None else [ev.Ended(key, launch.name, address, elapsed, 0.0)]
+        if status != "OK":
+            return [*timed, ev.AttemptDone(key, "error", value)]
+        if key in self.futures:
+            self.futures[key] = Local(value)
+        return [*timed, ev.AttemptDone(key, "finished", value=value if launch.fetch else None)]
+
+    async def _calls_cut(self, address: str, keys: list) -> None:
+        """Direct calls whose stream broke. Lost with their worker if it left the
+        cluster (its object is then made again); if it still runs after
+        ``CALL_CUT_CHECK_S``, they fail with the broken connection and the object
+        stays: a stateful call that may have run is not taken for one that did not."""
+        if self.client.status not in CONNECTED:  # the workers went with their scheduler
+            self.feed(ev.SchedulerLost(str(self.lost_scheduler())))
             return
-        if launch.key in self.futures:
-            self.futures[launch.key] = Local(response["result"])
-        value = response["result"] if launch.fetch else None
-        self.feed(*timed, ev.AttemptDone(launch.key, "finished", value=value))
+        gone = await self._worker_left(address, CALL_CUT_CHECK_S)
+        events = []
+        for key in keys:
+            sent = self.sent_calls.pop(key, None)
+            if sent is None:
+                continue
+            name = sent[1].name
+            if gone:
+                lost = WorkerLostError(
+                    f"{name}: lost the connection to worker {address} during a direct call",
+                    address=address,
+                )  # fmt: skip
+                events.append(ev.AttemptDone(key, "error", lost, worker_lost=True))
+            else:
+                cut = ConnectionError(
+                    f"{name}: the connection to worker {address} broke during a direct "
+                    "call, and the worker still runs: the call may or may not have run"
+                )  # fmt: skip
+                events.append(ev.AttemptDone(key, "error", cut))
+        if events:
+            self.feed(*events)
+
+    async def _worker_left(self, address: str, within_s: float) -> bool:
+        """Whether the scheduler drops ``address`` from its workers within ``within_s``."""
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                if address not in await dask_compat.worker_heartbeats(self.client):
+                    return True
+            except (OSError, KeyError, TypeError):  # the scheduler is busy or gone
+                pass
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
 
     async def _created(self, launch: ev.Launch, address: str) -> None:
         """Wait for the object's creation; raise as a pinned call would if it failed."""

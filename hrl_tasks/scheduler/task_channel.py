@@ -24,8 +24,10 @@ class TaskChannel:
     """The engine's stream of tasks to the worker at ``address``.
 
     ``on_answers(address, answers)`` is called with the answers of each message,
-    ``(kind, key, status, value, elapsed)`` each (see `task_service`); ``on_closed(address, keys)`` once, when the stream breaks, with
-    the keys of the tasks sent on it that had not ended.
+    ``(kind, key, status, value, elapsed)`` each (see `task_service`; status
+    ``"unsent"``: a direct call whose arguments did not pickle, which never
+    left); ``on_closed(address, keys)`` once, when the stream breaks, with the
+    keys of the tasks and calls sent on it that had not ended.
     """
 
     def __init__(
@@ -76,6 +78,14 @@ class TaskChannel:
         self.in_flight.add(key)
         self._send(("run", key, spec, known[0], args, kwargs))
 
+    def call(self, key: str, spec: dict, call: tuple) -> None:
+        """Send one direct call to a stateful object living on the worker."""
+        if self.closed:
+            self.on_closed(self.address, (key,))
+            return
+        self.in_flight.add(key)
+        self._send(("call", key, spec, call))
+
     def cancel(self, key: str) -> None:
         if key in self.in_flight:
             self._send(("cancel", key))
@@ -102,11 +112,13 @@ class TaskChannel:
             self.functions = {k: v for k, v in self.functions.items() if v[0] != message[1]}
             self.broken[message[1]] = exc
             return
-        key, fn_id = message[1], message[3]
-        error = self.broken.get(fn_id, exc)
+        key = message[1]
+        error = exc if message[0] == "call" else self.broken.get(message[3], exc)
         self.in_flight.discard(key)
-        self.on_answers(self.address, [("done", key, "error", TypeError(
-            f"the task's function or arguments cannot be sent to the worker: {error!r}"
+        what = "call's arguments" if message[0] == "call" else "task's function or arguments"
+        status = "unsent" if message[0] == "call" else "error"
+        self.on_answers(self.address, [("done", key, status, TypeError(
+            f"the {what} cannot be sent to the worker: {error!r}"
         ), None)])  # fmt: skip
 
     async def _read(self) -> None:

@@ -8,7 +8,12 @@ answers on the same stream as tasks end. Messages, engine to worker:
 - ``("run", key, spec, fn_id, args, kwargs)``: run one attempt;
 - ``("cancel", key)``: drop it if it has not started (a running one runs on,
   out of its slot, and its end is not answered);
-- ``("release", key)``: forget a result kept here.
+- ``("release", key)``: forget a result kept here;
+- ``("call", key, spec, call)``: a direct call to a stateful object living here
+  (``call`` as :func:`~hrl_tasks.scheduler.worker_objects.run_call` takes it); it
+  runs in the object's threads, not in a slot, and its answer is a ``"done"``
+  with status ``"OK"``, ``"error"`` or ``"input-lost"`` (value: the key of the
+  shared input that could not be fetched).
 
 Worker to engine: ``("started", key, None, None, None)`` when a task whose spec
 says ``watched`` (speculation follows it) starts; ``("waiting", key, ...)`` and
@@ -283,6 +288,17 @@ class TaskStream:
                 self.service.detach(message[1])
         elif kind == "release":
             self.service.kept.pop(message[1], None)
+        elif kind == "call":
+            asyncio.ensure_future(self._call(*message[1:]))
+
+    async def _call(self, key: str, spec: dict, call: tuple) -> None:
+        run_call = self.service.run_call
+        if run_call is None:  # no object was ever made here
+            error = LookupError(f"no stateful object {call[0]} on this worker")
+            self._answer(("done", key, "error", error, None))
+            return
+        status, value, elapsed = await run_call(self.service.runtime, spec, call)
+        self._answer(("done", key, status, value, elapsed))
 
     async def _fetch_inputs(self, key: str, spec: dict, fn, args, kwargs) -> None:
         try:
@@ -428,6 +444,8 @@ class TaskService:
         self.kept: dict[str, Any] = {}
         self.keep_from = keep_from
         self.streams: list[TaskStream] = []
+        # Direct calls' runner, `worker_objects.run_call`, set when an object is made here.
+        self.run_call = None
         # Threads for tasks: as many as hold slots plus those waiting on children.
         self.pool = cf.ThreadPoolExecutor(1024, thread_name_prefix="hrl-task")
 

@@ -7,9 +7,9 @@ the other way round even when the first waits for its argument to arrive.
 Calls run one at a time unless the object's class sets ``thread_safe = True``.
 
 Calls arrive as Dask tasks pinned to this worker (:func:`call_object` through
-``run_task``) or as direct calls (:func:`direct_call`, the worker's
-``hrl_tasks_direct_call`` handler), which run in threads of the object's own
-under the same numbering and answer with the result.
+``run_task``) or as direct calls (:func:`run_call`, sent on an engine's task
+stream, :mod:`~hrl_tasks.scheduler.task_service`), which run in threads of the
+object's own under the same numbering and answer with the result.
 """
 
 from __future__ import annotations
@@ -23,26 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distributed import get_worker
-from distributed.protocol import to_serialize
 
 from hrl_tasks.scheduler import dask_compat, task_service
 from hrl_tasks.scheduler.context import TaskContext, direct_call_thread, task_wait
 from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
 from hrl_tasks.scheduler.runtime import WorkerRuntime
 from hrl_tasks.scheduler.shared import SHARED_HANDLER, InputLostError, resolve_shared, serve_shared
-
-DIRECT_HANDLER = "hrl_tasks_direct_call"
-
-
-@dataclass(frozen=True)
-class PackedCall:
-    """A direct call's arguments as one value, which Dask pickles whole (arrays still
-    travel as out-of-band buffers). A bare tuple is walked by Dask's serializer and
-    each part pickled and sized on its own: about a third of the driver's CPU per
-    direct call."""
-
-    call: tuple
-
 
 DIRECT_THREADS = 8  # per thread-safe object; calls to any other object run one at a time
 
@@ -157,15 +143,11 @@ def install_handlers(runtime: WorkerRuntime) -> None:
     runtime.handlers_installed = True
     handlers = runtime.worker.handlers
 
-    async def direct(comm=None, spec=None, call=None):
-        return await direct_call(runtime, spec, call)
-
     async def shared(comm=None, key=None):
         return await serve_shared(runtime, key)
 
-    handlers[DIRECT_HANDLER] = direct
     handlers[SHARED_HANDLER] = shared
-    task_service.install(runtime)
+    task_service.install(runtime).run_call = run_call
 
 
 def create_object(obj_id: str, seq: int, factory, args: tuple, kwargs: dict, state: Any):
@@ -242,21 +224,18 @@ def destroy_object(obj_id: str, seq: int) -> bool:
 # --- direct calls --------------------------------------------------------------------
 
 
-async def direct_call(runtime: WorkerRuntime, spec: dict, call: tuple) -> dict:
-    """Handler of a direct call: ``call`` is :func:`call_object`'s arguments.
-
-    Answers ``{"status": "OK", "result": ...}``, ``{"status": "error",
-    "exception": ...}`` (what the method raised) or ``{"status":
-    "input-lost", "key": ...}`` when a shared input cannot be fetched (the
-    call did not run; the driver sends it again with the value). The first
-    two carry ``elapsed``: the call's time when its start was never reported,
-    else None.
-    """
-    obj_id, seq, method, args, kwargs = call.call if isinstance(call, PackedCall) else call
+async def run_call(
+    runtime: WorkerRuntime, spec: dict, call: tuple
+) -> tuple[str, Any, float | None]:
+    """Run a direct call once its object may take it: ``(status, value, elapsed)``,
+    status ``"OK"`` (value: the result), ``"error"`` (the method's error) or
+    ``"input-lost"`` (value: the key of a shared input that could not be fetched;
+    the call did not run)."""
+    obj_id, seq, method, args, kwargs = call
     try:
         args, kwargs = await resolve_shared(runtime, (args, kwargs))
     except InputLostError as exc:
-        return {"status": "input-lost", "key": str(exc)}
+        return "input-lost", str(exc), None
     entry = entry_of(obj_id, runtime)
     # A call takes one of the object's threads only once it may run: waiting in a
     # thread, calls that arrived early could hold every thread while the call they
@@ -272,9 +251,7 @@ async def direct_call(runtime: WorkerRuntime, spec: dict, call: tuple) -> dict:
         )
     except Exception as exc:  # the object's threads are gone (it was destroyed)
         ok, value, elapsed = False, exc, None
-    if ok:
-        return {"status": "OK", "result": to_serialize(value), "elapsed": elapsed}
-    return {"status": "error", "exception": to_serialize(value), "elapsed": elapsed}
+    return ("OK" if ok else "error"), value, elapsed
 
 
 def run_direct(runtime: WorkerRuntime, spec: dict, call: tuple) -> tuple[bool, Any, float | None]:

@@ -2,6 +2,7 @@
 
 import asyncio
 import sys
+import threading
 import time
 
 import numpy as np
@@ -126,7 +127,7 @@ async def calls_out_of_order(obj_id: str, n: int, dask_worker=None) -> list:
     """Runs on the object's worker: direct calls numbered after the last one made,
     all but the first arriving before it (as calls on several connections can)."""
     from hrl_tasks.scheduler.runtime import WorkerRuntime
-    from hrl_tasks.scheduler.worker_objects import direct_call, entry_of
+    from hrl_tasks.scheduler.worker_objects import entry_of, run_call
 
     runtime = WorkerRuntime.of(dask_worker)
     first = entry_of(obj_id, runtime).watermark + 1
@@ -134,12 +135,12 @@ async def calls_out_of_order(obj_id: str, n: int, dask_worker=None) -> list:
     def call(seq):
         spec = {"key": f"out-of-order-{seq}", "name": "Counter.add", "attempt": 0,
                 "topic": "unheard", "internal": True, "quiet": True}  # fmt: skip
-        return direct_call(runtime, spec, (obj_id, seq, "add", (1,), {}))
+        return run_call(runtime, spec, (obj_id, seq, "add", (1,), {}))
 
     early = [asyncio.ensure_future(call(seq)) for seq in range(first + 1, first + n)]
     await asyncio.sleep(0.3)  # each waits for the calls before it
     replies = await asyncio.wait_for(asyncio.gather(call(first), *early), 20)
-    return [(reply["status"], reply["result"].data) for reply in replies]
+    return [(status, value) for status, value, _ in replies]
 
 
 @pytest.mark.cluster
@@ -221,3 +222,44 @@ def test_a_speculative_direct_call_reports_its_start_unless_it_ended_first(engin
     # The short one ended before its start report left: both were taken back.
     assert short.key not in reported_keys(engine)
     group.kill()
+
+
+@pytest.mark.cluster
+def test_five_thousand_direct_calls_in_flight_each_run_once_in_order(engine):
+    """Calls sent without waiting travel on the worker's one stream, batched: none
+    waits for a connection of its own, and none is taken for a lost worker."""
+    counter = engine.create_worker(tasks.Counter, start=0)
+    counter.ready(timeout=30)
+    refs = [counter.call("add", 1, direct=True) for _ in range(5000)]
+    assert engine.gather(refs, timeout=120) == list(range(1, 5001))
+    assert counter.restarts == 0 and engine.stats()["workers_lost"] == 0
+    assert counter.call("add", 0, direct=True).result(timeout=30) == 5000
+    counter.kill()
+
+
+@pytest.mark.cluster
+def test_a_direct_call_whose_arguments_do_not_pickle_fails_with_that(engine):
+    counter = engine.create_worker(tasks.Counter, start=0)
+    with pytest.raises(TypeError, match="call's arguments cannot be sent to the worker"):
+        counter.call("add", threading.Lock(), direct=True).result(timeout=30)
+    assert counter.call("add", 2, direct=True).result(timeout=30) == 2  # the object goes on
+    counter.kill()
+
+
+@pytest.mark.cluster
+def test_a_direct_call_whose_stream_breaks_while_its_worker_runs_on_fails_and_the_object_stays(
+    engine,
+):
+    """A broken connection is not a dead worker: the call fails with the connection's
+    error (it may have run), the object is not made again, and calls go on."""
+    counter = engine.create_worker(tasks.Counter, start=0)
+    assert counter.call("add", 1, direct=True).result(timeout=30) == 1
+    slow = counter.call("slow_add", 1, 1.0, direct=True)
+    time.sleep(0.3)
+    channel = engine.backend.channels[counter.address]
+    engine.client.loop.add_callback(channel.comm.abort)  # the engine's end of the stream
+    with pytest.raises(ConnectionError, match="the worker still runs"):
+        slow.result(timeout=30)
+    assert counter.restarts == 0 and engine.stats()["workers_lost"] == 0
+    assert counter.call("add", 1, direct=True).result(timeout=30) == 3  # the slow add ran
+    counter.kill()
