@@ -546,18 +546,51 @@ class DaskBackend(BackendRecords):
                 comm = await asyncio.wait_for(
                     pool.connect(item.address, timeout=PEER_CONNECT_S), PEER_CONNECT_S + 1.0
                 )
-                response = await dask_compat.ask_peer(comm, RESULT_HANDLER, key=item.key)
-                pool.reuse(item.address, comm)
+                response = await self._answer_unless_silent(
+                    dask_compat.ask_peer(comm, RESULT_HANDLER, key=item.key), item.address
+                )
+                if response is None:  # the holder stopped reporting
+                    comm.abort()
+                else:
+                    pool.reuse(item.address, comm)
             except (OSError, asyncio.TimeoutError):
                 response = {"status": "missing"}
-            if response["status"] != "OK":
-                raise ResultsLost(
-                    f"the result of {item.key} was lost with its worker {item.address}",
-                    (item.key,), address=item.address,
-                )  # fmt: skip
-            return response["value"]
+            if response is not None and response["status"] == "OK":
+                return response["value"]
+            # A frozen holder (it took the connection and said nothing) or one gone:
+            # the task runs again, away from a frozen one.
+            silent = response is None or item.address in await self._silent_workers()
+            raise ResultsLost(
+                f"the result of {item.key} was lost with its worker {item.address}"
+                + (", which stopped reporting" if silent else ""),
+                (item.key,), address=item.address, silent=silent,
+            )  # fmt: skip
 
         return list(await asyncio.gather(*[one(item) for item in kept]))
+
+    async def _answer_unless_silent(self, ask, address: str):
+        """``ask``'s answer, or None once ``address`` stopped reporting (a stopped process
+        accepts the connection and never answers; a large value may take long)."""
+        answer = asyncio.ensure_future(ask)
+        while True:
+            done, _ = await asyncio.wait([answer], timeout=HOLDER_SILENT_S)
+            if done:
+                return answer.result()
+            try:
+                seen = await dask_compat.worker_heartbeats(self.client)
+            except (OSError, KeyError, TypeError):  # the scheduler is busy or different
+                continue
+            if address in dask_compat.silent_among(seen, HOLDER_SILENT_S):
+                answer.cancel()
+                return None
+
+    async def _silent_workers(self) -> set:
+        """The workers that stopped reporting (see `dask_compat.silent_among`)."""
+        try:
+            seen = await dask_compat.worker_heartbeats(self.client)
+        except (OSError, KeyError, TypeError):  # the scheduler is busy or different
+            return set()
+        return dask_compat.silent_among(seen, HOLDER_SILENT_S)
 
     # --- direct calls -------------------------------------------------------------
 

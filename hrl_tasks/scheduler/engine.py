@@ -65,6 +65,7 @@ logger = logging.getLogger(__name__)
 RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
 VALIDATE_VARIABLE = "HRL_TASKS_VALIDATE"
 ROUTES = ("dask", "direct")  # how plain tasks reach the workers (Engine(route=...))
+ROUTE_VARIABLE = "HRL_TASKS_ROUTE"
 EVENTS_BACKSTOP_SWEEP_S = 5.0  # seconds between looks at the workers beside the events
 
 
@@ -74,6 +75,15 @@ def validating(validate: bool | None) -> bool:
     if validate is not None:
         return bool(validate)
     return os.environ.get(VALIDATE_VARIABLE, "") == "1"
+
+
+def default_route(route: str | None) -> str:
+    """How plain tasks reach the workers: ``route``, or if None the environment's
+    ``HRL_TASKS_ROUTE``, else ``"direct"``; a clear error for anything else."""
+    route = os.environ.get(ROUTE_VARIABLE) or "direct" if route is None else route
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    return route
 
 
 def _own_worker() -> frozenset:
@@ -161,8 +171,9 @@ class Engine:
             started or ended, no worker came or went) for this long logs the
             story of what it waits for (:meth:`story`); None: never.
         route: how plain tasks reach the workers by default (``submit(route=...)``):
-            ``"dask"`` through Dask's scheduler, ``"direct"`` placed by the engine
-            and sent on a stream of its own to each worker.
+            ``"direct"`` (the default; ``HRL_TASKS_ROUTE`` in the environment sets
+            another) placed by the engine and sent on a stream of its own to each
+            worker, or ``"dask"`` through Dask's scheduler.
     """
 
     def __init__(
@@ -176,10 +187,9 @@ class Engine:
         send_interval_s: float | None = 0.001,
         validate: bool | None = None,
         stall_warning_s: float | None = 60.0,
-        route: str = "dask",
+        route: str | None = None,
     ):
-        if route not in ROUTES:
-            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+        route = default_route(route)
         if send_interval_s is not None:
             dask_compat.set_send_interval(client, send_interval_s)
         self.client = client
@@ -200,12 +210,25 @@ class Engine:
         if not nested:  # a nested engine's scheduler has it: the root engine put it there
             worker_events.register(client)
         client.subscribe_topic(worker_events.TOPIC, backend.on_cluster_event)  # nested too
+        if route == "direct":  # now, while the workers are those just seen
+            self._ready_route()
         seen = backend.see_workers()
 
         async def first_look():
             backend.feed(seen)
 
         client.sync(first_look)
+
+    def _ready_route(self) -> None:
+        """Every worker, those to come too, takes task streams (once per cluster: in a
+        task, the root engine that sent it did it already)."""
+        self._route_ready = True
+        if self.nested and WorkerRuntime.of().task_service is not None:
+            return
+        try:
+            self.client.register_plugin(TaskRoute(), name=TaskRoute.name)
+        except OSError as exc:  # a worker that just died; the scheduler keeps it for the rest
+            logger.info("hrl_tasks: the task route did not reach every worker: %r", exc)
 
     def _start(
         self, state, backend, retries, lost_worker_timeout, activate: bool, stall_warning_s=60.0
@@ -235,7 +258,7 @@ class Engine:
         resources: dict | list[dict] | None = None,
         validate: bool | None = None,
         stall_warning_s: float | None = 60.0,
-        route: str = "dask",
+        route: str | None = None,
         **cluster_kwargs,
     ) -> Engine:
         """Start an embedded ``distributed.LocalCluster`` with worker processes.
@@ -466,11 +489,7 @@ class Engine:
         if not self.has_workers:  # in-process: every route is the same call
             route = "dask"
         elif route == "direct" and not self._route_ready:
-            # Every worker, those to come too, takes task streams (once per cluster: in a
-            # task, the root engine that sent it did it already).
-            if not (self.nested and WorkerRuntime.of().task_service is not None):
-                self.client.register_plugin(TaskRoute(), name=TaskRoute.name)
-            self._route_ready = True
+            self._ready_route()
         request = normalize_request(resources)
         self.check_resources(request)
         policy = RetryPolicy.coerce(retries, self.default_retries)
@@ -658,8 +677,9 @@ class Engine:
     def story(self, ref: TaskRef | str) -> str:
         """What happened to a task, for a person to read: ``print(engine.story(ref))``.
 
-        The engine keeps a bounded log of the events it handled and the
-        instructions it gave (the last 20,000). The story is the task's entries
+        The engine keeps the events it handled and the instructions it gave,
+        per task while it knows the task and for the last 1,000 it let go. The
+        story is the task's entries
         (its attempts, their starts and ends, retries, its resolution) and the
         cluster's events since it began, oldest first with their age, then
         where the task is now: which attempts run where and for how long, or
@@ -667,7 +687,7 @@ class Engine:
         """
         task_id = ref if isinstance(ref, str) else ref.task_id
         with self.backend.lock:
-            lines = self.state.story(task_id)
+            lines = self.state.story(task_id, now=time.monotonic())  # the backend's clock
         name = ref if isinstance(ref, str) else f"{ref.name} ({task_id})"
         return "\n".join([f"story of {name}:", *lines])
 

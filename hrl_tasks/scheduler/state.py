@@ -69,7 +69,7 @@ from hrl_tasks.scheduler.speculation import (
     WorkerSpeed,
     plan_backups,
 )
-from hrl_tasks.scheduler.stats import EngineStats
+from hrl_tasks.scheduler.stats import EngineStats, remember
 from hrl_tasks.scheduler.status import CANCELLED, FAILED, FINISHED, PENDING
 from hrl_tasks.scheduler.story import StoryLog, render
 from hrl_tasks.scheduler.validate import check, where_is
@@ -206,10 +206,11 @@ class EngineState:
         self.key_prefix = key_prefix
         self.validating = validate
         self.progress_at = 0.0  # when an attempt last started or ended, or a worker came or went
-        self.log = StoryLog()
         self.placement_timeout = placement_timeout
         self.sweep_s = sweep_s
         self.tasks: dict[str, Task] = {}
+        self.log = StoryLog(self.tasks)
+        self._let_go: list[str] = []  # tasks forgotten in this handling, for the log
         self.attempts: dict[str, Attempt] = {}
         self.objects: dict[str, ObjectState] = {}
         self.ledger = Ledger()
@@ -263,6 +264,8 @@ class EngineState:
         out, self._out = self._out, []
         for instruction in out:
             self.log.note(instruction, now, self._task_of_key)
+        forgotten, self._let_go = self._let_go, []
+        self.log.let_go(forgotten)
         if self.validating:
             check(self)
         return out
@@ -275,13 +278,15 @@ class EngineState:
         """Raise :class:`~hrl_tasks.scheduler.validate.InvalidState` if an invariant is broken."""
         check(self)
 
-    def story(self, task_id: str) -> list[str]:
+    def story(self, task_id: str, now: float | None = None) -> list[str]:
         """What happened to ``task_id`` (and the cluster meanwhile), oldest first, and
-        where it is now: lines for a person to read."""
+        where it is now: lines for a person to read. ``now``: the clock's time
+        (default: that of the last event handled)."""
+        now = self.now if now is None else now
         task = self.tasks.get(task_id)
-        where = where_is(self, task) if task is not None and task.status == PENDING else []
+        where = where_is(self, task, now) if task is not None and task.status == PENDING else []
         status = None if task is None else f"{task.status} after {task.attempts} attempts"
-        return render(self.log.of(task_id), self.now, where, status)
+        return render(self.log.of(task_id), now, where, status)
 
     def _add(self, task: Task) -> Task:
         self.tasks[task.task_id] = task
@@ -508,7 +513,7 @@ class EngineState:
             self._skip(task)  # a copy that never runs must not block later calls
         if not task.internal and task.kind in ("task", "call"):
             self.stats.count("finished")
-            self.tally.setdefault(task.name, [0, 0])[0] += 1
+            remember(self.tally, task.name, self.tally.get(task.name, [0, 0]))[0] += 1
         for peer_id in task.linked:
             peer = self.tasks.get(peer_id)
             if peer is not None and peer.status == PENDING:
@@ -546,7 +551,7 @@ class EngineState:
         self._emit(ev.Fail(task.task_id, error))
         if count and not task.internal and task.kind in ("task", "call"):
             self.stats.count("failed")
-            self.tally.setdefault(task.name, [0, 0])[1] += 1
+            remember(self.tally, task.name, self.tally.get(task.name, [0, 0]))[1] += 1
         self._settled(task)
 
     def _cancel(self, task: Task, message: str) -> None:
@@ -579,6 +584,7 @@ class EngineState:
                 self._inputs_settled(waiter, number, error, rerun)
         if task.released or task.internal:
             self.tasks.pop(task.task_id, None)
+            self._let_go.append(task.task_id)
 
     def _on_Released(self, e: ev.Released) -> None:
         for task_id in e.task_ids:
@@ -589,6 +595,7 @@ class EngineState:
             task.released = True
             if task.status != PENDING and task_id not in self.waiters:
                 del self.tasks[task_id]
+                self._let_go.append(task_id)
         self._forget_stale_releases()
 
     def _forget_stale_releases(self) -> None:
@@ -1129,7 +1136,7 @@ class EngineState:
         spec = self.spec
         self.stats.record_duration(e.name, e.elapsed)
         mean = self.mean_s.get(e.name)
-        self.mean_s[e.name] = e.elapsed if mean is None else 0.9 * mean + 0.1 * e.elapsed
+        remember(self.mean_s, e.name, e.elapsed if mean is None else 0.9 * mean + 0.1 * e.elapsed)
         if spec.running.pop(e.key, None) is not None:
             if e.key in spec.detached:
                 spec.detached.discard(e.key)

@@ -73,16 +73,22 @@ class EngineStats:
         self.counters[counter] = self.counters.get(counter, 0) + n
 
     def record_duration(self, name: str, seconds: float) -> None:
-        """Add a duration of ``name``; the names not seen for longest go beyond
-        ``NAMES_KEPT`` (names made per task, such as a trial's, come and go)."""
-        window = self.durations.pop(name, None) or DurationWindow()
-        window.add(seconds)
-        self.durations[name] = window  # the newest last
-        if len(self.durations) > NAMES_KEPT:
-            del self.durations[next(iter(self.durations))]
+        """Add a duration of ``name`` (see :func:`remember`)."""
+        remember(self.durations, name, self.durations.get(name) or DurationWindow()).add(seconds)
 
     def snapshot(self) -> dict:
         return {
             **self.counters,
             "by_name": {name: w.summary() for name, w in sorted(self.durations.items())},
         }
+
+
+def remember(table: dict, name: str, value):
+    """``table[name] = value``, ``name`` now the newest; the names not seen for longest
+    go beyond ``NAMES_KEPT`` (names made per task, such as a trial's, come and go).
+    Returns ``value``."""
+    table.pop(name, None)
+    table[name] = value
+    if len(table) > NAMES_KEPT:
+        del table[next(iter(table))]
+    return value

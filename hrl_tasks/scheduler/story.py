@@ -1,20 +1,26 @@
-"""A bounded log of what the state machine was told and what it said, and a task's story.
+"""What the state machine was told and what it said of each task, and a task's story.
 
 As distributed's ``Scheduler.story(key)``: each entry is small (names, keys,
-numbers and short texts, never a result, an argument or a traceback), so the
-log costs a few MB at most whatever runs. ``story`` picks out a task's
-entries (by its id and its attempts' keys) and the cluster's events while it
-was pending, then says where the task is now.
+numbers and short texts, never a result, an argument or a traceback). Entries
+are kept per task, while the engine knows the task and for the last tasks it let
+go, so what is kept follows the tasks alive, not the hours run (one log of the
+last 20,000 entries grew a search's driver by 2-3 MB per 10 minutes until full).
+``story`` gives a task's entries and the cluster's events while it was pending,
+then says where the task is now.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from hrl_tasks.scheduler import events as ev
 
-LOG_LENGTH = 20_000
+TASK_ENTRIES = 64  # per task: its first entry and its latest
+ENDED_KEPT = 1_000  # stories of tasks the engine let go, the newest
+CLUSTER_KEPT = 1_000  # workers seen, added and removed; the scheduler lost
+SWEEP_SLACK = 1_000
 QUIET = (ev.Tick, ev.Refresh, ev.Forget, ev.Later, ev.Supply, ev.DropObject)
 CLUSTER = (ev.WorkersSeen, ev.WorkerRemoved, ev.WorkerAdded, ev.SchedulerLost)
 TEXT_LIMIT = 160
@@ -78,10 +84,19 @@ def detail(what: str, fields: tuple) -> str:
 
 
 class StoryLog:
-    """The last ``length`` events and instructions that concern tasks or the cluster."""
+    """Each task's entries while the engine knows it (its first and its latest
+    ``TASK_ENTRIES``), the stories of the last ``ENDED_KEPT`` tasks let go, and the
+    last ``CLUSTER_KEPT`` events of the cluster: what a long run keeps grows with the
+    tasks alive, not with the tasks ever run.
 
-    def __init__(self, length: int = LOG_LENGTH):
-        self.entries: deque[Entry] = deque(maxlen=length)
+    ``tasks`` is the state's table of tasks (read, never changed here).
+    """
+
+    def __init__(self, tasks: Mapping[str, object]):
+        self.tasks = tasks
+        self.live: dict[str, deque[Entry]] = {}
+        self.ended: dict[str, deque[Entry]] = {}  # oldest first
+        self.cluster: deque[Entry] = deque(maxlen=CLUSTER_KEPT)
 
     def note(self, item, now: float, task_of_key) -> None:
         """Record ``item`` (an event or an instruction); ``task_of_key(key)`` finds a task id."""
@@ -89,30 +104,63 @@ class StoryLog:
             return
         if isinstance(item, ev.Released):
             for task_id in item.task_ids:
-                self.entries.append(Entry(now, task_id, (), "Released", ()))
+                self._add(task_id, Entry(now, task_id, (), "Released", ()), new=False)
             return
         key = getattr(item, "key", None)
         keys = getattr(item, "keys", None) or ((key,) if key else ())
-        task_id = getattr(item, "task_id", None) or (task_of_key(key) if key else None)
-        if task_id is None and not isinstance(item, CLUSTER):
-            return  # no task of this engine's (a nested engine's report, a forgotten attempt)
-        self.entries.append(Entry(now, task_id, tuple(keys), type(item).__name__, raw(item)))
+        named = getattr(item, "task_id", None)  # a submission names its task
+        task_id = named or (task_of_key(key) if key else None)
+        entry = Entry(now, task_id, tuple(keys), type(item).__name__, raw(item))
+        if task_id is not None:
+            self._add(task_id, entry, new=named is not None or task_id in self.tasks)
+        elif isinstance(item, CLUSTER):
+            self.cluster.append(entry)
+        # else: no task of this engine's (a nested engine's report, a forgotten attempt)
+
+    def _add(self, task_id: str, entry: Entry, new: bool) -> None:
+        story = self.live.get(task_id)
+        if story is None:
+            story = self.ended.get(task_id)  # a late word of a task let go
+        if story is None:
+            if not new and task_id not in self.tasks:
+                return
+            story = self.live[task_id] = deque(maxlen=TASK_ENTRIES)
+        if len(story) == TASK_ENTRIES:  # keep how it began: drop the oldest after it
+            first = story.popleft()
+            story.popleft()
+            story.appendleft(first)
+        story.append(entry)
+
+    def let_go(self, task_ids) -> None:
+        """The engine forgot ``task_ids``: their stories join the ended ones. Stories of
+        tasks it forgot without saying (rare) are swept up when they pile up."""
+        for task_id in task_ids:
+            self._end(task_id)
+        if len(self.live) > 2 * len(self.tasks) + SWEEP_SLACK:
+            for task_id in [t for t in self.live if t not in self.tasks]:
+                self._end(task_id)
+
+    def _end(self, task_id: str) -> None:
+        story = self.live.pop(task_id, None)
+        if story is None:
+            return
+        self.ended[task_id] = story
+        if len(self.ended) > ENDED_KEPT:
+            del self.ended[next(iter(self.ended))]
+
+    def entries(self) -> int:
+        """How many entries are kept."""
+        stories = (*self.live.values(), *self.ended.values())
+        return sum(map(len, stories)) + len(self.cluster)
 
     def of(self, task_id: str) -> list[Entry]:
         """The entries of ``task_id`` and its attempts, with the cluster's events between."""
-        keys = {task_id}
-        for entry in self.entries:
-            if entry.task_id == task_id:
-                keys.update(entry.keys)
-        mine = [e for e in self.entries if e.task_id == task_id or keys.intersection(e.keys)]
+        mine = list(self.live.get(task_id) or self.ended.get(task_id) or ())
         if not mine:
             return []
-        first, picked = mine[0].at, {id(e) for e in mine}
-        return [
-            e
-            for e in self.entries
-            if id(e) in picked or (e.task_id is None and not e.keys and e.at >= first)
-        ]
+        first = mine[0].at
+        between = [e for e in self.cluster if e.at >= first]
+        return sorted(mine + between, key=lambda e: e.at)  # stable: ties keep their order
 
 
 def render(entries: list[Entry], now: float, where: list[str], status: str | None) -> list[str]:

@@ -73,17 +73,22 @@ def _task_problems(state: EngineState, task: Task) -> list[str]:
     return [f"task {task.task_id}: {w}" for w in where if w.startswith("!")]
 
 
-def where_is(state: EngineState, task: Task) -> list[str]:
-    """Where a pending task is: reasons it will end (a '!' marks a reason that is broken)."""
+def where_is(state: EngineState, task: Task, now: float | None = None) -> list[str]:
+    """Where a pending task is: reasons it will end (a '!' marks a reason that is broken).
+    ``now``: the clock's time (default: that of the last event handled)."""
+    now = state.now if now is None else now
     where = []
     for key in task.live:
         attempt = state.attempts.get(key)
         if attempt is None or attempt.task_id != task.task_id:
             where.append(f"! its attempt {key} is not an attempt of it")
+        elif attempt.worker is None and attempt.sent_to is not None:  # the direct route
+            where.append(f"attempt {key} sent to {attempt.sent_to} {now - task.live[key]:.1f} s "
+                         "ago (running or queued there: it reports no start)")  # fmt: skip
         elif attempt.worker is None:
-            where.append(f"attempt {key} sent {state.now - task.live[key]:.1f} s ago, not started")
+            where.append(f"attempt {key} sent {now - task.live[key]:.1f} s ago, not started")
         else:
-            since = state.now - (attempt.started_at or state.now)
+            since = now - (attempt.started_at or now)
             where.append(f"attempt {key} running on {attempt.worker} for {since:.1f} s")
     if task.room_wait is not None:
         where.append(
@@ -91,7 +96,7 @@ def where_is(state: EngineState, task: Task) -> list[str]:
             else "! waits for a free slot but is not queued for one"
         )  # fmt: skip
     if task.retry_due is not None:
-        where.append(f"waits out a retry's back-off ({task.retry_due - state.now:.1f} s left)")
+        where.append(f"waits out a retry's back-off ({task.retry_due - now:.1f} s left)")
     if task.waiting_on:
         for dep in task.waiting_on:
             found = state.tasks.get(dep)

@@ -10,6 +10,7 @@ from hrl_tasks.scheduler.clusters import local_settings
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import RELEASED_EARLY_S, EngineState
 from hrl_tasks.scheduler.stats import NAMES_KEPT
+from hrl_tasks.scheduler.story import ENDED_KEPT
 
 WORKERS = {"a": (1, {"CPU": 1.0}), "b": (1, {"CPU": 1.0})}
 ROUNDS = 2000
@@ -32,6 +33,8 @@ def sizes(state: EngineState) -> dict:
         "released_early": len(state.released_early),
         "spec": sum(map(len, (spec.running, spec.busy, spec.reserved, spec.losers, spec.live))),
         "durations": sum(len(w.values) for w in state.stats.durations.values()),
+        "stories": len(state.log.live) + len(state.log.ended),
+        "story_entries": state.log.entries(),
     }
     for obj in state.objects.values():
         found[obj.obj_id] = len(obj.calls) + len(obj.snapshots) + len(obj.held) + len(obj.queued)
@@ -83,28 +86,37 @@ def test_refs_of_internal_tasks_dropped_after_they_ended_are_forgotten():
     assert len(state.released_early) <= 2 * (RELEASED_EARLY_S + 1)
 
 
-def test_tasks_named_one_by_one_keep_a_bounded_number_of_names():
+def test_tasks_named_one_by_one_keep_a_bounded_number_of_names_and_stories():
     """A search names each trial's task after the trial: thousands of names, each
-    seen a few times, beside a name seen all the time."""
+    seen once, beside a name seen all the time."""
     state = make_state()
     for i in range(3 * NAMES_KEPT):
-        state.stats.record_duration(f"trial-{i:05d}", 1.0)
-        state.stats.record_duration("rollout", 0.01)
-    assert len(state.stats.durations) == NAMES_KEPT
+        now = i * 0.1
+        for task_id, name in ((f"t{i}", f"trial-{i:05d}"), (f"r{i}", "rollout")):
+            state.handle(ev.SubmitTask(task_id, name), now=now)
+            state.handle(ev.Started(task_id, "a", 0.0), now=now)
+            state.handle(ev.Ended(task_id, name, "a", 0.05, 0.0), now=now + 0.05)
+            state.handle(
+                ev.AttemptDone(task_id, "finished"), ev.Released((task_id,)), now=now + 0.05
+            )
+    for table in (state.stats.durations, state.mean_s, state.tally):
+        assert len(table) == NAMES_KEPT
+        assert "rollout" in table and f"trial-{3 * NAMES_KEPT - 1:05d}" in table
+        assert "trial-00000" not in table
     assert state.stats.durations["rollout"].count == 3 * NAMES_KEPT
-    assert f"trial-{3 * NAMES_KEPT - 1:05d}" in state.stats.durations
-    assert "trial-00000" not in state.stats.durations
+    assert not state.tasks and not state.log.live and len(state.log.ended) == ENDED_KEPT
+    assert "now: the engine no longer knows this task" in state.story(f"r{3 * NAMES_KEPT - 1}")[-1]
 
 
 def test_reports_of_tasks_of_other_engines_leave_no_story():
     """The workers' engines report their tasks where the driver's engine hears them:
     they are no task of its own, and its log keeps none of them."""
     state = make_state()
-    before = len(state.log.entries)
+    before = state.log.entries()
     for i in range(ROUNDS):
         state.handle(ev.Started(f"nested-{i}", "a", 0.0), now=i * 0.1)
         state.handle(ev.Ended(f"nested-{i}", "rollout", "a", 0.05, 0.0), now=i * 0.1 + 0.05)
-    assert len(state.log.entries) == before
+    assert state.log.entries() == before
 
 
 def test_the_embedded_cluster_bounds_dasks_histories():
