@@ -5,6 +5,7 @@ Episode returns are those of the third of the workers with the lowest epsilons."
 
 import itertools
 import threading
+import time
 
 import numpy as np
 
@@ -23,6 +24,8 @@ from hrl_tasks.flow.context import STEPS_SAMPLED
 from hrl_tasks.policies.dqn import DQNConfig as DQNPolicyConfig
 from hrl_tasks.policies.dqn import DQNPolicy
 from hrl_tasks.scheduler import WorkerLostError
+
+STORE_STUCK_S = 2.0  # a batch a shard has not taken by then frees its sampler's slot
 
 
 def _unless_lost(ref, *handles):
@@ -103,17 +106,24 @@ class ApeX(Algorithm):
         each way. Otherwise the sample's TaskRef goes to the shard's call and Dask
         moves the batch worker to worker, at the cost of two scheduled tasks.
         Each batch goes to the shard with the fewest batches on their way to it,
-        so a shard that stops answering (a frozen worker) holds up no sampler.
+        and a sampler whose batch a shard has not taken within ``STORE_STUCK_S``
+        samples on (that batch's slot is freed once): a shard that stops answering
+        (a frozen worker) holds up no sampler.
         """
         engine, in_flight, direct = workers.engine, {}, workers.direct_calls
         adding = [0] * len(self.shards)  # batches on their way to each shard
         turn = itertools.count()
+        stored_since: dict = {}  # add call -> when sent, while only its shard is waited for
+        freed: set = set()  # add calls whose slot went on without them
 
         def add(handle, sample, **how):
             ahead = next(turn)  # equal loads take turns
             i = min(range(len(adding)), key=lambda i: (adding[i], (i - ahead) % len(adding)))
             adding[i] += 1
-            in_flight[self.shards[i].call("add_sample", sample, **how)] = (handle, i, "add")
+            ref = self.shards[i].call("add_sample", sample, **how)
+            in_flight[ref] = (handle, i, "add")
+            if how:  # the batch is in hand: only the shard can hold it up
+                stored_since[ref] = time.monotonic()
 
         def request(handle):
             sample = handle.call("sample", direct=direct)
@@ -125,16 +135,20 @@ class ApeX(Algorithm):
         for handle in handles * self.config.num_async:
             request(handle)
         while not self.stopping.is_set():
-            done, _ = engine.wait(list(in_flight), timeout=1.0, return_when="FIRST_COMPLETED")
+            done, _ = engine.wait(list(in_flight), timeout=0.5, return_when="FIRST_COMPLETED")
             for ref in done:
                 handle, shard, stage = in_flight.pop(ref)
+                stored_since.pop(ref, None)
                 if stage == "sample" and ref.exception() is None:
                     add(handle, ref.result(), direct=True)  # the next sample once it is stored
                     continue
                 if stage == "add":
                     adding[shard] -= 1
                 workers.note_sampled(handle)
-                request(handle)
+                if ref in freed:
+                    freed.discard(ref)  # its slot went on already
+                else:
+                    request(handle)
                 metrics = _unless_lost(
                     ref, handle, *([self.shards[shard]] if stage == "add" else [])
                 )
@@ -144,6 +158,11 @@ class ApeX(Algorithm):
                 if handle in self.reporting:
                     ctx.add_episodes(metrics)
                 yield metrics
+            stuck_before = time.monotonic() - STORE_STUCK_S
+            for ref in [r for r, at in stored_since.items() if at < stuck_before]:
+                del stored_since[ref]
+                freed.add(ref)
+                request(in_flight[ref][0])
 
     def _replay(self, workers):
         """Prioritized batches from the shards, ``num_async`` requests in flight each."""
