@@ -223,6 +223,8 @@ class DaskBackend(BackendRecords):
             self.feed(ev.WorkerRemoved(msg.get("worker", ""), bool(msg.get("expected"))))
         elif msg.get("action") == "add-worker":
             self.feed(ev.WorkerAdded(msg.get("worker", "")))
+        elif msg.get("action") in ("silent", "reporting"):
+            self.feed(ev.WorkerSilent(msg.get("worker", ""), msg["action"] == "silent"))
 
     async def _watch_scheduler(self) -> None:
         """Fail everything at once when the client loses its scheduler.
@@ -541,6 +543,11 @@ class DaskBackend(BackendRecords):
         pool = self.client.rpc
 
         async def one(item: Kept):
+            if item.address in self.state.silent:  # known frozen: not waited for
+                return ResultsLost(
+                    f"the result of {item.key} is held by {item.address}, which stopped "
+                    "reporting", (item.key,), address=item.address, silent=True,
+                )  # fmt: skip
             # A bounded connect: Dask retries a refused one (a dead worker) for 30 s.
             try:
                 comm = await asyncio.wait_for(
@@ -553,20 +560,30 @@ class DaskBackend(BackendRecords):
                     comm.abort()
                 else:
                     pool.reuse(item.address, comm)
-            except (OSError, asyncio.TimeoutError):
+            except asyncio.TimeoutError:  # it took the connection and said nothing
+                response = None
+            except OSError:
                 response = {"status": "missing"}
             if response is not None and response["status"] == "OK":
                 return response["value"]
-            # A frozen holder (it took the connection and said nothing) or one gone:
-            # the task runs again, away from a frozen one.
+            # A frozen holder (it took the connection and said nothing, or stopped
+            # reporting) or one gone: the task runs again, away from a frozen one.
             silent = response is None or item.address in await self._silent_workers()
-            raise ResultsLost(
+            return ResultsLost(
                 f"the result of {item.key} was lost with its worker {item.address}"
                 + (", which stopped reporting" if silent else ""),
                 (item.key,), address=item.address, silent=silent,
             )  # fmt: skip
 
-        return list(await asyncio.gather(*[one(item) for item in kept]))
+        found = await asyncio.gather(*[one(item) for item in kept])
+        lost = [f for f in found if isinstance(f, ResultsLost)]
+        if lost:  # all those lost the same way together: one run again for them all
+            first = lost[0]
+            alike = [x for x in lost if (x.address, x.silent) == (first.address, first.silent)]
+            keys = tuple(key for x in alike for key in x.keys)
+            raise ResultsLost(str(first) + (f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""),
+                              keys, address=first.address, silent=first.silent)  # fmt: skip
+        return found
 
     async def _answer_unless_silent(self, ask, address: str):
         """``ask``'s answer, or None once ``address`` stopped reporting (a stopped process
@@ -906,27 +923,34 @@ class DaskBackend(BackendRecords):
         ``broadcast``; its Dask future.
 
         The value goes to one worker; with ``broadcast`` it is then copied to the
-        others in the background, so that a frozen worker (which accepts the
-        copy's connection and never answers) holds up neither the put nor the
-        tasks that read it. The value stays here too while its ref is held: if
-        the worker holding it dies, it is sent again (see
-        :class:`~hrl_tasks.scheduler.events.Resend`)."""
+        others, and the put returns once the copies are there or, should that take
+        ``PLACE_CHECK_S``, once a worker that still reports holds one (the rest go
+        on in the background): a frozen worker, which accepts a connection and
+        never answers, holds up neither the put nor the tasks that read it. The
+        value stays here too while its ref is held: if the worker holding it
+        dies, it is sent again (see :class:`~hrl_tasks.scheduler.events.Resend`)."""
         for attempt in range(PLACE_TRIES):
             if self.lost is not None:
                 raise self.lost
             try:
-                future = self.client.sync(self._scatter, value)
+                future = self.client.sync(self._scatter, value, broadcast)
                 break
             except OSError:  # sent to a worker that just died: the scheduler drops it soon
                 if attempt == PLACE_TRIES - 1:
                     raise
                 time.sleep(PLACE_RETRY_S * (attempt + 1))
-        if broadcast:
-            self.start(self._copy_everywhere, future)
         self.put_values[task_id], self.put_futures[task_id] = value, future
         return future
 
-    async def _scatter(self, value):
+    async def _scatter(self, value, broadcast: bool = False):
+        """``value``'s future once a worker that reports holds it (see `place`)."""
+        while True:
+            future = await self._scatter_once(value)
+            if not broadcast or await self._copied(future):
+                return future
+            # Its only holder stopped reporting before a copy left it: again, elsewhere.
+
+    async def _scatter_once(self, value):
         """``value``'s future once a worker holds it. A scatter still going after
         ``PLACE_CHECK_S`` looks for workers that stopped reporting and, if there are
         any, goes again to the others (a slow transfer is waited for); later puts
@@ -943,6 +967,40 @@ class DaskBackend(BackendRecords):
                 target = reporting
                 scatter = self._scatter_to(value, target)
 
+    async def _copied(self, future) -> bool:
+        """Copy ``future``'s value to every worker; False if its only holders stopped
+        reporting before it was copied (it must go elsewhere)."""
+        reporting = await self._reporting_workers() if self.silent else None
+        copying = asyncio.ensure_future(  # to the workers that report, if some do not
+            self.client.replicate([future], workers=reporting, asynchronous=True)
+        )
+        while True:
+            done, _ = await asyncio.wait([copying], timeout=PLACE_CHECK_S)
+            if done:  # a copy that failed (a worker left): tasks fetch from a holder
+                if copying.exception() is not None:
+                    logger.debug("a broadcast's copies did not all arrive: %r", copying.exception())
+                return True
+            reporting = await self._reporting_workers()
+            try:
+                holders = await dask_compat.holders(self.client, future.key)
+            except (OSError, KeyError, TypeError):
+                continue
+            if not self.silent:
+                continue  # a slow copy (or a freeze not yet seen): wait on
+            if any(address not in self.silent for address in holders):
+                self.start(self._finish_copies, copying)
+                return True  # a worker that reports holds it: the rest copy in the background
+            if reporting is not None:
+                copying.cancel()
+                return False
+
+    @staticmethod
+    async def _finish_copies(copying: asyncio.Future) -> None:
+        try:
+            await copying
+        except Exception as exc:  # a worker left mid-copy: tasks fetch from a holder
+            logger.debug("a broadcast's copies did not all arrive: %r", exc)
+
     def _scatter_to(self, value, workers: list | None) -> asyncio.Future:
         return asyncio.ensure_future(  # a list: not a dict's items
             self.client.scatter([value], hash=False, workers=workers, asynchronous=True)
@@ -958,13 +1016,6 @@ class DaskBackend(BackendRecords):
         self.silent = dask_compat.silent_among(seen, HOLDER_SILENT_S)
         reporting = [address for address in seen if address not in self.silent]
         return reporting if self.silent and reporting else None
-
-    async def _copy_everywhere(self, future) -> None:
-        """Copies of ``future``'s value on every worker, for tasks that all read it."""
-        try:
-            await self.client.replicate([future], asynchronous=True)
-        except Exception as exc:  # a worker left mid-copy: tasks fetch from a holder
-            logger.debug("a broadcast's copies did not all arrive: %r", exc)
 
     def close(self) -> None:
         self.closed = True

@@ -312,6 +312,16 @@ def silent_among(seen: dict, lag_s: float) -> set:
     return {address for address, last in seen.items() if latest - last > bound}
 
 
+async def holders(client: Client, key) -> tuple:
+    """The workers holding ``key``'s value.
+
+    Why: the scheduler's ``who_has`` handler through ``client.scheduler``;
+    ``Client.who_has`` is its public form, but it blocks (``sync``) and cannot be
+    awaited on the event loop.
+    """
+    return tuple((await client.scheduler.who_has(keys=[key])).get(key, ()))
+
+
 async def silent_holders(client: Client, keys: list, lag_s: float) -> dict:
     """Of the workers holding ``keys``, the silent ones (:func:`silent_among`):
     ``{key: address}`` for each key held by such workers only.

@@ -192,6 +192,16 @@ class WorkerAdded:
 
 
 @dataclass(frozen=True)
+class WorkerSilent:
+    """Worker ``address`` stopped reporting to the scheduler (``silent``: a frozen or
+    swapping process, which still accepts connections and answers none), or reports
+    again (not ``silent``)."""
+
+    address: str
+    silent: bool = True
+
+
+@dataclass(frozen=True)
 class InputsLost:
     """Dask cancelled attempt ``key`` itself: data it needed is gone. ``lost``: the
     values put with ``engine.put`` that the backend found gone (their holder died)."""

@@ -221,6 +221,7 @@ class EngineState:
         self.room: collections.deque = collections.deque()  # task ids waiting for a slot
         self.room_freed = False  # a slot freed while tasks wait: place them after this handle
         self.unreachable: dict[str, float] = {}  # worker -> when its task stream broke
+        self.silent: set[str] = set()  # workers that stopped reporting (WorkerSilent)
         self.mean_s: dict[str, float] = {}  # task name -> a moving mean of its durations
         self.tally: dict[str, list] = {}  # task name -> [finished, failed] (the live page)
         self._turn = 0
@@ -381,7 +382,7 @@ class EngineState:
             workers = (obj.address,)
         elif sent_to is not None:
             workers = (sent_to,)
-        elif task.speculation is not None or away_from is not None:
+        elif task.speculation is not None or away_from is not None or self.silent:
             workers = self._healthy_workers(away_from)
         # Only an object's calls are bound to a worker; a plain task's workers are a
         # preference (its result can be computed again elsewhere if its worker dies).
@@ -966,6 +967,7 @@ class EngineState:
         if not e.expected:
             self.stats.count("workers_lost")
         self.nthreads.pop(e.address, None)  # nothing more is sent there; a refresh tells the rest
+        self.silent.discard(e.address)
         self._sent_lost(e.address)
         self._emit(ev.Refresh())
 
@@ -999,6 +1001,15 @@ class EngineState:
 
     def _on_WorkerAdded(self, e: ev.WorkerAdded) -> None:
         self._emit(ev.Refresh())
+
+    def _on_WorkerSilent(self, e: ev.WorkerSilent) -> None:
+        """A worker that stopped reporting gets no new work (backups included) until
+        it reports again; what it holds or runs is waited for, or backed up."""
+        if e.silent and e.address in self.nthreads:
+            self.silent.add(e.address)
+        else:
+            self.silent.discard(e.address)
+            self.room_freed = True  # it may take waiting tasks again
 
     def _on_SchedulerLost(self, e: ev.SchedulerLost) -> None:
         """Everything in flight is gone (Dask cancelled it): fail it all, end every object."""
@@ -1035,7 +1046,8 @@ class EngineState:
         """The worker to send ``task`` to now (see `placement.choose_worker`), or None."""
         near = [self.tasks[d].held_on for d in task.deps
                 if d in self.tasks and self.tasks[d].held_on]  # fmt: skip
-        only = self._healthy_workers(away_from) if task.speculation or away_from else None
+        spread = task.speculation or away_from or self.silent
+        only = self._healthy_workers(away_from) if spread else None
         for worker, since in list(self.unreachable.items()):
             if self.now - since > UNREACHABLE_S or worker not in self.nthreads:
                 del self.unreachable[worker]
@@ -1153,13 +1165,24 @@ class EngineState:
         return None if window is None else window.quantile(0.5)
 
     def _healthy_workers(self, also_avoid: str | None = None) -> tuple[str, ...] | None:
-        """Where new speculative work goes: not to workers known to be slow (nor to
-        ``also_avoid``)."""
-        avoid = self.spec.speed.slow(self.now) | ({also_avoid} if also_avoid else set())
+        """Where new speculative work goes: not to workers known to be slow or silent
+        (nor to ``also_avoid``)."""
+        avoid = self._avoided() | ({also_avoid} if also_avoid else set())
         if not avoid:
             return None
         healthy = tuple(sorted(set(self.nthreads) - avoid))
+        if not healthy and also_avoid:  # only the worker to avoid is left: not a silent one
+            healthy = tuple(sorted(set(self.nthreads) - self.silent))
         return healthy or None
+
+    def _avoided(self) -> set[str]:
+        """Workers that get no new speculative work: those that stopped reporting, and
+        those known to be slow unless that would leave none (slow is a preference;
+        silent is not: work sent to a frozen worker waits for it to run again)."""
+        slow = self.spec.speed.slow(self.now)
+        if set(self.nthreads) - self.silent - slow:
+            return slow | self.silent
+        return set(self.silent)
 
     def _speculation_finished(self, task: Task, winner: str, losers: list, by_backup: bool) -> None:
         backup_won = by_backup or winner in task.backups
@@ -1201,7 +1224,7 @@ class EngineState:
         for key, (worker, started) in spec.running.items():
             if key not in spec.detached:
                 busy_since[worker] = min(started, busy_since.get(worker, started))
-        slow = spec.speed.slow(self.now)
+        slow = self._avoided()
         for backup in plan_backups(self.now, views, durations, free, slow, busy_since):
             self._launch_backup(by_id[backup.task_id], backup.worker)
 

@@ -22,7 +22,7 @@ ENDED_KEPT = 1_000  # stories of tasks the engine let go, the newest
 CLUSTER_KEPT = 1_000  # workers seen, added and removed; the scheduler lost
 SWEEP_SLACK = 1_000
 QUIET = (ev.Tick, ev.Refresh, ev.Forget, ev.Later, ev.Supply, ev.DropObject)
-CLUSTER = (ev.WorkersSeen, ev.WorkerRemoved, ev.WorkerAdded, ev.SchedulerLost)
+CLUSTER = (ev.WorkersSeen, ev.WorkerRemoved, ev.WorkerAdded, ev.WorkerSilent, ev.SchedulerLost)
 TEXT_LIMIT = 160
 
 
@@ -55,6 +55,8 @@ def raw(item) -> tuple:
         return (item.worker, item.elapsed)
     if isinstance(item, (ev.WorkerRemoved, ev.WorkerAdded)):
         return (item.address,)
+    if isinstance(item, ev.WorkerSilent):
+        return (f"{item.address} {'stopped reporting' if item.silent else 'reports again'}",)
     if isinstance(item, ev.WorkersSeen):
         return (tuple(sorted(item.workers)),)
     if isinstance(item, ev.RetryDue):

@@ -7,6 +7,12 @@ the connection of every client subscribed to ``"all"``). So the engines do not
 subscribe to it: this scheduler plugin copies the two events they need, as
 plain data, to :data:`TOPIC`.
 
+It also tells when a worker stops reporting (``"silent"``: its heartbeats lag the
+other workers' by ``SILENT_S``, at least five heartbeats) and when it reports
+again (``"reporting"``): a stopped (SIGSTOP) or swapping process still accepts
+connections, so nothing else says it. Lags between workers, all on the
+scheduler's clock, need no clock of the engines'.
+
 This module imports nothing of hrl_tasks: it travels to the scheduler by value
 (cloudpickle), so a scheduler that does not have hrl_tasks installed takes it.
 """
@@ -18,19 +24,45 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 TOPIC = "hrl-tasks-workers"
 NAME = "hrl-tasks-worker-events"
 ACTIONS = ("add-worker", "remove-worker")
+SILENT_S = 3.0  # heartbeats this far behind the other workers' (and five heartbeats)
+CHECK_S = 1.0  # how often the lags are looked at
 
 
 class WorkerEvents(SchedulerPlugin):
-    """Copies ``add-worker`` and ``remove-worker`` from the ``"all"`` topic to :data:`TOPIC`."""
+    """Copies ``add-worker`` and ``remove-worker`` from the ``"all"`` topic to :data:`TOPIC`,
+    and tells there which workers stop reporting and report again."""
 
     name = NAME
     idempotent = True  # one per scheduler, whichever engine registers it first
 
     def __init__(self) -> None:
         self.scheduler = None
+        self.silent: set = set()
 
     async def start(self, scheduler) -> None:
+        from tornado.ioloop import PeriodicCallback
+
         self.scheduler = scheduler
+        self.silent = set()
+        check = PeriodicCallback(self.look_for_silent, CHECK_S * 1000)
+        scheduler.periodic_callbacks[NAME] = check  # stopped with the scheduler
+        check.start()
+
+    def look_for_silent(self) -> None:
+        """Tell the workers that stopped reporting, and those that report again."""
+        from distributed.scheduler import heartbeat_interval
+
+        seen = {ws.address: ws.last_seen for ws in self.scheduler.workers.values()}
+        silent = set()
+        if len(seen) >= 2:
+            bound = max(SILENT_S, 5 * heartbeat_interval(len(seen)))
+            latest = max(seen.values())
+            silent = {address for address, last in seen.items() if latest - last > bound}
+        for address in sorted(silent - self.silent):
+            self.scheduler.log_event(TOPIC, {"action": "silent", "worker": address})
+        for address in sorted((self.silent - silent) & set(seen)):
+            self.scheduler.log_event(TOPIC, {"action": "reporting", "worker": address})
+        self.silent = silent
 
     def log_event(self, topic, msg) -> None:
         if topic != "all" or self.scheduler is None or not isinstance(msg, dict):

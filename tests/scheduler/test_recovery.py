@@ -226,6 +226,24 @@ def test_a_value_put_on_every_worker_outlives_one_of_them(fresh):
     assert fresh.stats()["inputs_resent"] == 0  # the other copy served: nothing sent again
 
 
+def test_the_engine_hears_when_a_worker_stops_reporting_and_when_it_reports_again(fresh):
+    frozen = sorted(fresh.nthreads)[0]
+    pid = worker_pids(fresh)[frozen]
+
+    def silent_becomes(expected):
+        deadline = time.monotonic() + 20
+        while fresh.state.silent != expected:
+            assert time.monotonic() < deadline, f"silent: {fresh.state.silent}"
+            time.sleep(0.1)
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        silent_becomes({frozen})
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    silent_becomes(set())
+
+
 def test_a_value_put_on_every_worker_while_one_is_frozen_waits_for_none(fresh):
     """A stopped worker accepts a copy's connection and never answers: the put
     and the tasks reading the value go on with the workers that still report."""

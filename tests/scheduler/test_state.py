@@ -196,6 +196,28 @@ def test_a_straggler_gets_a_backup_on_a_free_worker_and_the_first_copy_wins():
     assert state.stats.counters["time_saved_s"] == pytest.approx(3.0 - 1.35)
 
 
+def test_a_worker_that_stopped_reporting_gets_no_new_work_until_it_reports_again():
+    """A frozen worker accepts what is sent and runs none of it: backups and direct
+    tasks go elsewhere, Dask's tasks are steered away, and a worker known to be slow
+    still takes backups when the only other one is silent."""
+    state = make_state()
+    warm(state)
+    state.handle(ev.SubmitTask("t1", "work", speculation=POLICY), now=1.0)  # queued on a
+    state.handle(ev.WorkerSilent("a"), now=1.0)
+    state.spec.speed.slow_until["b"] = 100.0  # b is known to be slow, a silent: b it is
+    (backup,) = launched(state.handle(ev.Tick(), now=1.3))
+    assert backup.workers == ("b",)
+    (plain,) = launched(state.handle(ev.SubmitTask("t2", "t"), now=1.4))
+    assert plain.workers == ("b",) and not plain.strict
+    (direct,) = launched(state.handle(ev.SubmitTask("t3", "t", route="direct"), now=1.4))
+    assert direct.workers == ("b",)
+    assert "a stopped reporting" in "\n".join(state.story("t1"))
+    state.handle(ev.WorkerSilent("a", silent=False), now=2.0)
+    state.spec.speed.slow_until.clear()
+    (anywhere,) = launched(state.handle(ev.SubmitTask("t4", "t"), now=2.0))
+    assert anywhere.workers is None
+
+
 def test_no_backup_without_enough_durations_or_a_free_worker():
     state = make_state({"a": (1, {"CPU": 1.0})})
     warm(state)
