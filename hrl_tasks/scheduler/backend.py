@@ -224,7 +224,8 @@ class DaskBackend(BackendRecords):
         elif msg.get("action") == "add-worker":
             self.feed(ev.WorkerAdded(msg.get("worker", "")))
         elif msg.get("action") in ("silent", "reporting"):
-            self.feed(ev.WorkerSilent(msg.get("worker", ""), msg["action"] == "silent"))
+            waiting = tuple(str(key) for key in msg.get("waiting") or ())
+            self.feed(ev.WorkerSilent(msg.get("worker", ""), msg["action"] == "silent", waiting))
 
     async def _watch_scheduler(self) -> None:
         """Fail everything at once when the client loses its scheduler.

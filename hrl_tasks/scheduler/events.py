@@ -195,10 +195,12 @@ class WorkerAdded:
 class WorkerSilent:
     """Worker ``address`` stopped reporting to the scheduler (``silent``: a frozen or
     swapping process, which still accepts connections and answers none), or reports
-    again (not ``silent``)."""
+    again (not ``silent``). ``waiting``: the keys of Dask's tasks placed there (work
+    stealing moves tasks to an idle worker, a frozen one too)."""
 
     address: str
     silent: bool = True
+    waiting: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1004,12 +1004,35 @@ class EngineState:
 
     def _on_WorkerSilent(self, e: ev.WorkerSilent) -> None:
         """A worker that stopped reporting gets no new work (backups included) until
-        it reports again; what it holds or runs is waited for, or backed up."""
+        it reports again; plain tasks sent there that have not started go elsewhere;
+        what it holds or runs is waited for, or backed up."""
         if e.silent and e.address in self.nthreads:
             self.silent.add(e.address)
+            self._move_unstarted(e.address, set(e.waiting) | self.sent.get(e.address, set()))
         else:
             self.silent.discard(e.address)
             self.room_freed = True  # it may take waiting tasks again
+
+    def _move_unstarted(self, worker: str, keys: set) -> None:
+        """Send again, away from ``worker``, the plain-task attempts among ``keys`` that
+        have not started (on Dask's route the engine placed them elsewhere, or its
+        work stealing moved them there); not a retry: the attempt keeps its number."""
+        for key in sorted(keys):
+            attempt = self.attempts.get(key)
+            task = self.tasks.get(attempt.task_id) if attempt is not None else None
+            if task is None or task.kind != "task" or task.status != PENDING:
+                continue
+            if attempt.started_at is not None or len(task.live) > 1:
+                continue  # it runs there (waited for, or backed up), or has a copy elsewhere
+            del self.attempts[key]
+            self._unsend(attempt)
+            reserved = self.spec.reserved.pop(key, None)
+            if reserved is not None:
+                self.spec.busy[reserved] = max(0, self.spec.busy.get(reserved, 0) - 1)
+            task.live.pop(key, None)
+            self._emit(ev.Cancel((key,)))
+            self.stats.count("moved_from_silent")
+            self._launch(task, attempt.number, away_from=worker)
 
     def _on_SchedulerLost(self, e: ev.SchedulerLost) -> None:
         """Everything in flight is gone (Dask cancelled it): fail it all, end every object."""

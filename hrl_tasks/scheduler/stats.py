@@ -16,6 +16,7 @@ COUNTERS = (
     "workers_lost",
     "inputs_resent",
     "recomputed",
+    "moved_from_silent",
     "speculated",
     "backup_won",
     "original_won",

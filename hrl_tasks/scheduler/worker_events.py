@@ -11,7 +11,12 @@ It also tells when a worker stops reporting (``"silent"``: its heartbeats lag th
 other workers' by ``SILENT_S``, at least five heartbeats) and when it reports
 again (``"reporting"``): a stopped (SIGSTOP) or swapping process still accepts
 connections, so nothing else says it. Lags between workers, all on the
-scheduler's clock, need no clock of the engines'.
+scheduler's clock, need no clock of the engines'. A ``"silent"`` event names the
+tasks the scheduler has placed on that worker (``"waiting"``; told again when
+more land there), so an engine moves those that have not started; and the
+scheduler pauses the worker while it is silent (as it pauses a worker short of
+memory): it then places nothing new there and its work stealing takes nothing
+there (an idle frozen worker is the first thief otherwise).
 
 This module imports nothing of hrl_tasks: it travels to the scheduler by value
 (cloudpickle), so a scheduler that does not have hrl_tasks installed takes it.
@@ -26,6 +31,7 @@ NAME = "hrl-tasks-worker-events"
 ACTIONS = ("add-worker", "remove-worker")
 SILENT_S = 3.0  # heartbeats this far behind the other workers' (and five heartbeats)
 CHECK_S = 1.0  # how often the lags are looked at
+WAITING_TOLD = 10_000  # the most task keys a "silent" event names
 
 
 class WorkerEvents(SchedulerPlugin):
@@ -37,32 +43,60 @@ class WorkerEvents(SchedulerPlugin):
 
     def __init__(self) -> None:
         self.scheduler = None
-        self.silent: set = set()
+        self.silent: dict = {}  # address -> the keys told as waiting there
+        self.paused: set = set()  # the silent workers this plugin paused
 
     async def start(self, scheduler) -> None:
         from tornado.ioloop import PeriodicCallback
 
         self.scheduler = scheduler
-        self.silent = set()
+        self.silent, self.paused = {}, set()
         check = PeriodicCallback(self.look_for_silent, CHECK_S * 1000)
         scheduler.periodic_callbacks[NAME] = check  # stopped with the scheduler
         check.start()
 
     def look_for_silent(self) -> None:
-        """Tell the workers that stopped reporting, and those that report again."""
+        """Tell the workers that stopped reporting (and the tasks placed there), and
+        those that report again; pause the first while they are silent."""
         from distributed.scheduler import heartbeat_interval
 
-        seen = {ws.address: ws.last_seen for ws in self.scheduler.workers.values()}
+        workers = self.scheduler.workers
+        seen = {ws.address: ws.last_seen for ws in workers.values()}
         silent = set()
         if len(seen) >= 2:
             bound = max(SILENT_S, 5 * heartbeat_interval(len(seen)))
             latest = max(seen.values())
             silent = {address for address, last in seen.items() if latest - last > bound}
-        for address in sorted(silent - self.silent):
-            self.scheduler.log_event(TOPIC, {"action": "silent", "worker": address})
-        for address in sorted((self.silent - silent) & set(seen)):
-            self.scheduler.log_event(TOPIC, {"action": "reporting", "worker": address})
-        self.silent = silent
+        for address in sorted(silent):
+            first = address not in self.silent
+            if first:
+                self.silent[address] = set()
+                self._pause(address)
+            waiting = {ts.key for ts in workers[address].processing if isinstance(ts.key, str)}
+            new = waiting - self.silent[address]
+            if first or new:
+                self.silent[address] |= new
+                self.scheduler.log_event(TOPIC, {"action": "silent", "worker": address,
+                                                 "waiting": sorted(new)[:WAITING_TOLD]})  # fmt: skip
+        for address in sorted(set(self.silent) - silent):
+            del self.silent[address]
+            if address in seen:
+                self._resume(address)
+                self.scheduler.log_event(TOPIC, {"action": "reporting", "worker": address})
+            self.paused.discard(address)
+
+    def _pause(self, address: str) -> None:
+        from distributed.core import Status
+
+        if self.scheduler.workers[address].status == Status.running:
+            self.scheduler.handle_worker_status_change(Status.paused, address, "hrl-silent")
+            self.paused.add(address)
+
+    def _resume(self, address: str) -> None:
+        from distributed.core import Status
+
+        if address in self.paused and self.scheduler.workers[address].status == Status.paused:
+            self.scheduler.handle_worker_status_change(Status.running, address, "hrl-reporting")
 
     def log_event(self, topic, msg) -> None:
         if topic != "all" or self.scheduler is None or not isinstance(msg, dict):

@@ -236,12 +236,19 @@ def test_the_engine_hears_when_a_worker_stops_reporting_and_when_it_reports_agai
             assert time.monotonic() < deadline, f"silent: {fresh.state.silent}"
             time.sleep(0.1)
 
+    def status_on_scheduler():
+        return fresh.client.run_on_scheduler(
+            lambda dask_scheduler, address=frozen: dask_scheduler.workers[address].status.name
+        )
+
     os.kill(pid, signal.SIGSTOP)
     try:
         silent_becomes({frozen})
+        assert status_on_scheduler() == "paused"  # Dask places and steals nothing there
     finally:
         os.kill(pid, signal.SIGCONT)
     silent_becomes(set())
+    assert status_on_scheduler() == "running"
 
 
 def test_a_value_put_on_every_worker_while_one_is_frozen_waits_for_none(fresh):

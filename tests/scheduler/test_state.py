@@ -218,6 +218,28 @@ def test_a_worker_that_stopped_reporting_gets_no_new_work_until_it_reports_again
     assert anywhere.workers is None
 
 
+def test_tasks_on_a_worker_that_stopped_reporting_go_elsewhere_unless_they_started():
+    """Dask's work stealing moves a queued task to an idle worker, a frozen one too:
+    the silent event names the tasks placed there, and those that have not started
+    (and the direct-route tasks sent there) are sent again elsewhere, not as retries."""
+    state = make_state()
+    (queued,) = launched(state.handle(ev.SubmitTask("t1", "t"), now=1.0))
+    (running,) = launched(state.handle(ev.SubmitTask("t2", "t"), now=1.0))
+    directs = [launched(state.handle(ev.SubmitTask(f"d{i}", "t", route="direct"), now=1.0))[0]
+               for i in range(2)]  # fmt: skip
+    (direct,) = [d for d in directs if d.workers == ("a",)]
+    state.handle(ev.Started(running.key, "a"), now=1.1)
+    out = state.handle(ev.WorkerSilent("a", waiting=(queued.key, running.key, "other")), now=4.0)
+    cancelled = {k for c in of(ev.Cancel, out) for k in c.keys}
+    moved = {launch.task_id: launch for launch in launched(out)}
+    assert set(moved) == {"t1", direct.task_id} and cancelled == {queued.key, direct.key}
+    assert all(launch.workers == ("b",) for launch in moved.values())
+    assert moved["t1"].attempt == queued.attempt and state.stats.counters["retried"] == 0
+    assert state.stats.counters["moved_from_silent"] == 2
+    state.handle(ev.AttemptDone(moved["t1"].key, "finished"), now=4.5)
+    assert state.tasks["t1"].status == FINISHED
+
+
 def test_no_backup_without_enough_durations_or_a_free_worker():
     state = make_state({"a": (1, {"CPU": 1.0})})
     warm(state)
