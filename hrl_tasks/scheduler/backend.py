@@ -594,21 +594,22 @@ class DaskBackend(BackendRecords):
             done, _ = await asyncio.wait([answer], timeout=HOLDER_SILENT_S)
             if done:
                 return answer.result()
-            try:
-                seen = await dask_compat.worker_heartbeats(self.client)
-            except (OSError, KeyError, TypeError):  # the scheduler is busy or different
-                continue
-            if address in dask_compat.silent_among(seen, HOLDER_SILENT_S):
+            if address in await self._silent_workers():
                 answer.cancel()
                 return None
 
+    async def _heartbeats(self) -> dict | None:
+        """When the scheduler last heard from each worker (see
+        `dask_compat.worker_heartbeats`), or None if it could not say."""
+        try:
+            return await dask_compat.worker_heartbeats(self.client)
+        except (OSError, KeyError, TypeError):  # the scheduler is busy or different
+            return None
+
     async def _silent_workers(self) -> set:
         """The workers that stopped reporting (see `dask_compat.silent_among`)."""
-        try:
-            seen = await dask_compat.worker_heartbeats(self.client)
-        except (OSError, KeyError, TypeError):  # the scheduler is busy or different
-            return set()
-        return dask_compat.silent_among(seen, HOLDER_SILENT_S)
+        seen = await self._heartbeats()
+        return set() if seen is None else dask_compat.silent_among(seen, HOLDER_SILENT_S)
 
     # --- direct calls -------------------------------------------------------------
 
@@ -1010,9 +1011,8 @@ class DaskBackend(BackendRecords):
     async def _reporting_workers(self) -> list | None:
         """The workers that still report if some do not (those become ``silent``),
         else None: any worker will do."""
-        try:
-            seen = await dask_compat.worker_heartbeats(self.client)
-        except (OSError, KeyError, TypeError):  # the scheduler is busy or different
+        seen = await self._heartbeats()
+        if seen is None:
             return None
         self.silent = dask_compat.silent_among(seen, HOLDER_SILENT_S)
         reporting = [address for address in seen if address not in self.silent]

@@ -86,17 +86,15 @@ class WorkerEvents(SchedulerPlugin):
             self.paused.discard(address)
 
     def _pause(self, address: str) -> None:
-        from distributed.core import Status
-
-        if self.scheduler.workers[address].status == Status.running:
-            self.scheduler.handle_worker_status_change(Status.paused, address, "hrl-silent")
+        # The scheduler's own handler of a worker's "worker-status-change" message (by
+        # the status's name: distributed.core.Status is internal).
+        if self.scheduler.workers[address].status.name == "running":
+            self.scheduler.handle_worker_status_change("paused", address, "hrl-silent")
             self.paused.add(address)
 
     def _resume(self, address: str) -> None:
-        from distributed.core import Status
-
-        if address in self.paused and self.scheduler.workers[address].status == Status.paused:
-            self.scheduler.handle_worker_status_change(Status.running, address, "hrl-reporting")
+        if address in self.paused and self.scheduler.workers[address].status.name == "paused":
+            self.scheduler.handle_worker_status_change("running", address, "hrl-reporting")
 
     def log_event(self, topic, msg) -> None:
         if topic != "all" or self.scheduler is None or not isinstance(msg, dict):
