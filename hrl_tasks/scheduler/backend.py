@@ -617,7 +617,11 @@ class DaskBackend(BackendRecords):
         address = launch.workers[0]
         topic = self.objects[launch.obj_id][3]
         method, margs, mkwargs = self._method_of(launch)
-        (args, kwargs), values = direct_arguments((margs, mkwargs), address)
+        # A frozen worker takes what is sent and answers nothing: a shared value goes
+        # to it whole, and the other workers fetch it from one that reports.
+        (args, kwargs), values = direct_arguments(
+            (margs, mkwargs), address, may_hold=address not in self.state.silent
+        )
         call = (launch.obj_id, launch.seq, method, args, kwargs)
         spec = self._spec(launch.key, launch.name, launch.attempt, {}, topic, launch.internal)
         # Not followed by speculation: the call's time comes with its reply, and no

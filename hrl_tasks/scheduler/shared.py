@@ -73,11 +73,14 @@ class Shared:
         self.holder: str | None = None
         self._lock = threading.Lock()
 
-    def marker(self, address: str) -> SharedValue | SharedRef:
-        """What a call to ``address`` carries: the value, or where to fetch it."""
+    def marker(self, address: str, may_hold: bool = True) -> SharedValue | SharedRef:
+        """What a call to ``address`` carries: the value, or where to fetch it. A worker
+        that may not hold it for the others (one that stopped reporting: those asking
+        it would wait) does not become its holder: with no holder yet it gets the
+        value itself."""
         with self._lock:
             if self.holder is None:
-                self.holder = address
+                self.holder = address if may_hold else None
                 return SharedValue(self.key, self.value)
         return SharedRef(self.key, self.holder)
 
@@ -87,8 +90,9 @@ class Shared:
         )
 
 
-def direct_arguments(obj: Any, address: str) -> tuple[Any, dict[str, Any]]:
-    """``obj`` ready for a direct call to ``address``: each `Shared` as its marker.
+def direct_arguments(obj: Any, address: str, may_hold: bool = True) -> tuple[Any, dict[str, Any]]:
+    """``obj`` ready for a direct call to ``address``: each `Shared` as its marker
+    (see `Shared.marker`).
 
     Returns:
         ``(converted, {key: value})``: the shared values, to send along instead
@@ -99,7 +103,7 @@ def direct_arguments(obj: Any, address: str) -> tuple[Any, dict[str, Any]]:
     def walk(item):
         if isinstance(item, Shared):
             values[item.key] = item.value
-            return item.marker(address)
+            return item.marker(address, may_hold)
         if isinstance(item, (list, tuple)):
             return rebuilt(item, [walk(x) for x in item])
         if isinstance(item, dict):

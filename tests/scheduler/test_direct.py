@@ -29,6 +29,16 @@ def test_a_shared_value_rides_with_the_first_call_and_is_referenced_after():
         hrl.Engine.share(1).__reduce__()
 
 
+def test_a_worker_that_may_not_hold_a_shared_value_gets_it_whole_and_holds_it_for_none():
+    shared = Shared(np.arange(3))
+    frozen, _ = direct_arguments(((shared,), {}), "tcp://frozen", may_hold=False)
+    assert isinstance(frozen[0][0], SharedValue) and shared.holder is None
+    first, _ = direct_arguments(((shared,), {}), "tcp://a")
+    later, _ = direct_arguments(((shared,), {}), "tcp://frozen", may_hold=False)
+    assert isinstance(first[0][0], SharedValue) and shared.holder == "tcp://a"
+    assert later[0][0] == SharedRef(shared.key, "tcp://a")  # it fetches it once it runs
+
+
 @pytest.mark.cluster
 def test_direct_and_scheduled_calls_keep_one_order(engine):
     counter = engine.create_worker(tasks.Counter, start=0)  # snapshots after calls, too

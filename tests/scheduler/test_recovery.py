@@ -123,6 +123,29 @@ def test_a_shared_value_whose_holder_is_frozen_is_sent_again(fresh):
     np.testing.assert_array_equal(got["w"], np.arange(1000, dtype=np.float32))
 
 
+def test_a_shared_value_is_held_for_the_others_by_a_worker_that_reports(fresh):
+    """Once the engine hears a worker stopped reporting, a new shared value's first
+    call there carries it but leaves it to a worker that reports to hold it for the
+    others (they would ask the frozen one, and wait)."""
+    boxes = [fresh.create_worker(tasks.Box, strategy="spread") for _ in range(2)]
+    frozen = sorted(boxes, key=lambda b: b.ready(timeout=30).address)[0]
+    live = next(b for b in boxes if b is not frozen)
+    pid = worker_pids(fresh)[frozen.address]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 20
+        while frozen.address not in fresh.state.silent:
+            assert time.monotonic() < deadline, "the freeze was not heard"
+            time.sleep(0.1)
+        shared = fresh.share({"w": np.arange(1000, dtype=np.float32)})
+        waiting = frozen.call("put", shared, direct=True)
+        assert live.call("put", shared, direct=True).result(timeout=30) is True
+        assert shared.holder == live.address and not waiting.done()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert waiting.result(timeout=30) is True
+
+
 def holders_of(engine, refs) -> dict:
     """The workers holding each finished ref's result: Dask's, or the direct route's
     kept results."""
