@@ -534,15 +534,19 @@ class EngineState:
         others = [k for k in task.live if k != exclude]
         task.live.clear()
         for key in others:
-            dropped = self.attempts.pop(key, None)
-            if dropped is not None:
-                self._unsend(dropped)  # the worker gives a dropped copy's slot back at once
-            reserved = self.spec.reserved.pop(key, None)
-            if reserved is not None:
-                self.spec.busy[reserved] = max(0, self.spec.busy.get(reserved, 0) - 1)
+            self._drop_attempt(key)
         if others:
             self._emit(ev.Cancel(tuple(others)))
         return others
+
+    def _drop_attempt(self, key: str) -> None:
+        """Forget attempt ``key``: its slot and any reserved backup slot are free again."""
+        dropped = self.attempts.pop(key, None)
+        if dropped is not None:
+            self._unsend(dropped)  # the worker gives a dropped copy's slot back at once
+        reserved = self.spec.reserved.pop(key, None)
+        if reserved is not None:
+            self.spec.busy[reserved] = max(0, self.spec.busy.get(reserved, 0) - 1)
 
     def _fail(self, task: Task, error: BaseException, count: bool = True) -> None:
         if task.status != PENDING:
@@ -1024,11 +1028,7 @@ class EngineState:
                 continue
             if attempt.started_at is not None or len(task.live) > 1:
                 continue  # it runs there (waited for, or backed up), or has a copy elsewhere
-            del self.attempts[key]
-            self._unsend(attempt)
-            reserved = self.spec.reserved.pop(key, None)
-            if reserved is not None:
-                self.spec.busy[reserved] = max(0, self.spec.busy.get(reserved, 0) - 1)
+            self._drop_attempt(key)
             task.live.pop(key, None)
             self._emit(ev.Cancel((key,)))
             self.stats.count("moved_from_silent")
