@@ -19,6 +19,8 @@ from hrl_tasks.scheduler import events as ev
 
 TASK_ENTRIES = 64  # per task: its first entry and its latest
 ENDED_KEPT = 1_000  # stories of tasks the engine let go, the newest
+ENDED_ENTRIES = 5_000  # and at most this many entries in them (a search's driver kept
+# about 60 per trial: 1,000 trials' worth, some 15 MB, grew for half an hour)
 CLUSTER_KEPT = 1_000  # workers seen, added and removed; the scheduler lost
 SWEEP_SLACK = 1_000
 QUIET = (ev.Tick, ev.Refresh, ev.Forget, ev.Later, ev.Supply, ev.DropObject)
@@ -87,9 +89,10 @@ def detail(what: str, fields: tuple) -> str:
 
 class StoryLog:
     """Each task's entries while the engine knows it (its first and its latest
-    ``TASK_ENTRIES``), the stories of the last ``ENDED_KEPT`` tasks let go, and the
-    last ``CLUSTER_KEPT`` events of the cluster: what a long run keeps grows with the
-    tasks alive, not with the tasks ever run.
+    ``TASK_ENTRIES``), the stories of the last ``ENDED_KEPT`` tasks let go (at most
+    ``ENDED_ENTRIES`` entries in all), and the last ``CLUSTER_KEPT`` events of the
+    cluster: what a long run keeps grows with the tasks alive, not with the tasks
+    ever run.
 
     ``tasks`` is the state's table of tasks (read, never changed here).
     """
@@ -98,6 +101,7 @@ class StoryLog:
         self.tasks = tasks
         self.live: dict[str, deque[Entry]] = {}
         self.ended: dict[str, deque[Entry]] = {}  # oldest first
+        self.ended_entries = 0  # the entries in ``ended``
         self.cluster: deque[Entry] = deque(maxlen=CLUSTER_KEPT)
 
     def note(self, item, now: float, task_of_key) -> None:
@@ -121,8 +125,9 @@ class StoryLog:
 
     def _add(self, task_id: str, entry: Entry, new: bool) -> None:
         story = self.live.get(task_id)
-        if story is None:
-            story = self.ended.get(task_id)  # a late word of a task let go
+        if story is None and task_id in self.ended:  # a late word of a task let go
+            story = self.ended[task_id]
+            self.ended_entries += len(story) < TASK_ENTRIES
         if story is None:
             if not new and task_id not in self.tasks:
                 return
@@ -147,8 +152,9 @@ class StoryLog:
         if story is None:
             return
         self.ended[task_id] = story
-        if len(self.ended) > ENDED_KEPT:
-            del self.ended[next(iter(self.ended))]
+        self.ended_entries += len(story)
+        while len(self.ended) > ENDED_KEPT or self.ended_entries > ENDED_ENTRIES:
+            self.ended_entries -= len(self.ended.pop(next(iter(self.ended))))
 
     def entries(self) -> int:
         """How many entries are kept."""

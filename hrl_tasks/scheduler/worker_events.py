@@ -18,6 +18,13 @@ scheduler pauses the worker while it is silent (as it pauses a worker short of
 memory): it then places nothing new there and its work stealing takes nothing
 there (an idle frozen worker is the first thief otherwise).
 
+And it lets the scheduler forget old spans. Dask starts a new ``("default",)``
+span whenever tasks arrive after all earlier ones have ended, and keeps every
+span, with its task groups, for the scheduler's life (distributed#7977): a
+search's trials each left one, about 7 kB, in the embedded scheduler of the
+driver. Done default spans whose task groups the scheduler has forgotten go, but
+the newest ``SPANS_KEPT``; spans a user named (``distributed.span``) stay.
+
 This module imports nothing of hrl_tasks: it travels to the scheduler by value
 (cloudpickle), so a scheduler that does not have hrl_tasks installed takes it.
 """
@@ -32,6 +39,8 @@ ACTIONS = ("add-worker", "remove-worker")
 SILENT_S = 3.0  # heartbeats this far behind the other workers' (and five heartbeats)
 CHECK_S = 1.0  # how often the lags are looked at
 WAITING_TOLD = 10_000  # the most task keys a "silent" event names
+SPANS_KEPT = 100  # done default spans kept, the newest
+SPANS_CHECK_S = 10.0  # how often old spans are looked for
 
 
 class WorkerEvents(SchedulerPlugin):
@@ -45,15 +54,20 @@ class WorkerEvents(SchedulerPlugin):
         self.scheduler = None
         self.silent: dict = {}  # address -> the keys told as waiting there
         self.paused: set = set()  # the silent workers this plugin paused
+        self.spans_forgotten = 0  # how many old spans the scheduler was let forget
 
     async def start(self, scheduler) -> None:
         from tornado.ioloop import PeriodicCallback
 
         self.scheduler = scheduler
         self.silent, self.paused = {}, set()
-        check = PeriodicCallback(self.look_for_silent, CHECK_S * 1000)
-        scheduler.periodic_callbacks[NAME] = check  # stopped with the scheduler
-        check.start()
+        for name, callback, seconds in (
+            (NAME, self.look_for_silent, CHECK_S),
+            (f"{NAME}-spans", self.forget_old_spans, SPANS_CHECK_S),
+        ):
+            check = PeriodicCallback(callback, seconds * 1000)
+            scheduler.periodic_callbacks[name] = check  # stopped with the scheduler
+            check.start()
 
     def look_for_silent(self) -> None:
         """Tell the workers that stopped reporting (and the tasks placed there), and
@@ -84,6 +98,28 @@ class WorkerEvents(SchedulerPlugin):
                 self._resume(address)
                 self.scheduler.log_event(TOPIC, {"action": "reporting", "worker": address})
             self.paused.discard(address)
+
+    def forget_old_spans(self) -> int:
+        """Drop the done default spans but the newest ``SPANS_KEPT`` from the scheduler's
+        spans extension (its tables, as distributed 2024.8 to 2026.8 lay them out).
+        Returns how many went (``spans_forgotten`` counts them all)."""
+        spans = self.scheduler.extensions.get("spans")
+        defaults = [] if spans is None else spans.spans_search_by_name.get(("default",), [])
+        if len(defaults) <= SPANS_KEPT:
+            return 0
+        groups = self.scheduler.task_groups
+        gone = {
+            span.id for span in defaults[:-SPANS_KEPT]
+            if not span.children and all(groups.get(g.name) is not g for g in span.groups)
+        }  # fmt: skip
+        for span_id in gone:
+            del spans.spans[span_id]
+        spans.root_spans[:] = [s for s in spans.root_spans if s.id not in gone]
+        for table in (spans.spans_search_by_name, spans.spans_search_by_tag):
+            for name in [n for n, found in table.items() if any(s.id in gone for s in found)]:
+                table[name] = [s for s in table[name] if s.id not in gone]
+        self.spans_forgotten += len(gone)
+        return len(gone)
 
     def _pause(self, address: str) -> None:
         # The scheduler's own handler of a worker's "worker-status-change" message (by

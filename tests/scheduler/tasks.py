@@ -166,6 +166,19 @@ def nested_engine_hears_worker_events():
     return handler == engine.backend.on_cluster_event
 
 
+def default_spans(dask_scheduler):
+    """The scheduler's default spans (ids) and its other spans (names), once the
+    engine's scheduler plugin has let it forget old ones; and how many it forgot so far."""
+    from hrl_tasks.scheduler import worker_events
+
+    spans = dask_scheduler.extensions["spans"]
+    plugin = dask_scheduler.plugins[worker_events.NAME]
+    plugin.forget_old_spans()
+    defaults = [s.id for s in spans.spans_search_by_name.get(("default",), [])]
+    named = [s.name for s in spans.spans.values() if s.name != ("default",)]
+    return defaults, named, plugin.spans_forgotten
+
+
 def objects_made_and_awaited_in_a_task(n, resources=None):
     """Create ``n`` stateful workers from inside a task and wait until each is built;
     returns their addresses and this task's own worker's."""

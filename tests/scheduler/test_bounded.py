@@ -10,7 +10,7 @@ from hrl_tasks.scheduler.clusters import local_settings
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import RELEASED_EARLY_S, EngineState
 from hrl_tasks.scheduler.stats import NAMES_KEPT
-from hrl_tasks.scheduler.story import ENDED_KEPT
+from hrl_tasks.scheduler.story import ENDED_ENTRIES, ENDED_KEPT, TASK_ENTRIES
 
 WORKERS = {"a": (1, {"CPU": 1.0}), "b": (1, {"CPU": 1.0})}
 ROUNDS = 2000
@@ -104,8 +104,27 @@ def test_tasks_named_one_by_one_keep_a_bounded_number_of_names_and_stories():
         assert "rollout" in table and f"trial-{3 * NAMES_KEPT - 1:05d}" in table
         assert "trial-00000" not in table
     assert state.stats.durations["rollout"].count == 3 * NAMES_KEPT
-    assert not state.tasks and not state.log.live and len(state.log.ended) == ENDED_KEPT
+    assert not state.tasks and not state.log.live
+    assert 0 < len(state.log.ended) <= ENDED_KEPT and state.log.ended_entries <= ENDED_ENTRIES
     assert "now: the engine no longer knows this task" in state.story(f"r{3 * NAMES_KEPT - 1}")[-1]
+
+
+def test_stories_of_long_tasks_let_go_keep_a_bounded_number_of_entries():
+    """Tasks that each leave many entries (a trial that retries, a task told about
+    often) keep fewer stories: the entries, not the tasks, bound what is kept."""
+    state = make_state()
+    for i in range(ENDED_KEPT):
+        task_id = f"t{i}"
+        state.handle(ev.SubmitTask(task_id, "long"), now=float(i))
+        for _ in range(TASK_ENTRIES):
+            state.handle(ev.Started(task_id, "a", 0.0), now=float(i))
+        state.handle(ev.AttemptDone(task_id, "finished"), ev.Released((task_id,)), now=i + 0.5)
+        state.handle(ev.Started(task_id, "a", 0.0), now=i + 0.6)  # a late word of it
+        assert state.log.ended_entries == sum(map(len, state.log.ended.values()))
+    assert state.log.entries() <= ENDED_ENTRIES + len(state.log.cluster)
+    assert len(state.log.ended) == ENDED_ENTRIES // TASK_ENTRIES
+    newest = state.story(f"t{ENDED_KEPT - 1}")
+    assert newest[0].endswith("SubmitTask") and "now: the engine no longer knows" in newest[-1]
 
 
 def test_reports_of_tasks_of_other_engines_leave_no_story():

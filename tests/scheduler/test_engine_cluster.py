@@ -203,6 +203,29 @@ def test_nested_engines_hear_worker_events(engine):
     assert engine.submit(tasks.nested_engine_hears_worker_events).result(timeout=30)
 
 
+def test_the_scheduler_forgets_old_default_spans_but_not_named_ones(engine):
+    """Dask keeps a span per burst of tasks for its whole life (distributed#7977); a
+    search's driver grew by one per trial. The engine's scheduler plugin drops old ones."""
+    import distributed
+
+    from hrl_tasks.scheduler.worker_events import SPANS_KEPT
+
+    client = engine.client
+    with distributed.span("kept-by-name"):
+        assert client.submit(tasks.inc, 0, pure=False).result(timeout=30) == 1
+    forgotten, bursts = 0, 0
+    while forgotten < 10 and bursts < 5_000:  # a burst after the last ended: a new span
+        for i in range(50):
+            assert client.submit(tasks.inc, i, pure=False).result(timeout=30) == i + 1
+        bursts += 50
+        defaults, named, forgotten = client.run_on_scheduler(tasks.default_spans)
+        assert len(defaults) <= SPANS_KEPT + 1
+    assert forgotten >= 10, f"{bursts} bursts of tasks made no more than {SPANS_KEPT} spans"
+    assert ("kept-by-name",) in named
+    assert client.submit(tasks.inc, 1, pure=False).result(timeout=30) == 2  # spans still work
+    assert defaults[-1] in client.run_on_scheduler(tasks.default_spans)[0]  # the newest stays
+
+
 @pytest.mark.skipif(
     tuple(int(x) for x in __import__("distributed").__version__.split(".")[:2]) < (2024, 12),
     reason="distributed 2024.8's LocalCluster waits for ever for such workers instead of failing",
