@@ -235,6 +235,7 @@ class TaskStream:
         self.posted = False
         self.closed = False
         self.runners = 0  # threads running this stream's tasks, each holding a slot
+        self.detached: set[str] = set()  # cancelled while running: their runners not counted
 
     async def serve(self) -> None:
         writer = asyncio.ensure_future(self._write())
@@ -285,7 +286,11 @@ class TaskStream:
                 self._send(("done", message[1], "cancelled", None, None))
             else:
                 self.cancelled.add(message[1])
-                self.service.detach(message[1])
+                with self.lock:  # its runner no longer counts: its freed slot takes
+                    if self.service.detach(message[1]):  # the next task now
+                        self.runners -= 1
+                        self.detached.add(message[1])
+                self._dispatch()
         elif kind == "release":
             self.service.kept.pop(message[1], None)
         elif kind == "call":
@@ -337,18 +342,22 @@ class TaskStream:
     def _runner(self) -> None:
         """Run queued tasks in a pool thread holding a slot, until it should give it back."""
         slots = self.service.slots
-        holds = True
+        holds, counted = True, True
         try:
             while not self.closed:
                 found = self._next()
                 if found is None:
                     break
                 holds = self._run(*found)
+                with self.lock:
+                    if found[0] in self.detached:  # uncounted when it was cancelled
+                        self.detached.discard(found[0])
+                        counted = False
                 if not holds or slots.resuming or self.service.others_waiting(self):
                     break
         finally:
             with self.lock:
-                self.runners -= 1
+                self.runners -= counted
             if holds:
                 slots.release()
             elif self.items and not self.closed:  # its slot went elsewhere: look again
@@ -480,17 +489,19 @@ class TaskService:
             return obj
         return dask_compat.sync_on_loop(self.runtime.worker.loop, resolve_kept, self, obj)
 
-    def detach(self, key: str) -> None:
+    def detach(self, key: str) -> bool:
         """A running task was cancelled: its slot goes to the next task at once (it
-        runs on to its end in its thread, ignored)."""
+        runs on to its end in its thread, ignored). Whether it was detached (not if
+        it had ended, or lent its slot to wait)."""
         ctx = self.runtime.running.get(key)
         if ctx is None or ctx.route != "direct":
-            return
+            return False
         with ctx.lock:
             if ctx.finished or ctx.lent or ctx.detached:
-                return
+                return False
             ctx.detached = True
         self.slots.release()
+        return True
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
