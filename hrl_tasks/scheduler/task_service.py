@@ -235,7 +235,6 @@ class TaskStream:
         self.posted = False
         self.closed = False
         self.runners = 0  # threads running this stream's tasks, each holding a slot
-        self.detached: set[str] = set()  # cancelled while running: their runners not counted
 
     async def serve(self) -> None:
         writer = asyncio.ensure_future(self._write())
@@ -286,10 +285,9 @@ class TaskStream:
                 self._send(("done", message[1], "cancelled", None, None))
             else:
                 self.cancelled.add(message[1])
-                with self.lock:  # its runner no longer counts: its freed slot takes
-                    if self.service.detach(message[1]):  # the next task now
-                        self.runners -= 1
-                        self.detached.add(message[1])
+                with self.lock:  # its runner no longer counts (it ends without a slot,
+                    if self.service.detach(message[1]):  # see _runner): the freed slot
+                        self.runners -= 1  # takes the next task now
                 self._dispatch()
         elif kind == "release":
             self.service.kept.pop(message[1], None)
@@ -342,22 +340,18 @@ class TaskStream:
     def _runner(self) -> None:
         """Run queued tasks in a pool thread holding a slot, until it should give it back."""
         slots = self.service.slots
-        holds, counted = True, True
+        holds = True
         try:
             while not self.closed:
                 found = self._next()
                 if found is None:
                     break
-                holds = self._run(*found)
-                with self.lock:
-                    if found[0] in self.detached:  # uncounted when it was cancelled
-                        self.detached.discard(found[0])
-                        counted = False
+                holds = self._run(*found)  # not held: cancelled while it ran (detached)
                 if not holds or slots.resuming or self.service.others_waiting(self):
                     break
         finally:
             with self.lock:
-                self.runners -= counted
+                self.runners -= holds  # a detached one was uncounted then
             if holds:
                 slots.release()
             elif self.items and not self.closed:  # its slot went elsewhere: look again
