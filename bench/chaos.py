@@ -130,25 +130,48 @@ def all_runs() -> dict[str, Run]:
 
 
 class SearchAsAlgorithm:
-    """A search with trials as tasks (bench/search.py's grid, FIFO), as one long step."""
+    """A search with trials as tasks (bench/search.py's grid, FIFO), as one long step.
 
-    def __init__(self, engine, seed: int, out: str):
+    Its iterations are its trials' iterations: a thread watches the lines of their
+    ``metrics.jsonl`` and calls ``on_iteration(times)`` with the time of each end seen
+    (the faults start at the second, as for the other runs)."""
+
+    def __init__(self, engine, seed: int, out: str, on_iteration=None):
         self.engine, self.seed, self.out = engine, seed, out
+        self.on_iteration = on_iteration or (lambda ends: None)
+        self.ends: list[float] = []
 
     def train(self) -> dict:
         from search import LEARNING_RATES
 
         from hrl_tasks.search import FIFOScheduler, grid
 
-        result = hrl_tasks.tune(
-            "ppo", env="CartPole-v1", space={"lr": grid(LEARNING_RATES[3:7])},
-            config={"seed": self.seed}, num_samples=1, sampler="grid", scheduler=FIFOScheduler(),
-            stop={"episode_return_mean": 450, "iteration": 100}, out=self.out,
-            engine=self.engine, verbose=False,
-        )  # fmt: skip
+        done = threading.Event()
+        watcher = threading.Thread(target=self.watch, args=(done,), daemon=True)
+        watcher.start()
+        try:
+            result = hrl_tasks.tune(
+                "ppo", env="CartPole-v1", space={"lr": grid(LEARNING_RATES[3:7])},
+                config={"seed": self.seed}, num_samples=1, sampler="grid",
+                scheduler=FIFOScheduler(), stop={"episode_return_mean": 450, "iteration": 100},
+                out=self.out, engine=self.engine, verbose=False,
+            )  # fmt: skip
+        finally:
+            done.set()
+            watcher.join()
         best = result.best_trial["best"] if result.best_trial else -1e9
-        return {"iteration": 1, "best": best, "env_steps_sampled": 0,
+        return {"iteration": len(self.ends), "best": best, "env_steps_sampled": 0,
                 "trials": {t["status"]: 1 for t in result.trials}}  # fmt: skip
+
+    def watch(self, done: threading.Event) -> None:
+        while not done.wait(0.2):
+            lines = 0
+            for path in Path(self.out, "trials").glob("*/metrics.jsonl"):
+                with contextlib.suppress(OSError), open(path, "rb") as file:
+                    lines += file.read().count(b"\n")
+            while len(self.ends) < lines:
+                self.ends.append(time.perf_counter())
+                self.on_iteration(self.ends)
 
     def stop(self) -> None:
         return None
@@ -340,9 +363,12 @@ def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) ->
     stretch = 1.0 if fault is None else 1.5  # with faults: 1.5x the run's budget
     steps_cap = run.budget_steps and int(stretch * run.budget_steps)
     wall_cap = stretch * (run.budget_s or args.max_minutes * 60) + fault_s
-    algo = (SearchAsAlgorithm(engine, seed, f"{args.out}/search-{fault}-{seed}")
-            if run.algorithm == "search" else run.build(engine, seed))  # fmt: skip
     faults = Faults(engine, schedule, cluster)
+    os.makedirs(args.out, exist_ok=True)  # a fresh directory: its trials' lines are counted
+    search_out = tempfile.mkdtemp(prefix=f"search-{fault or 'none'}-{seed}-", dir=args.out)
+    algo = (SearchAsAlgorithm(engine, seed, search_out,
+                              lambda ends: len(ends) == 2 and schedule and faults.start())
+            if run.algorithm == "search" else run.build(engine, seed))  # fmt: skip
     ends, start, result, ended = [], time.perf_counter(), {}, True
     try:
         with engine.time_limit(wall_cap):
@@ -369,6 +395,9 @@ def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) ->
         if cluster is not None:
             cluster.close()
     wall = time.perf_counter() - start
+    if run.algorithm == "search":  # its iterations are its trials'
+        ends = list(algo.ends)
+        result["iteration"] = len(ends)
     gaps = [b - a for a, b in zip([start, *ends], ends, strict=False)]
     return {
         "cell": f"{run.name} / {fault or 'no faults'}", "seed": seed, "ended": ended,
