@@ -235,6 +235,29 @@ def local_settings() -> dict:
     }
 
 
+LASTING = ("distributed.admin.low-level-log-length",)
+"""Settings of ``local_settings`` that the driver's servers read after the start too (a
+stream to each client that connects later, such as a worker's own client), so they hold
+while the embedded cluster lives: each such stream kept 1,000 batches otherwise, and a
+search's driver grew for half an hour filling them."""
+
+
+class HeldSettings:
+    """Dask settings set until :meth:`release`, which puts back the values from before
+    unless someone changed them meanwhile."""
+
+    def __init__(self, settings: dict):
+        self.settings = dict(settings)
+        self.before = {key: dask.config.get(key, None) for key in self.settings}
+        dask.config.set(self.settings)
+
+    def release(self) -> None:
+        for key, value in self.settings.items():
+            if dask.config.get(key, None) == value:
+                dask.config.set({key: self.before[key]})
+        self.settings = {}
+
+
 WORKER_PRELOAD = ["distributed", "hrl_tasks.scheduler.runtime", "hrl_tasks.rollout.worker"]
 """What the server the embedded cluster's workers fork from imports once (no torch)."""
 

@@ -41,8 +41,11 @@ from hrl_tasks.scheduler import dask_compat, worker_events
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.backend import DaskBackend
 from hrl_tasks.scheduler.clusters import (
+    LASTING,
+    HeldSettings,
     check_versions,
     connection_refused,
+    local_settings,
     probe_address,
     start_local,
     upload_package,
@@ -194,6 +197,7 @@ class Engine:
             dask_compat.set_send_interval(client, send_interval_s)
         self.client = client
         self.cluster = cluster
+        self.held_settings: HeldSettings | None = None  # the embedded cluster's, while it lives
         self.owns_client = owns_client
         self.topic = f"hrl-tasks-{uuid.uuid4().hex[:12]}"
         nested = in_worker_task()
@@ -273,14 +277,24 @@ class Engine:
             validate, stall_warning_s, route: as for :class:`Engine`.
             **cluster_kwargs: passed to ``LocalCluster`` (e.g. ``dashboard_address``).
         """
-        cluster, client = start_local(n_workers, threads_per_worker, resources, **cluster_kwargs)
+        held = HeldSettings({key: local_settings()[key] for key in LASTING})
         try:
-            return cls(client, cluster=cluster, validate=validate, stall_warning_s=stall_warning_s,
-                       route=route)  # fmt: skip
+            cluster, client = start_local(
+                n_workers, threads_per_worker, resources, **cluster_kwargs
+            )
+        except BaseException:
+            held.release()
+            raise
+        try:
+            engine = cls(client, cluster=cluster, validate=validate,
+                         stall_warning_s=stall_warning_s, route=route)  # fmt: skip
         except BaseException:
             client.close()
             cluster.close()
+            held.release()
             raise
+        engine.held_settings = held
+        return engine
 
     @classmethod
     def connect(
@@ -413,6 +427,8 @@ class Engine:
             self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+        if self.held_settings is not None:
+            self.held_settings.release()
 
     def _deactivate(self) -> None:
         if self._active_token is not None:

@@ -239,3 +239,10 @@ def a_lock():
     import threading
 
     return threading.Lock()
+
+
+def worker_client_id():
+    """The id of the worker's own client (a task that submits tasks makes one)."""
+    from distributed import get_client
+
+    return get_client().id

@@ -6,7 +6,7 @@ Dask's own histories.
 """
 
 from hrl_tasks.scheduler import events as ev
-from hrl_tasks.scheduler.clusters import local_settings
+from hrl_tasks.scheduler.clusters import HeldSettings, local_settings
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import RELEASED_EARLY_S, EngineState
 from hrl_tasks.scheduler.stats import NAMES_KEPT
@@ -143,3 +143,19 @@ def test_the_embedded_cluster_bounds_dasks_histories():
     # a sample every 500 ms: two minutes of the dashboard's system history
     assert settings["distributed.admin.system-monitor.log-length"] <= 240
     assert settings["distributed.admin.low-level-log-length"] <= 100
+
+
+def test_held_settings_are_put_back_unless_changed_meanwhile():
+    import dask
+
+    key = "distributed.admin.low-level-log-length"
+    before = dask.config.get(key)
+    held = HeldSettings({key: 7})
+    assert dask.config.get(key) == 7
+    held.release()
+    assert dask.config.get(key) == before
+    held = HeldSettings({key: 7})
+    dask.config.set({key: 9})  # someone else's since: theirs stays
+    held.release()
+    assert dask.config.get(key) == 9
+    dask.config.set({key: before})

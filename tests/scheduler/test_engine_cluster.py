@@ -232,6 +232,21 @@ def test_the_scheduler_forgets_old_default_spans_but_not_named_ones(engine):
     assert defaults[-1] in client.run_on_scheduler(tasks.default_spans)[0]  # the newest stays
 
 
+def test_a_client_that_connects_later_gets_the_embedded_clusters_short_message_log(engine):
+    """The scheduler makes a stream, with a log of the batches it sent, for each client
+    when it connects: a worker's own client connects after the start (a search's driver
+    filled two logs of 1,000 batches for half an hour)."""
+    import dask
+
+    from hrl_tasks.scheduler.clusters import local_settings
+
+    length = local_settings()["distributed.admin.low-level-log-length"]
+    assert dask.config.get("distributed.admin.low-level-log-length") == length
+    late = engine.client.submit(tasks.worker_client_id, pure=False).result(timeout=30)
+    stream = engine.cluster.scheduler.client_comms[late]
+    assert stream.recent_message_log.maxlen == length
+
+
 @pytest.mark.skipif(
     tuple(int(x) for x in __import__("distributed").__version__.split(".")[:2]) < (2024, 12),
     reason="distributed 2024.8's LocalCluster waits for ever for such workers instead of failing",
