@@ -270,14 +270,17 @@ def test_a_search_inside_a_task_holds_what_its_trials_hold_from_the_root_ledger(
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
 def test_only_as_many_trials_run_at_once_as_the_ledger_has_room_for():
-    # Four threads, but each trial holds two of the four CPU slots: two at once.
+    # Four threads, but each trial holds two of the four CPU slots: two at once. Each
+    # trial is one chunk of ten iterations (1-2 s), long enough that two admitted at
+    # once overlap even when one worker is slow to start its first (three iterations,
+    # 0.4 s, once ran one after the other under the whole suite's load).
     config = dict(TINY, rollout_worker_resources={"CPU": 1})
     with hrl_tasks.Engine.local(n_workers=2, threads_per_worker=2) as engine:
         result = hrl_tasks.tune("ppo", "CartPole-v1", space={"lr": loguniform(1e-4, 1e-2)},
-                                config=config, num_samples=4, stop={"iteration": 3},
+                                config=config, num_samples=4, stop={"iteration": 10},
                                 engine=engine, verbose=False)  # fmt: skip
     assert [t["status"] for t in result.trials] == ["TERMINATED"] * 4
-    assert most_at_once(result.trials) == 2
+    assert most_at_once(result.trials) == 2, [t["chunks"] for t in result.trials]
 
 
 @pytest.mark.cluster
