@@ -236,6 +236,7 @@ class Faults:
     schedule: list  # (delay after the previous, action)
     cluster: SeparateCluster | None = None
     done: list = field(default_factory=list)
+    stopped: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self._run, daemon=True, name="chaos")
@@ -244,7 +245,8 @@ class Faults:
 
     def _run(self) -> None:
         for delay, action in self.schedule:
-            time.sleep(delay)
+            if self.stopped.wait(delay):  # the run ended: no faults on the next one's workers
+                return
             at = time.perf_counter()  # when it began (a freeze lasts 30 s)
             try:
                 what = getattr(self, action)()
@@ -369,7 +371,7 @@ def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) ->
     algo = (SearchAsAlgorithm(engine, seed, search_out,
                               lambda ends: len(ends) == 2 and schedule and faults.start())
             if run.algorithm == "search" else run.build(engine, seed))  # fmt: skip
-    ends, start, result, ended = [], time.perf_counter(), {}, True
+    ends, start, result, ended, error = [], time.perf_counter(), {}, True, None
     try:
         with engine.time_limit(wall_cap):
             while True:
@@ -377,6 +379,9 @@ def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) ->
                     result = algo.train()
                 except hrl_tasks.DeadlineReached:
                     ended = False
+                    break
+                except Exception as exc:  # the run failed: it ended, unreached; cells go on
+                    error = f"{type(exc).__name__}: {exc}"
                     break
                 extra = run.evaluate(algo, result) if run.evaluate else None
                 result.update(extra or {})
@@ -390,6 +395,7 @@ def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) ->
                 if time.perf_counter() - start > wall_cap:
                     break
     finally:
+        faults.stopped.set()
         algo.stop()
         engine.close()
         if cluster is not None:
@@ -401,12 +407,13 @@ def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) ->
     gaps = [b - a for a, b in zip([start, *ends], ends, strict=False)]
     return {
         "cell": f"{run.name} / {fault or 'no faults'}", "seed": seed, "ended": ended,
-        "reached": bool(result) and bool(run.reached(result)),
+        "reached": error is None and bool(result) and bool(run.reached(result)),
         "env_steps": result.get("env_steps_sampled"), "wall_s": round(wall, 1),
         "iterations": result.get("iteration"), "longest_gap_s": round(max(gaps, default=0.0), 1),
         "faults": [stall(f, ends) for f in faults.done],
         "baseline": None if baseline is None
         else {k: baseline[k] for k in ("reached", "env_steps", "wall_s")},
+        "error": error,
         "date": time.strftime("%Y-%m-%d"),
     }  # fmt: skip
 
@@ -431,7 +438,8 @@ def table(rows: list[dict]) -> str:
         steps = f"{r['env_steps']:,}" if r.get("env_steps") else "-"
         out.append(
             f"| {run} | {fault} | {'yes' if r['ended'] else '**no**'} | "
-            f"{'yes' if r['reached'] else '**no**'} | {steps} | {r['wall_s']} | "
+            f"{'yes' if r['reached'] else '**no** (failed)' if r.get('error') else '**no**'} | "
+            f"{steps} | {r['wall_s']} | "
             f"{r['longest_gap_s']} | {stalls} |"
         )
     return "\n".join(out)

@@ -74,11 +74,12 @@ def describe(capacity: Mapping[str, Mapping[str, float]]) -> str:
     """One line per worker listing its resources, for error messages."""
     if not capacity:
         return "  (no workers)"
-    lines = []
-    for worker, res in sorted(capacity.items()):
-        shown = ", ".join(f"{k}={v:g}" for k, v in sorted(res.items())) or "no resources"
-        lines.append(f"  {worker}: {shown}")
-    return "\n".join(lines)
+    return "\n".join(f"  {worker}: {shown(res)}" for worker, res in sorted(capacity.items()))
+
+
+def shown(resources: Mapping[str, float]) -> str:
+    """``CPU=1, GPU=0`` (or ``no resources``), for messages."""
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(resources.items())) or "no resources"
 
 
 def check_satisfiable(
@@ -153,6 +154,22 @@ class Ledger:
         """Things held on ``worker``, by this engine and the others."""
         mine = sum(1 for w, _ in self.holdings.values() if w == worker)
         return mine + sum(1 for h in self.others.get(worker, {}) if h not in self.holdings)
+
+    def describe(self, names: Mapping[str, str] = {}) -> str:  # noqa: B006 - read only
+        """One line per worker: what it declares, what is free, and who holds the rest
+        (this engine's holders by their ``names``, other engines' counted), for errors."""
+        if not self.capacity:
+            return "  (no workers)"
+        lines = []
+        for worker in sorted(self.capacity):
+            mine = [names.get(h, h) for h, (w, _) in self.holdings.items() if w == worker]
+            others = [h for h in self.others.get(worker, {}) if h not in self.holdings]
+            holders = ", ".join(sorted(mine)) or "nothing of this engine's"
+            if others:
+                holders += f"; {len(others)} of other engines'"
+            lines.append(f"  {worker}: declares {shown(self.capacity[worker])}, free "
+                         f"{shown(self.free(worker))}, held by {holders}")  # fmt: skip
+        return "\n".join(lines)
 
     def check(self, request: Mapping[str, float]) -> None:
         """Raise :class:`ResourceError` if no worker could ever meet ``request``."""

@@ -60,7 +60,7 @@ from hrl_tasks.scheduler.errors import (
     WorkerLostError,
 )
 from hrl_tasks.scheduler.placement import MAX_PIPELINE, choose_worker, pipeline_depth
-from hrl_tasks.scheduler.resources import Ledger
+from hrl_tasks.scheduler.resources import Ledger, shown
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import (
     Copy,
@@ -1055,13 +1055,24 @@ class EngineState:
         for obj in list(self.objects.values()):
             waited = obj.unplaced_since is not None and self.now - obj.unplaced_since
             if obj.gone is None and obj.restarts and waited and waited > self.placement_timeout:
-                self._end(obj, WorkerLostError(f"stateful worker {obj.name!r} has no worker to "
-                                               f"run on (waited {waited:.0f} s for room)"))  # fmt: skip
+                self._end(obj, WorkerLostError(
+                    f"stateful worker {obj.name!r} has no worker to run on (waited "
+                    f"{waited:.0f} s for room for {{{shown(obj.request)}}}); the workers "
+                    f"as this engine saw them:\n{self._ledger_view()}"
+                ))  # fmt: skip
         if self._needs_sweep() and self.now - self.swept_at >= self.sweep_s:
             self.swept_at = self.now
             self._emit(ev.Refresh())
         if self.spec.live:
             self._plan_backups()
+
+    def _ledger_view(self) -> str:
+        """Each worker's room and holders, and the workers not reporting, for errors."""
+        names = {obj_id: obj.name for obj_id, obj in self.objects.items()}
+        view = self.ledger.describe(names)
+        if self.silent:
+            view += f"\n  not reporting (given no new work): {', '.join(sorted(self.silent))}"
+        return view
 
     # --- the direct route: plain tasks placed here ------------------------------
 

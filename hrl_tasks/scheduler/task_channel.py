@@ -49,6 +49,7 @@ class TaskChannel:
         self.broken: dict[int, Exception] = {}  # fn id -> why it did not pickle
         self.fn_ids = itertools.count()
         self.closed = False
+        self.writer: asyncio.Future | None = None  # ends with the stream (as the worker's)
         self.opened = asyncio.ensure_future(self._open())
 
     async def _open(self) -> None:
@@ -63,7 +64,8 @@ class TaskChannel:
             self._close()
             return
         asyncio.ensure_future(self._read())
-        asyncio.ensure_future(self._write())
+        if not self.closed:
+            self.writer = asyncio.ensure_future(self._write())
 
     def run(self, key: str, spec: dict, fn, args: tuple, kwargs: dict) -> None:
         """Send one attempt."""
@@ -137,6 +139,8 @@ class TaskChannel:
             return
         self.closed = True
         self.wake.set()
+        if self.writer is not None:  # it waits for more to write otherwise, for ever
+            self.writer.cancel()
         if self.comm is not None:
             self.comm.abort()
         lost, self.in_flight = tuple(self.in_flight), set()

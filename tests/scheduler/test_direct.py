@@ -275,3 +275,19 @@ def test_a_direct_call_whose_stream_breaks_while_its_worker_runs_on_fails_and_th
     assert counter.restarts == 0 and engine.stats()["workers_lost"] == 0
     assert counter.call("add", 1, direct=True).result(timeout=30) == 3  # the slow add ran
     counter.kill()
+
+
+@pytest.mark.cluster
+def test_a_closed_task_stream_leaves_no_writer_waiting(engine):
+    """A stream's writer waits for messages to write: closing the stream ends it (it
+    waited on, and was destroyed pending when the event loop stopped)."""
+    counter = engine.create_worker(tasks.Counter, start=0)
+    assert counter.call("add", 1, direct=True).result(timeout=30) == 1
+    channel = engine.backend.channels[counter.address]
+    engine.client.loop.add_callback(channel.close)
+    deadline = time.monotonic() + 10
+    while not channel.writer.done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert channel.closed and channel.writer.cancelled()
+    assert counter.call("add", 1, direct=True).result(timeout=30) == 2  # a new stream
+    counter.kill()

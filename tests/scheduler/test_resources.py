@@ -117,3 +117,15 @@ def test_avoided_workers_are_taken_only_when_no_other_has_room():
     ledger.acquire("x", "b", {"CPU": 2})
     assert ledger.choose({"CPU": 1}, "spread", avoid={"a"}) == "a"
     assert ledger.choose({"GPU": 1}, "spread", avoid={"b"}) == "b"  # the only GPU
+
+
+def test_the_ledger_describes_each_workers_room_and_holders_for_errors():
+    ledger = Ledger(capacity={"a": {"CPU": 1}, "b": {"CPU": 2}})
+    ledger.acquire("obj-1", "a", {"CPU": 1})
+    ledger.see_others({"b": {"theirs": {"CPU": 1}}})
+    lines = ledger.describe({"obj-1": "RolloutWorker-0"}).splitlines()
+    assert lines == [
+        "  a: declares CPU=1, free CPU=0, held by RolloutWorker-0",
+        "  b: declares CPU=2, free CPU=1, held by nothing of this engine's; 1 of other engines'",
+    ]
+    assert Ledger().describe() == "  (no workers)"
