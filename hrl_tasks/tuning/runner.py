@@ -178,6 +178,42 @@ class Trial:
         }  # fmt: skip
 
 
+def plain(value: Any) -> Any:
+    """``value`` as JSON holds it, for numpy's numbers and arrays (a ``choice`` of
+    numpy values); `json.dumps`'s ``default``."""
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return value.tolist()
+    raise TypeError(f"a trial's record holds {value!r} ({type(value).__name__}), not JSON")
+
+
+class EndedTrial:
+    """An ended trial as the driver keeps it: its record as one JSON string (what
+    trials.json holds of it), not as the dicts and lists of a `Trial`. A long search
+    ends many thousands of trials; a few kB of objects each grew its driver without
+    bound. Reads what the live table shows (status, best, config, last) as a `Trial`
+    does; state and curve are on disk (its checkpoint, its metrics.jsonl)."""
+
+    __slots__ = ("trial_id", "status", "best", "iterations", "env_steps", "text")
+    state = curve = None
+
+    def __init__(self, record: Mapping[str, Any]):
+        self.trial_id, self.status, self.best = record["trial_id"], record["status"], record["best"]
+        self.iterations, self.env_steps = record["iterations"], record["env_steps"]
+        self.text = json.dumps(record, default=plain).encode()
+
+    def record(self) -> dict:
+        """What the result reports of the trial (and trials.json keeps)."""
+        return json.loads(self.text)
+
+    @property
+    def config(self) -> dict:
+        return self.record()["config"]
+
+    @property
+    def last(self) -> dict:
+        return self.record()["last"]
+
+
 @dataclass
 class TuneResult:
     """What `tune` returns: every trial, and the best one by ``metric`` and ``mode``.
@@ -438,8 +474,7 @@ class Search:
             board.close()
         self.scheduler.on_trial_complete(trial.trial_id)
         self.sampler.observe(trial.trial_id, trial.config, trial.best)
-        if self.out is not None:  # on disk from now on: its checkpoint, its metrics.jsonl
-            trial.state, trial.curve = None, None
+        self.trials[trial.trial_id] = EndedTrial(trial.record())
         self.save_trials()
 
     def bundle(self, searched: Mapping[str, Any] | None = None) -> list[dict]:
@@ -498,8 +533,10 @@ class Search:
         if self.out is None:
             return
         self.out.mkdir(parents=True, exist_ok=True)
-        records = [t.record() for t in self.trials.values()]
-        write_atomically(self.out / "trials.json", json.dumps(records, indent=1).encode())
+        # A trial a line; an ended trial's line is the text it keeps, not encoded again.
+        lines = [t.text if isinstance(t, EndedTrial) else json.dumps(t.record(), default=plain).encode()
+                 for t in self.trials.values()]  # fmt: skip
+        write_atomically(self.out / "trials.json", b"[\n" + b",\n".join(lines) + b"\n]\n")
         decisions = {"sampler": self.sampler, "scheduler": self.scheduler,
                      "exhausted": self.exhausted, "stop": self.stop,
                      "time_attr": self.time_attr}  # fmt: skip
@@ -545,12 +582,14 @@ class Search:
                      time_attr=decisions.get("time_attr", "iteration"), **kwargs)  # fmt: skip
         search.exhausted = decisions["exhausted"]
         for record in json.loads((out / "trials.json").read_text()):
+            if record["status"] in ENDED:
+                search.trials[record["trial_id"]] = EndedTrial(record)
+                continue
             fields = {k: v for k, v in record.items() if k in Trial.__dataclass_fields__}
             trial = Trial(**fields, curve=None)
-            if trial.status not in ENDED:
-                trial.curve = search.curve(trial)
-                trial.status = PAUSED if trial.checkpoint else PENDING
-                trial.state = read_checkpoint(trial.checkpoint) if trial.checkpoint else None
+            trial.curve = search.curve(trial)
+            trial.status = PAUSED if trial.checkpoint else PENDING
+            trial.state = read_checkpoint(trial.checkpoint) if trial.checkpoint else None
             search.trials[trial.trial_id] = trial
         return search
 

@@ -21,7 +21,7 @@ from hrl_tasks.search import (
     loguniform,
     make_sampler,
 )
-from hrl_tasks.tuning.runner import Search, Trial, TuneResult, fits
+from hrl_tasks.tuning.runner import EndedTrial, Search, Trial, TuneResult, fits
 
 TINY = {"num_workers": 1, "num_envs_per_worker": 2, "rollout_fragment_length": 32,
         "train_batch_size": 64, "minibatch_size": 32, "num_sgd_iter": 2}  # fmt: skip
@@ -67,9 +67,10 @@ def test_the_best_trial_follows_the_mode_and_skips_trials_without_a_value():
     assert TuneResult(trials[1:2], "m", "max").best_trial is None
 
 
-def test_an_ended_trials_curve_is_read_from_its_metrics_not_kept(tmp_path):
+def test_an_ended_trial_is_kept_as_its_record_and_its_curve_read_from_its_metrics(tmp_path):
     """A search may run many thousands of trials: the driver keeps an ended trial's
-    record, and its curve only on disk, whence the plot of every curve reads it."""
+    record as one JSON string (what trials.json holds), and its curve only on disk,
+    whence the plot of every curve reads it."""
     space = {"lr": loguniform(1e-4, 1e-2)}
     search = Search(
         "ppo", {"env": "CartPole-v1"}, make_sampler("random", space, 1, seed=0),
@@ -83,8 +84,12 @@ def test_an_ended_trials_curve_is_read_from_its_metrics_not_kept(tmp_path):
                               "episode_return_mean": value})  # fmt: skip
     running = list(search.curve(trial))
     search.end(trial, "TERMINATED")
-    assert trial.curve is None and trial.best == 30.0
-    assert search.curve(trial) == running == [(64, 10.0), (128, 30.0), (192, 20.0)]
+    ended = search.trials["0000"]
+    assert isinstance(ended, EndedTrial) and ended.curve is None and ended.state is None
+    assert ended.record() == trial.record() and isinstance(ended.text, bytes)
+    assert (ended.best, ended.config, ended.last["iteration"]) == (30.0, {"lr": 1e-3}, 3)
+    assert search.curve(ended) == running == [(64, 10.0), (128, 30.0), (192, 20.0)]
+    assert json.loads((tmp_path / "trials.json").read_text()) == [trial.record()]
     search.write_summary()
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
