@@ -19,7 +19,10 @@ Faults (``--faults``):
 - ``add-remove``: on that cluster, a worker added, and 5 s later one removed
   (closed as a batch system would end its job);
 - ``monkey-<seed>``: a seeded random schedule of kills, bursts of kills and
-  freezes, one every 20 s on average, for ``--monkey-minutes``.
+  freezes, one every 20 s on average, for ``--monkey-minutes``;
+- ``quick-monkey-<seed>``: the same kinds of faults, four on average within the
+  time the run took without faults after its second iteration (a run of 8 s gets
+  one every 1.5 s or so, where ``monkey-`` would have ended it before its first).
 
 Per cell, one JSON line: whether the run ended on its own and reached the
 threshold, env steps and wall time (and the baseline's), the longest time
@@ -32,6 +35,7 @@ then says ``ended: false``.
 
     python bench/chaos.py --algorithms ppo es --faults one-kill kills-0.5s [--seed 0]
     python bench/chaos.py --algorithms all --faults monkey-0 monkey-1 monkey-2
+    python bench/chaos.py --algorithms ppo-cartpole --faults quick-monkey-0 quick-monkey-1
 """
 
 from __future__ import annotations
@@ -309,8 +313,9 @@ class Faults:
         return f"closed worker process {process.pid}"
 
 
-def schedule_of(fault: str, monkey_minutes: float) -> list:
-    """``[(seconds after the previous, action)]`` for a named fault."""
+def schedule_of(fault: str, monkey_minutes: float, window_s: float | None = None) -> list:
+    """``[(seconds after the previous, action)]`` for a named fault; ``window_s`` is
+    how long the run took without faults after its second iteration (``quick-monkey-``)."""
     kills = {"kills-0.5s": 0.5, "kills-1.5s": 1.5, "kills-5s": 5.0}
     if fault == "one-kill":
         return [(0.0, "kill")]
@@ -326,14 +331,20 @@ def schedule_of(fault: str, monkey_minutes: float) -> list:
         return [(0.0, "add"), (5.0, "remove")]
     if fault.startswith("monkey-"):
         return monkey(int(fault.split("-", 1)[1]), monkey_minutes * 60)
+    if fault.startswith("quick-monkey-"):
+        if window_s is None:
+            raise ValueError(f"{fault} spreads its faults over the run without faults: "
+                             "drop --no-baseline")  # fmt: skip
+        window_s = max(window_s, 4.0)
+        return monkey(int(fault.rsplit("-", 1)[1]), window_s, mean_gap_s=window_s / 4)
     raise ValueError(f"unknown fault {fault!r}")
 
 
-def monkey(seed: int, seconds: float) -> list:
-    """A seeded random schedule: faults one every 20 s on average, for ``seconds``."""
+def monkey(seed: int, seconds: float, mean_gap_s: float = 20.0) -> list:
+    """A seeded random schedule: faults one every ``mean_gap_s`` on average, for ``seconds``."""
     rng, out, at = random.Random(seed), [], 0.0
     while True:
-        gap = rng.expovariate(1 / 20.0)
+        gap = rng.expovariate(1 / mean_gap_s)
         at += gap
         if at > seconds:
             return out
@@ -360,7 +371,8 @@ def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) ->
               else hrl_tasks.Engine.local(n_workers=n_workers, threads_per_worker=threads))  # fmt: skip
     if separate:
         engine.wait_for_workers(n_workers, timeout=60)
-    schedule = [] if fault is None else schedule_of(fault, args.monkey_minutes)
+    window_s = baseline and baseline.get("after_second_s")
+    schedule = [] if fault is None else schedule_of(fault, args.monkey_minutes, window_s)
     fault_s = sum(d for d, _ in schedule) + 30.0 * sum(a == "freeze" for _, a in schedule)
     stretch = 1.0 if fault is None else 1.5  # with faults: 1.5x the run's budget
     steps_cap = run.budget_steps and int(stretch * run.budget_steps)
@@ -410,6 +422,7 @@ def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) ->
         "reached": error is None and bool(result) and bool(run.reached(result)),
         "env_steps": result.get("env_steps_sampled"), "wall_s": round(wall, 1),
         "iterations": result.get("iteration"), "longest_gap_s": round(max(gaps, default=0.0), 1),
+        "after_second_s": round(start + wall - ends[1], 1) if len(ends) >= 2 else None,
         "faults": [stall(f, ends) for f in faults.done],
         "baseline": None if baseline is None
         else {k: baseline[k] for k in ("reached", "env_steps", "wall_s")},
