@@ -1,14 +1,20 @@
-"""IMPALA's sampling rate with its rollout workers mapping blocks from 16 KiB against glibc's 128 KiB.
+"""IMPALA's sampling rate with its rollout workers' glibc settings against glibc's own.
 
-Rollout worker processes have glibc map blocks of 16 KiB and more on their own
-(``hrl_tasks.rollout.malloc``), which stops the heap growth under their messages'
-buffers (docs/benchmarks.md, memory soak); this measures what it costs. Each side
-runs in a fresh process: IMPALA with its default config on CartPole-v1 (2 rollout
-workers x 4 envs), ``train()`` for 5 s to warm up, then for ``--seconds``; env
-steps sampled per second. On the ``glibc_128k`` side the workers' threshold is
-set back to 128 KiB (what Dask's workers had before) once the algorithm is
-built; on ``rollout_16k`` it stays as the workers set it. Sides alternate for
-``--rounds`` rounds; the ratio is the median of the rounds' 16 KiB / 128 KiB ratios.
+Rollout worker processes have glibc map blocks of 16 KiB and more on their own, and
+keep two malloc arenas (``hrl_tasks.rollout.malloc``), which stops the growth under
+their messages' buffers and their threads (docs/benchmarks.md, memory soak); this
+measures what each costs. Each side runs in a fresh process: IMPALA with its default
+config on CartPole-v1 (2 rollout workers x 4 envs), ``train()`` for 5 s to warm up,
+then for ``--seconds``; env steps sampled per second. Sides:
+
+- ``rollout``: the workers as they set themselves (16 KiB, two arenas);
+- ``glibc_128k``: the threshold set back to 128 KiB (what Dask's workers had
+  before) once the algorithm is built;
+- ``glibc_arenas``: ``MALLOC_ARENA_MAX=16`` in the environment (glibc's own limit
+  on two cores, which the workers then leave alone).
+
+Sides alternate for ``--rounds`` rounds; each ratio is the median of the rounds'
+``rollout`` / that side.
 
     python bench/malloc.py [--rounds 3] [--seconds 15]
 
@@ -17,12 +23,18 @@ Prints one JSON line.
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 
-SIDES = {"glibc_128k": 131072, "rollout_16k": None}
+# side -> (the workers' threshold set back to, environment added)
+SIDES = {
+    "glibc_128k": (131072, {}),
+    "rollout": (None, {}),
+    "glibc_arenas": (None, {"MALLOC_ARENA_MAX": "16"}),
+}
 
 
 def one_run(seconds: float, threshold: int | None) -> dict:
@@ -53,7 +65,7 @@ def main() -> None:
     parser.add_argument("--one", choices=list(SIDES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one_run(args.seconds, SIDES[args.one])))
+        print(json.dumps(one_run(args.seconds, SIDES[args.one][0])))
         return
     rounds = []
     for _ in range(args.rounds):
@@ -62,13 +74,16 @@ def main() -> None:
             run = subprocess.run(
                 [sys.executable, __file__, "--one", side, "--seconds", str(args.seconds)],
                 capture_output=True, text=True, timeout=600, check=True,
+                env={**os.environ, **SIDES[side][1]},
             )  # fmt: skip
             found[side] = json.loads(run.stdout.strip().splitlines()[-1])
-        ratio = found["rollout_16k"]["env_steps_per_s"] / found["glibc_128k"]["env_steps_per_s"]
-        rounds.append({**found, "ratio": round(ratio, 3)})
+        rate = {side: found[side]["env_steps_per_s"] for side in SIDES}
+        ratios = {f"rollout_over_{side}": round(rate["rollout"] / rate[side], 3)
+                  for side in ("glibc_128k", "glibc_arenas")}  # fmt: skip
+        rounds.append({**found, **ratios})
     print(json.dumps({
         "bench": "malloc", "date": time.strftime("%Y-%m-%d"), "rounds": rounds,
-        "ratio_16k_over_128k": statistics.median(r["ratio"] for r in rounds),
+        **{key: statistics.median(r[key] for r in rounds) for key in ratios},
     }))  # fmt: skip
 
 

@@ -10,6 +10,13 @@ minutes (docs/benchmarks.md, memory soak). A block at or above the threshold tha
 the heap's free space cannot hold is mapped on its own instead of growing the
 heap, and unmapped when freed; a rollout worker's own arrays (a few envs'
 observations, a small policy's activations) stay below it.
+
+glibc also gives a thread that allocates while others do an arena of its own, up
+to 8 per core, kept for the process's life. A worker process where each trial of
+a search builds and drops an algorithm starts and ends hundreds of threads, and
+grew about 2 MB each time more of them overlapped than ever before (docs/benchmarks.md,
+the search's soak); Python allocates under its lock anyway, so such a process
+keeps two arenas.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ import ctypes
 import ctypes.util
 import os
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameters
 ROLLOUT_MMAP_THRESHOLD = 16 * 1024
 ENV_VARIABLE = "MALLOC_MMAP_THRESHOLD_"  # glibc's own; when set, it is left alone
+ROLLOUT_ARENAS = 2
+ARENA_VARIABLE = "MALLOC_ARENA_MAX"  # likewise
 
 
 def map_blocks_from(size: int = ROLLOUT_MMAP_THRESHOLD) -> bool:
@@ -31,11 +40,22 @@ def map_blocks_from(size: int = ROLLOUT_MMAP_THRESHOLD) -> bool:
     missing), nor where ``MALLOC_MMAP_THRESHOLD_`` is set in the environment (the
     user's own choice, which glibc has applied already).
     """
-    if os.environ.get(ENV_VARIABLE):
+    return _mallopt(M_MMAP_THRESHOLD, size, ENV_VARIABLE)
+
+
+def limit_arenas(count: int = ROLLOUT_ARENAS) -> bool:
+    """Have glibc keep at most ``count`` malloc arenas in this process (those it has
+    already stay); threads beyond share them. Returns whether it did, as
+    `map_blocks_from` (``MALLOC_ARENA_MAX`` in the environment is left alone)."""
+    return _mallopt(M_ARENA_MAX, count, ARENA_VARIABLE)
+
+
+def _mallopt(parameter: int, value: int, env_variable: str) -> bool:
+    if os.environ.get(env_variable):
         return False
     try:
         mallopt = ctypes.CDLL(ctypes.util.find_library("c") or None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, int(size)))
+    return bool(mallopt(parameter, int(value)))

@@ -37,7 +37,7 @@ from hrl_tasks.envs.make import EnvError, EnvLike, env_name
 from hrl_tasks.envs.multi_agent import ALL, MultiAgentEnv, make_multi_agent_env
 from hrl_tasks.policies import Policy
 from hrl_tasks.policies.policy_map import PolicyMap, policy_observation
-from hrl_tasks.rollout.malloc import ROLLOUT_MMAP_THRESHOLD, map_blocks_from
+from hrl_tasks.rollout.malloc import ROLLOUT_MMAP_THRESHOLD, limit_arenas, map_blocks_from
 from hrl_tasks.rollout.worker import WorkerCalls, derive_seed, torch_single_thread
 
 MAX_EPISODE_STEPS = 1_000_000  # whole episodes are sampled: one that never ends is an error
@@ -93,6 +93,7 @@ class MultiAgentRolloutWorker(WorkerCalls):
         if single_thread:
             torch_single_thread()
             map_blocks_from(ROLLOUT_MMAP_THRESHOLD)
+            limit_arenas()
         if rollout_fragment_length < 1:
             raise ValueError(f"rollout_fragment_length must be >= 1, got {rollout_fragment_length}")
         self.worker_index = int(worker_index)

@@ -45,7 +45,7 @@ from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.rng import generator_from_state, generator_state
 from hrl_tasks.envs.make import EnvError, EnvLike, env_name, make_env
 from hrl_tasks.policies import Policy
-from hrl_tasks.rollout.malloc import ROLLOUT_MMAP_THRESHOLD, map_blocks_from
+from hrl_tasks.rollout.malloc import ROLLOUT_MMAP_THRESHOLD, limit_arenas, map_blocks_from
 
 PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
 EPS_ID_BITS = 40  # eps_id = worker_index << 40 | counter
@@ -157,6 +157,7 @@ class RolloutWorker(WorkerCalls):
         if single_thread:  # before the policy is built, and again after: it may load torch
             torch_single_thread()
             map_blocks_from(ROLLOUT_MMAP_THRESHOLD)  # a worker process's messages: no heap growth
+            limit_arenas()  # nor an arena per thread that ever overlapped others
         if rollout_fragment_length < 1:
             raise ValueError(f"rollout_fragment_length must be >= 1, got {rollout_fragment_length}")
         self.worker_index = int(worker_index)

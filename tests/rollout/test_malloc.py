@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from hrl_tasks.rollout.malloc import ENV_VARIABLE, map_blocks_from
+from hrl_tasks.rollout.malloc import ARENA_VARIABLE, ENV_VARIABLE, limit_arenas, map_blocks_from
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 
@@ -57,3 +57,50 @@ def test_the_users_own_setting_in_the_environment_is_left_alone(monkeypatch):
     assert kept == ("False", 0)
     monkeypatch.setenv(ENV_VARIABLE, "131072")
     assert map_blocks_from() is False
+
+
+ARENAS = textwrap.dedent(
+    """
+    import ctypes, sys, threading
+    from hrl_tasks.rollout.malloc import limit_arenas
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+    did = limit_arenas(int(sys.argv[1])) if sys.argv[1] != "none" else None
+    together = threading.Barrier(8)
+
+    def allocate():  # eight threads that allocate at once, each holding its block
+        together.wait()
+        libc.malloc(1024)
+        together.wait()
+
+    threads = [threading.Thread(target=allocate) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(did, flush=True)
+    libc.malloc_stats()  # a block per arena on stderr, each headed "Arena <n>:"
+    """
+)
+
+
+def arenas_after(setting: str, env: dict | None = None) -> tuple[str, int]:
+    run = subprocess.run([sys.executable, "-c", ARENAS, setting], capture_output=True,
+                         text=True, check=True, env=env)  # fmt: skip
+    return run.stdout.strip(), run.stderr.count("Arena ")
+
+
+def test_threads_that_allocate_together_share_two_arenas_once_they_are_limited():
+    did, arenas = arenas_after("none")
+    assert did == "None" and arenas >= 5  # glibc's default: an arena per thread, up to 8 a core
+    assert arenas_after("2") == ("True", 2)
+
+
+def test_the_users_own_arena_setting_is_left_alone(monkeypatch):
+    import os
+
+    did, arenas = arenas_after("2", {**os.environ, ARENA_VARIABLE: "4"})
+    assert (did, arenas) == ("False", 4)
+    monkeypatch.setenv(ARENA_VARIABLE, "4")
+    assert limit_arenas() is False
