@@ -13,7 +13,7 @@ then for ``--seconds``; env steps sampled per second. Sides:
 - ``glibc_arenas``: ``MALLOC_ARENA_MAX=16`` in the environment (glibc's own limit
   on two cores, which the workers then leave alone).
 
-Sides alternate for ``--rounds`` rounds; each ratio is the median of the rounds'
+Sides alternate for ``--rounds`` rounds, their order rotated each round; each ratio is the median of the rounds'
 ``rollout`` / that side.
 
     python bench/malloc.py [--rounds 3] [--seconds 15]
@@ -68,9 +68,10 @@ def main() -> None:
         print(json.dumps(one_run(args.seconds, SIDES[args.one][0])))
         return
     rounds = []
-    for _ in range(args.rounds):
+    for k in range(args.rounds):
         found = {}
-        for side in SIDES:
+        order = list(SIDES)[k % len(SIDES) :] + list(SIDES)[: k % len(SIDES)]  # rotated
+        for side in order:
             run = subprocess.run(
                 [sys.executable, __file__, "--one", side, "--seconds", str(args.seconds)],
                 capture_output=True, text=True, timeout=600, check=True,
