@@ -222,16 +222,18 @@ def test_a_speculative_direct_call_reports_its_start_unless_it_ended_first(engin
     group = engine.create_group(tasks.Sampler, 2)
     for member in group:
         member.ready()
-    short = group[0].call("sample", 0.0, speculative=True, direct=True)
-    short.result(timeout=30)
+    # Short calls end before their start reports leave (a batch every 0.05 s), but
+    # under a loaded machine's delays one may not: of five, at least one must.
+    shorts = [group[0].call("sample", 0.0, speculative=True, direct=True) for _ in range(5)]
+    engine.gather(shorts, timeout=30)
     call = group[0].call("sample", 0.3, speculative=True, direct=True)
     call.result(timeout=30)
     deadline = time.monotonic() + 10
     while call.key not in reported_keys(engine):  # its start left while it ran
         assert time.monotonic() < deadline, "the speculative call's start was never reported"
         time.sleep(0.05)
-    # The short one ended before its start report left: both were taken back.
-    assert short.key not in reported_keys(engine)
+    # A short one that ended before its start report left: both were taken back.
+    assert {short.key for short in shorts} - reported_keys(engine)
     group.kill()
 
 
