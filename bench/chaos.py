@@ -35,7 +35,7 @@ then says ``ended: false``.
 
     python bench/chaos.py --algorithms ppo es --faults one-kill kills-0.5s [--seed 0]
     python bench/chaos.py --algorithms all --faults monkey-0 monkey-1 monkey-2
-    python bench/chaos.py --algorithms ppo-cartpole --faults quick-monkey-0 quick-monkey-1
+    python bench/chaos.py --algorithms ppo appo --faults quick-monkey-0 quick-monkey-1
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ then for ``--seconds``; env steps sampled per second. Sides:
 - ``glibc_arenas``: ``MALLOC_ARENA_MAX=16`` in the environment (glibc's own limit
   on two cores, which the workers then leave alone).
 
-Sides alternate for ``--rounds`` rounds, their order rotated each round; each ratio is the median of the rounds'
-``rollout`` / that side.
+Sides alternate for ``--rounds`` rounds, their order rotated each round; each ratio
+is the median of the rounds' ``rollout`` / that side.
 
     python bench/malloc.py [--rounds 3] [--seconds 15]
 

@@ -13,10 +13,10 @@ observations, a small policy's activations) stay below it.
 
 glibc also gives a thread that allocates while others do an arena of its own, up
 to 8 per core, kept for the process's life. A worker process where each trial of
-a search builds and drops an algorithm starts and ends hundreds of threads, and
-grew about 2 MB each time more of them overlapped than ever before (docs/benchmarks.md,
-the search's soak); Python allocates under its lock anyway, so such a process
-keeps two arenas.
+a search builds and drops an algorithm starts and ends hundreds of threads; Python
+allocates under its lock anyway, so such a process keeps two arenas, which bounds
+what its threads can add (the step the search's soak still shows in its workers is
+not this: docs/benchmarks.md).
 """
 
 from __future__ import annotations

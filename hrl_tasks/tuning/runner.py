@@ -178,6 +178,11 @@ class Trial:
         }  # fmt: skip
 
 
+def record_text(record: Mapping[str, Any]) -> bytes:
+    """A trial's record as its line of trials.json (numpy values as plain JSON)."""
+    return json.dumps(record, default=plain).encode()
+
+
 def plain(value: Any) -> Any:
     """``value`` as JSON holds it, for numpy's numbers and arrays (a ``choice`` of
     numpy values); `json.dumps`'s ``default``."""
@@ -199,7 +204,7 @@ class EndedTrial:
     def __init__(self, record: Mapping[str, Any]):
         self.trial_id, self.status, self.best = record["trial_id"], record["status"], record["best"]
         self.iterations, self.env_steps = record["iterations"], record["env_steps"]
-        self.text = json.dumps(record, default=plain).encode()
+        self.text = record_text(record)
 
     def record(self) -> dict:
         """What the result reports of the trial (and trials.json keeps)."""
@@ -534,7 +539,7 @@ class Search:
             return
         self.out.mkdir(parents=True, exist_ok=True)
         # A trial a line; an ended trial's line is the text it keeps, not encoded again.
-        lines = [t.text if isinstance(t, EndedTrial) else json.dumps(t.record(), default=plain).encode()
+        lines = [t.text if isinstance(t, EndedTrial) else record_text(t.record())
                  for t in self.trials.values()]  # fmt: skip
         write_atomically(self.out / "trials.json", b"[\n" + b",\n".join(lines) + b"\n]\n")
         decisions = {"sampler": self.sampler, "scheduler": self.scheduler,
