@@ -38,7 +38,12 @@ from hrl_tasks.scheduler.errors import (
     WorkerLostError,
 )
 from hrl_tasks.scheduler.records import BackendRecords
-from hrl_tasks.scheduler.runtime import change_supply, run_task, schedule_unrunnable
+from hrl_tasks.scheduler.runtime import (
+    change_supply,
+    run_task,
+    schedule_unrunnable,
+    workers_and_holdings,
+)
 from hrl_tasks.scheduler.shared import (
     PEER_CONNECT_S,
     Shared,
@@ -794,17 +799,19 @@ class DaskBackend(BackendRecords):
 
     def see_workers(self) -> ev.WorkersSeen:
         """The workers (see `read_workers`) and what every engine's objects hold on them."""
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
-        held = self.client.get_metadata(["hrl-tasks", "held"], default={}) or {}
+        # One read of both: read apart, a holding made between them counts twice.
+        workers, held = self.client.run_on_scheduler(workers_and_holdings, ["hrl-tasks", "held"])
         found = {}
         holders = {}
-        for address, info in workers.items():
-            declared = dict(info.get("resources") or {})
-            holders[address] = {h: dict(r) for h, r in (held.get(address) or {}).items() if r}
+        for address, (threads, advertised) in workers.items():
+            declared = dict(advertised or {})
+            holders[address] = {
+                h: dict(r) for h, r in ((held or {}).get(address) or {}).items() if r
+            }
             for request in holders[address].values():
                 for name, amount in request.items():
                     declared[name] = declared.get(name, 0.0) + amount
-            found[address] = (int(info.get("nthreads", 1)), declared)
+            found[address] = (int(threads or 1), declared)
         return ev.WorkersSeen(found, holders)
 
     # --- results (user threads) -------------------------------------------------------

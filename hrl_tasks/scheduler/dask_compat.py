@@ -242,6 +242,21 @@ async def change_supply(worker, delta: dict) -> dict:
     return totals
 
 
+def workers_and_holdings(scheduler, path: list) -> tuple[dict, dict]:
+    """Each worker's ``(threads, resources it advertises)`` and the metadata at
+    ``path``, read in one step of the scheduler's event loop.
+
+    Why: a holding changes the two in turn (see `change_supply`); two separate
+    reads (``scheduler_info``, then ``get_metadata``) could see the supply fall
+    before the holding was recorded, and count the held resources twice.
+    Public replacement: none.
+    """
+    workers = {
+        address: (ws.nthreads, dict(ws.resources)) for address, ws in scheduler.workers.items()
+    }
+    return workers, scheduler.get_metadata(keys=list(path), default={})
+
+
 def schedule_unrunnable(scheduler, worker: str) -> int:
     """After ``worker``'s supply grew, start the waiting tasks that now fit on it.
 

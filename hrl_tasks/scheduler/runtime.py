@@ -235,6 +235,11 @@ def schedule_unrunnable(worker: str, dask_scheduler=None) -> int:
     return dask_compat.schedule_unrunnable(dask_scheduler, worker)
 
 
+def workers_and_holdings(path: list, dask_scheduler=None) -> tuple[dict, dict]:
+    """The workers and what engines hold on them, read at once (see `dask_compat`)."""
+    return dask_compat.workers_and_holdings(dask_scheduler, path)
+
+
 def local_resources(dask_worker) -> dict:
     """The resources a worker has free right now (for ``engine.resources()``)."""
     return dask_compat.free_resources(dask_worker)

@@ -184,6 +184,35 @@ def test_a_task_waits_for_objects_built_on_its_own_worker(engine):
     assert first != own and second == own
 
 
+def test_a_read_of_the_workers_never_counts_a_holding_twice(engine):
+    # A holding lowers what its worker advertises, then is recorded (release: the
+    # reverse); a reader adds the two. Read while objects come and go, a worker may
+    # seem to have less for a moment, never more than it declares: the one read takes
+    # both at once (read apart, a holding made between them counted twice).
+    import threading
+
+    declared = {w: dict(r) for w, (_, r) in engine.backend.read_workers().items()}
+    seen, stop = [], threading.Event()
+
+    def read():
+        while not stop.is_set():
+            seen.append(engine.backend.read_workers())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(40):
+            handle = engine.create_worker(tasks.Counter, resources={"CPU": 1}).ready(timeout=20)
+            handle.kill(timeout=20)
+    finally:
+        stop.set()
+        reader.join()
+    assert len(seen) > 8
+    for workers in seen:
+        for address, (_, resources) in workers.items():
+            assert resources["CPU"] <= declared[address]["CPU"], (address, resources)
+
+
 def test_the_root_engine_sees_what_a_nested_engine_holds(engine):
     from distributed import Event
 
