@@ -255,6 +255,8 @@ class Faults:
             try:
                 what = getattr(self, action)()
             except Exception as exc:  # noqa: BLE001 - a fault that could not be done is a row
+                if self.stopped.is_set():  # the run ended (its cluster closed) meanwhile
+                    return
                 what = f"{action} failed: {exc!r}"
             self.done.append({"action": action, "what": what, "at": at})
 
@@ -277,6 +279,8 @@ class Faults:
         first = self.kill()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            if self.stopped.is_set():
+                return f"{first}; the run ended before a replacement joined"
             pids = self.engine.run_on_workers(os.getpid, on_error="ignore")
             new = sorted(set(pids) - before)
             if new:

@@ -72,7 +72,7 @@ class MultiAgentRolloutWorker(WorkerCalls):
         policy_factory_or_policy: A `PolicyMap`, or a factory called with
             ``(env.observation_space, env.action_space)`` returning one.
         num_envs, rollout_fragment_length, seed, env_config, worker_index,
-        single_thread: As for `RolloutWorker`.
+        single_thread, weights: As for `RolloutWorker` (``weights`` per policy id).
         max_env_errors: Accepted for `RolloutWorker`'s signature; an env that
             raises ends the call with `EnvError`.
     """
@@ -89,6 +89,7 @@ class MultiAgentRolloutWorker(WorkerCalls):
         *,
         single_thread: bool = True,
         max_env_errors: int = 3,
+        weights: Mapping[Any, Any] | None = None,
     ) -> None:
         if single_thread:
             torch_single_thread()
@@ -112,6 +113,8 @@ class MultiAgentRolloutWorker(WorkerCalls):
         if single_thread:
             torch_single_thread()
         self._seed_policy(seed)
+        if weights is not None:
+            self.set_weights(weights)
         self._next_eps = self._first_episode_id(seed)
         env_seed = None if seed is None else derive_seed(seed, self.worker_index, 0)
         self._obs: list[dict] = []

@@ -139,6 +139,9 @@ class RolloutWorker(WorkerCalls):
             never loads torch.
         max_env_errors: Failures in a row of one sub-env (each followed by
             building it again) before sampling gives up with `EnvError`.
+        weights: Loaded into the policy before the first call (a `WorkerSet`
+            re-creates a remote worker with its latest weights this way, so
+            that no call samples with the factory's initial ones).
     """
 
     def __init__(
@@ -153,6 +156,7 @@ class RolloutWorker(WorkerCalls):
         *,
         single_thread: bool = True,
         max_env_errors: int = 3,
+        weights: dict[str, np.ndarray] | None = None,
     ) -> None:
         if single_thread:  # before the policy is built, and again after: it may load torch
             torch_single_thread()
@@ -176,6 +180,8 @@ class RolloutWorker(WorkerCalls):
         if single_thread:
             torch_single_thread()
         self._seed_policy(seed)
+        if weights is not None:
+            self.set_weights(weights)
         self._action_bounds = self._bounds(self.env.single_action_space)
         self._obs, _ = self.env.reset(seed=env_seed)
         self._next_eps = self._first_episode_id(seed)

@@ -219,6 +219,9 @@ class WorkerSet:
             else:
                 self._local.set_weights(weights)
             self._weights, self._weights_ref = weights, None
+            if isinstance(self._remote, WorkerGroup):  # a re-created worker starts with them
+                for handle in self._remote:
+                    handle.rebuild_with(weights=weights)
             targets = list(enumerate(self._remote)) if to is None else [self._find(h) for h in to]
             if defer:
                 self._deferred.update(index for index, _ in targets)

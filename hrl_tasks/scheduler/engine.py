@@ -840,6 +840,13 @@ class Engine:
             obj = self.state.objects.get(obj_id)
             return None if obj is None else getattr(obj, field)
 
+    def rebuild_with(self, obj_id: str, kwargs: dict) -> None:
+        """Merge ``kwargs`` into the factory arguments a stateful object is re-created
+        with (see :meth:`WorkerHandle.rebuild_with`)."""
+        with self.backend.lock:
+            factory, args, before, topic = self.backend.objects[obj_id]
+            self.backend.objects[obj_id] = (factory, args, {**before, **kwargs}, topic)
+
     def object_alive(self, obj_id: str) -> bool:
         """Whether a stateful object still takes calls (known, not killed, not out of restarts)."""
         with self.backend.lock:

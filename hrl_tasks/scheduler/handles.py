@@ -91,6 +91,16 @@ class WorkerHandle:
             )
         return self.engine.call(self, method, args, kwargs, policy, bool(direct))
 
+    def rebuild_with(self, **kwargs) -> None:
+        """Keyword arguments for the factory when the object is next re-created after
+        its worker died, merged over those it was created with.
+
+        For state the driver keeps anyway, such as the latest weights of a rollout
+        worker: kept here it costs nothing per call, where ``get_state`` would be
+        snapshotted after every call. The new object then has it before any call
+        (calls re-issued on it included)."""
+        self.engine.rebuild_with(self.obj_id, kwargs)
+
     def ready(self, timeout: float | None = None) -> WorkerHandle:
         """Wait until the object is built; raises what its factory raised."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -119,6 +119,32 @@ def test_a_killed_worker_is_recreated_and_resynced(fresh, direct):
 
 
 @pytest.mark.parametrize("direct", [False, True])
+def test_a_recreated_worker_has_the_latest_weights_before_its_first_call(fresh, direct):
+    # A call queued behind the one running at the kill is re-issued on the new object
+    # before the WorkerSet hears of the restart: it must not see the factory's weights.
+    engine = fresh
+    workers = cartpole_workers(engine, rollout_fragment_length=500, direct_calls=direct)
+    try:
+        new = perturbed(workers.local_worker.get_weights(), seed=2)
+        engine.gather(workers.sync_weights(new), timeout=60)
+        victim = workers.remote_workers[0]
+        pids = engine.client.run(os.getpid)
+        inject_faults(engine, slow_workers={victim.address: 50.0}, names={"RolloutWorker.sample"})
+        running = victim.call("sample", direct=direct)
+        queued = victim.call("get_weights", direct=direct)
+        time.sleep(0.2)
+        assert not running.done()
+        os.kill(pids[victim.address], signal.SIGKILL)
+        assert isinstance(running.exception(timeout=60), hrl.WorkerLostError)
+        weights = queued.result(timeout=60)  # re-issued on the re-created object
+        assert victim.restarts == 1 and workers.resyncs == 0
+        assert_all_equal([weights], new)
+    finally:
+        clear_faults(engine)
+        workers.stop()
+
+
+@pytest.mark.parametrize("direct", [False, True])
 def test_a_slow_rollout_worker_is_covered_by_its_peer(fresh, direct):
     engine = fresh
     with cartpole_workers(engine, direct_calls=direct) as workers:
