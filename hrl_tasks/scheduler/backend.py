@@ -19,6 +19,7 @@ the object's worker (:mod:`~hrl_tasks.scheduler.worker_objects`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures as cf
 import logging
 import threading
@@ -75,6 +76,7 @@ HOLDER_SILENT_S = 3.0  # a fetch this long asks whether its results' workers sti
 SCHEDULER_CHECK_S = 0.25  # how often the client's link to the scheduler is looked at
 PLACE_TRIES, PLACE_RETRY_S = 5, 0.2  # engine.put to a worker that just died: tries, back-off
 CALL_CUT_CHECK_S = 5.0  # a broken stream's direct calls: how long to wait for the worker's removal
+SUPPLY_THREADS = 4  # supply changes to this many workers at once
 PLACE_CHECK_S = 3.0  # a put this long asks whether the worker it goes to still reports
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
 
@@ -112,6 +114,41 @@ def resolve_inputs(obj, inputs: dict, futures: dict):
     return walk(obj)
 
 
+class OrderedPerKey:
+    """Runs jobs on a few threads, one at a time and in order per key: a job that
+    waits (on a worker that does not answer) holds up the later jobs of its key only."""
+
+    def __init__(self, threads: int, name: str):
+        self.pool = cf.ThreadPoolExecutor(threads, thread_name_prefix=name)
+        self.lock = threading.Lock()
+        self.waiting: dict[str, collections.deque] = {}  # key -> jobs behind the running one
+
+    def submit(self, key: str, fn, *args) -> None:
+        with self.lock:
+            queue = self.waiting.get(key)
+            if queue is not None:
+                queue.append((fn, args))
+                return
+            self.waiting[key] = collections.deque()
+        self.pool.submit(self._run, key, fn, args)
+
+    def _run(self, key: str, fn, args) -> None:
+        while True:
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - a job's failure must not stop its key's queue
+                logger.exception("%s failed", getattr(fn, "__name__", fn))
+            with self.lock:
+                queue = self.waiting[key]
+                if not queue:
+                    del self.waiting[key]
+                    return
+                fn, args = queue.popleft()
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=False)
+
+
 class DaskBackend(BackendRecords):
     """Runs an :class:`EngineState` on a Dask client.
 
@@ -133,7 +170,10 @@ class DaskBackend(BackendRecords):
         self.batched: set = set()  # keys of attempts being put into one batch
         self.lingering: list = []  # finished results' futures, released in batches
         self.letting_go = False
-        self.admin = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{topic}-admin")
+        # Supply changes call the worker: one that just died holds up its own changes
+        # (Dask retries a connection for 30 s), not those of the others, nor the reads.
+        self.admin = OrderedPerKey(SUPPLY_THREADS, f"{topic}-admin")
+        self.reader = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{topic}-reader")
         self.refreshing = False
         self.refresh_again = False
         self.loop_thread = client.sync(self._thread_id)
@@ -298,7 +338,7 @@ class DaskBackend(BackendRecords):
             self._skip_calls(ins.obj_id, ins.address, ins.seqs)
         elif isinstance(ins, ev.Supply):
             self.held_back.setdefault(ins.obj_id, [])
-            self.admin.submit(self._change_supply, ins)
+            self.admin.submit(ins.address, self._change_supply, ins)
         elif isinstance(ins, ev.Refresh):
             self.refresh()
         elif isinstance(ins, ev.DropObject):
@@ -769,7 +809,7 @@ class DaskBackend(BackendRecords):
             return
         self.refreshing = True
         try:
-            self.admin.submit(self._refresh)
+            self.reader.submit(self._refresh)
         except RuntimeError:  # the interpreter is exiting with the engine still open
             self.refreshing = False
 
@@ -1031,7 +1071,8 @@ class DaskBackend(BackendRecords):
 
     def close(self) -> None:
         self.closed = True
-        self.admin.shutdown(wait=False)
+        self.admin.shutdown()
+        self.reader.shutdown(wait=False)
         channels, self.channels = list(self.channels.values()), {}
         for channel in channels:
             self.on_loop(channel.close)

@@ -844,7 +844,10 @@ class Engine:
         """Merge ``kwargs`` into the factory arguments a stateful object is re-created
         with (see :meth:`WorkerHandle.rebuild_with`)."""
         with self.backend.lock:
-            factory, args, before, topic = self.backend.objects[obj_id]
+            made = self.backend.objects.get(obj_id)
+            if made is None:  # ended for good (killed, out of restarts): never re-created
+                return
+            factory, args, before, topic = made
             self.backend.objects[obj_id] = (factory, args, {**before, **kwargs}, topic)
 
     def object_alive(self, obj_id: str) -> bool:

@@ -168,7 +168,7 @@ def test_the_command_line_ends_clearly_when_the_scheduler_dies(external_cluster,
         _, err = run.communicate(timeout=90)  # the engine raises in a second; exit takes longer
     finally:
         run.kill()
-    assert run.returncode == 2
+    assert run.returncode == 2, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("hrl-tasks: error: lost the Dask scheduler at tcp://"), err[-2000:]
 

@@ -213,6 +213,33 @@ def test_a_read_of_the_workers_never_counts_a_holding_twice(engine):
             assert resources["CPU"] <= declared[address]["CPU"], (address, resources)
 
 
+def test_a_supply_change_to_a_worker_that_does_not_answer_holds_up_no_other(engine):
+    # A worker killed as an object is placed on it: Dask retries the connection to it for
+    # 30 s. Objects placed on other workers meanwhile, and reads of the workers, go on.
+    from hrl_tasks.scheduler import events as ev
+
+    gone = "tcp://127.0.0.1:9"  # nothing listens there
+    engine.backend.carry_out(ev.Supply(gone, "no-such-object", {"CPU": -1.0}, {"CPU": 1.0}))
+    started = time.monotonic()
+    handle = engine.create_worker(tasks.Counter, resources={"CPU": 1})
+    try:
+        assert handle.call("add", 1).result(timeout=20) == 1
+        assert engine.backend.read_workers()
+        assert time.monotonic() - started < 20  # not behind the 30 s of the unanswered one
+    finally:
+        handle.kill(timeout=20)
+
+
+def test_rebuild_arguments_for_an_object_that_ended_are_dropped_quietly(engine):
+    # A WorkerSet updates them on every weights sync, also after its workers ended (a
+    # lost scheduler ends them all): nothing is re-created, and nothing raises.
+    handle = engine.create_worker(tasks.Counter, start=10).ready(timeout=20)
+    handle.rebuild_with(start=100)
+    assert handle.call("add", 1).result(timeout=20) == 11  # the live object is unchanged
+    handle.kill(timeout=20)
+    handle.rebuild_with(start=0)
+
+
 def test_the_root_engine_sees_what_a_nested_engine_holds(engine):
     from distributed import Event
 
