@@ -104,3 +104,41 @@ def test_the_users_own_arena_setting_is_left_alone(monkeypatch):
     assert (did, arenas) == ("False", 4)
     monkeypatch.setenv(ARENA_VARIABLE, "4")
     assert limit_arenas() is False
+
+
+TRIM = textwrap.dedent(
+    """
+    import ctypes, threading
+    from hrl_tasks.rollout.malloc import give_back_free_memory
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+    libc.free.argtypes = (ctypes.c_void_p,)
+
+    def resident_anon_kb():
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+
+    def peak():  # in a thread of its own, as a trial's: 32 MB of 1 KiB blocks, one kept
+        blocks = [libc.malloc(1024) for _ in range(32 * 1024)]
+        for block in blocks:
+            ctypes.memset(block, 1, 1024)
+        for block in blocks[:-1]:
+            libc.free(block)
+
+    thread = threading.Thread(target=peak)
+    thread.start()
+    thread.join()
+    after_peak = resident_anon_kb()
+    gave = give_back_free_memory()
+    print(gave, after_peak - resident_anon_kb())
+    """
+)
+
+
+def test_freed_blocks_under_a_live_one_are_given_back():
+    run = subprocess.run([sys.executable, "-c", TRIM], capture_output=True, text=True, check=True)
+    gave, freed_kb = run.stdout.split()
+    # The freed 32 MB stay resident below the one live block until trimmed.
+    assert gave == "True" and int(freed_kb) > 16 * 1024, run.stdout
