@@ -50,20 +50,6 @@ def limit_arenas(count: int = ROLLOUT_ARENAS) -> bool:
     return _mallopt(M_ARENA_MAX, count, ARENA_VARIABLE)
 
 
-def give_back_free_memory() -> bool:
-    """Return the free pages inside glibc's heaps and arenas to the system
-    (``malloc_trim(0)``); a few milliseconds. For the end of a stretch of work that
-    left a peak behind, such as a search trial: its freed blocks would otherwise stay
-    resident under a live one. Returns whether any memory was given back (False where
-    the C library is not glibc)."""
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
-    return bool(trim(0))
-
-
 def _mallopt(parameter: int, value: int, env_variable: str) -> bool:
     if os.environ.get(env_variable):
         return False

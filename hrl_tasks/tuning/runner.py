@@ -85,7 +85,6 @@ def run_chunk(
     """
     from hrl_tasks.algorithms import get_algorithm, stop_reached
     from hrl_tasks.jsonable import jsonable
-    from hrl_tasks.rollout.malloc import give_back_free_memory
     from hrl_tasks.scheduler import current_engine
 
     started = time.time()
@@ -105,7 +104,6 @@ def run_chunk(
         state = algo.get_state()
     finally:
         algo.stop()
-        give_back_free_memory()  # what the trial's algorithm freed (worker memory soak)
     return {"results": results, "state": state, "span": (started, time.time()),
             "worker": where_this_runs()}  # fmt: skip
 
