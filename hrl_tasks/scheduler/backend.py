@@ -161,6 +161,7 @@ class DaskBackend(BackendRecords):
     def __init__(self, client: Client, state: EngineState, topic: str):
         super().__init__()
         self.client = client
+        self.header_keys = dask_compat.pin_header_keys()  # messages leave no dead slots
         self.state = state
         self.topic = topic
         self.loop = client.loop

@@ -51,6 +51,7 @@ class WorkerRuntime(WorkerPlugin):
         self.shared_dropped: OrderedDict[str, None] = OrderedDict()
         self.handlers_installed = False
         self.task_service = None  # the direct route's (task_service.install)
+        self.header_keys = dask_compat.pin_header_keys()  # messages leave no dead slots
 
     @classmethod
     def of(cls, worker=None) -> WorkerRuntime:
