@@ -47,6 +47,7 @@ class ObjectEntry:
     call_lock: threading.RLock = field(default_factory=threading.RLock)
     direct_pool: cf.ThreadPoolExecutor | None = None  # direct calls' threads, made on first use
     loop_waiters: list = field(default_factory=list)  # (condition, loop, future): see `until`
+    turn_waiters: dict = field(default_factory=dict)  # seq -> [(loop, future)]: see `until_turn`
 
     def direct_executor(self) -> cf.ThreadPoolExecutor:
         """The object's direct-call threads, made once it is built: one when its calls
@@ -81,6 +82,9 @@ class ObjectEntry:
             while self.watermark + 1 in self.finished:
                 self.watermark += 1
                 self.finished.discard(self.watermark)
+                for loop, future in self.turn_waiters.pop(self.watermark + 1, ()):
+                    if not future.done():  # else its call was abandoned
+                        loop.call_soon_threadsafe(_resolve, future)
             self.cond.notify_all()
             self._wake_loop_waiters()
 
@@ -93,6 +97,19 @@ class ObjectEntry:
                 return
             future = loop.create_future()
             self.loop_waiters.append((condition, loop, future))
+        await future
+
+    async def until_turn(self, seq: int) -> None:
+        """Wait on the event loop, holding no thread, until every call numbered below
+        ``seq`` has finished. Waiters are kept by the call they wait for, so a call's
+        end wakes only the next one: with every waiter checked at each end, 5,000 calls
+        in flight to one object cost 12.5 million checks in its thread."""
+        loop = asyncio.get_running_loop()
+        with self.cond:
+            if self.watermark >= seq - 1:
+                return
+            future = loop.create_future()
+            self.turn_waiters.setdefault(seq, []).append((loop, future))
         await future
 
     def _wake_loop_waiters(self) -> None:
@@ -242,7 +259,7 @@ async def run_call(
     # wait for queues behind them (calls travel on several connections, in any order).
     await entry.until(lambda: entry.obj is not None or entry.error is not None)
     if not entry.thread_safe:
-        await entry.until(lambda: entry.watermark >= seq - 1)
+        await entry.until_turn(seq)
     loop = asyncio.get_running_loop()
     call = (obj_id, seq, method, args, kwargs)
     try:

@@ -293,3 +293,36 @@ def test_a_closed_task_stream_leaves_no_writer_waiting(engine):
     assert channel.closed and channel.writer.cancelled()
     assert counter.call("add", 1, direct=True).result(timeout=30) == 2  # a new stream
     counter.kill()
+
+
+def test_calls_waiting_for_their_turn_are_woken_in_order_whatever_order_calls_end():
+    """Each waiter wakes once every call before it has ended, and only then."""
+    from hrl_tasks.scheduler.worker_objects import ObjectEntry
+
+    async def scenario():
+        entry = ObjectEntry("echo")
+        entry.mark_finished(0)  # the object's creation
+        waits = {seq: asyncio.ensure_future(entry.until_turn(seq)) for seq in range(2, 40)}
+        await asyncio.sleep(0)
+        woken = []
+        ends = list(range(1, 39))
+        np.random.default_rng(0).shuffle(ends)
+        for seq in ends:
+            entry.mark_finished(seq)
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            ready = sorted(s for s, w in waits.items() if w.done() and s not in woken)
+            assert all(s - 1 <= entry.watermark for s in ready)
+            woken += ready
+            pending = [s for s, w in waits.items() if not w.done()]
+            assert all(s - 1 > entry.watermark for s in pending)
+        assert sorted(woken) == list(range(2, 40))
+        await entry.until_turn(5)  # its turn has passed: returns at once
+
+    asyncio.run(scenario())
+
+
+def test_thousands_of_direct_calls_in_flight_to_one_object_run_in_order(engine):
+    counter = engine.create_worker(tasks.Counter)
+    refs = [counter.call("add", 1, direct=True) for _ in range(3000)]
+    assert engine.gather(refs) == list(range(1, 3001))
