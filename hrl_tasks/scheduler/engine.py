@@ -514,6 +514,7 @@ class Engine:
         deps = self._inputs(args, kwargs)
         ref = self._new_ref(name, (fn, args, kwargs))
         ref.deps = tuple(d.task_id for d in deps)
+        ref.route = route
         event = ev.SubmitTask(ref.task_id, name, ref.deps, request, policy, speculation, route)
         return ref, event
 

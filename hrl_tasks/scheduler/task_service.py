@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures as cf
+import pickle
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,7 @@ from hrl_tasks.scheduler.shared import InputLostError, ask_peer_for, rebuilt
 TASKS_HANDLER = "hrl_tasks_tasks"
 RESULT_HANDLER = "hrl_tasks_result"
 KEEP_FROM_BYTES = 100_000  # results this large stay on their worker (measured: see docs/engine.md)
+LEAN_MAX_BYTES = 64_000  # a batch pickled this small goes inside the message as bytes
 MAX_BATCH = 1000  # messages per write: the first of a long burst leaves without waiting for all
 # While more of a stream's tasks wait to run, answers wait up to this long to go together
 # (one message per task cost most of a short task's time); a last task's answer goes at once.
@@ -60,12 +62,30 @@ ANSWER_BATCH_S = 0.002
 
 
 def pack(messages: list) -> list:
-    """One write's frames: the functions in a pickle of their own (by value when they
+    """One write's parts: the functions in a pickle of their own (by value when they
     must be, e.g. defined in ``__main__``), the rest in one pickle (one message with
-    many tasks costs about what one task did alone)."""
+    many tasks costs about what one task did alone). A small batch that pickles
+    plainly goes as bytes inside the message (:func:`lean`)."""
     fns = [m for m in messages if m[0] == "fn"]
     rest = [m for m in messages if m[0] != "fn"]
-    return [pickled(fns), pickled(rest)]
+    return ([pickled(fns)] if fns else []) + ([lean(rest)] if rest else [])
+
+
+def lean(messages: list):
+    """``messages`` as one plain pickle's bytes, when that is small, has no buffers
+    out of band and names nothing in ``__main__``; else :func:`pickled`.
+
+    Bytes cost Dask's protocol almost nothing: no size walk of the message to
+    decide on offloading, no serializer families, no metering; a short task's
+    messages paid more for those than for anything else on its way."""
+    buffers: list = []
+    try:
+        payload = pickle.dumps(messages, protocol=5, buffer_callback=buffers.append)
+    except Exception:  # e.g. a lambda: by value, as Dask would
+        return pickled(messages)
+    if buffers or len(payload) > LEAN_MAX_BYTES or b"__main__" in payload:
+        return pickled(messages)
+    return payload
 
 
 def pickled(obj):
@@ -77,8 +97,14 @@ def pickled(obj):
     return Serialized(header, frames)
 
 
-def unpack(frames: list) -> list:
-    return [message for part in frames for message in part]
+def unpack(parts) -> list:
+    """The messages of one read: :func:`pack`'s parts, each bytes (a plain pickle) or
+    the list Dask's protocol made of a :func:`pickled` one."""
+    return [
+        message
+        for part in parts
+        for message in (pickle.loads(part) if isinstance(part, bytes) else part)
+    ]
 
 
 def picklable(messages: list) -> tuple[list, list]:
@@ -317,7 +343,9 @@ class TaskStream:
         self._dispatch()
 
     def _on_free(self) -> None:  # from any thread
-        if not self.closed:
+        """A slot freed: start more of this stream's tasks, if it has any waiting (a task
+        queued after this look is dispatched by the loop itself, as it queues it)."""
+        if self.items and not self.closed:
             self.loop.call_soon_threadsafe(self._dispatch)
 
     def _dispatch(self) -> None:

@@ -55,13 +55,14 @@ class TaskRef:
         task_id: the engine's id of the task (its first attempt's key).
         direct: a direct call: its result lives in the driver.
         pinned: a call of a stateful worker (its attempts run where the object lives).
+        route: a plain task's route, ``"direct"`` or ``"dask"`` (None for calls).
         deps: the task ids of the tasks whose results it takes as inputs.
         recipe: a plain task's function, arguments and topic, to run it again if its
             result is lost before it is read (None for stateful-worker calls).
     """
 
     __slots__ = (
-        "engine", "task_id", "name", "direct", "pinned", "outcome", "deps", "recipe",
+        "engine", "task_id", "name", "direct", "pinned", "route", "outcome", "deps", "recipe",
         "__weakref__",
     )  # fmt: skip
 
@@ -73,6 +74,7 @@ class TaskRef:
         self.name = name
         self.direct = direct
         self.pinned = pinned or direct
+        self.route: str | None = None
         self.outcome: cf.Future = cf.Future()
         self.deps: tuple[str, ...] = ()
         self.recipe: tuple | None = None  # a plain task's (fn, args, kwargs, topic)
