@@ -385,7 +385,8 @@ async def silent_holders(client: Client, keys: list, lag_s: float) -> dict:
 
 async def open_stream(address: str, handler: str, connection_args: dict, timeout: float):
     """A connection to ``address`` handed to its ``handler`` for good (a stream of
-    messages both ways, as the scheduler's ``add_client``), opened within ``timeout``.
+    messages both ways, as the scheduler's ``add_client``), opened within ``timeout``;
+    and whether the handler agreed to take the socket over (it answers first).
 
     Why: ``distributed.comm.connect`` is the transport layer below ``rpc``; a
     stream that the handler keeps needs its comm, which ``rpc`` does not hand out.
@@ -394,8 +395,35 @@ async def open_stream(address: str, handler: str, connection_args: dict, timeout
     from distributed.comm import connect
 
     comm = await connect(address, timeout=timeout, **connection_args)
-    await comm.write({"op": handler, "reply": False})
-    return comm
+    plain = plain_socket_possible(comm)
+    await comm.write({"op": handler, "reply": False, "plain": plain})
+    answer = await comm.read()
+    return comm, bool(plain and isinstance(answer, dict) and answer.get("plain"))
+
+
+def plain_socket_possible(comm) -> bool:
+    """Whether ``comm`` runs on a plain TCP socket (not TLS, not in-process)."""
+    from distributed.comm.tcp import TCP, TLS
+
+    return isinstance(comm, TCP) and not isinstance(comm, TLS) and comm.stream is not None
+
+
+def plain_socket(comm):
+    """The socket of plain TCP ``comm``, taken over (``comm`` is aborted, the
+    connection stays open on the socket returned), or None for another transport.
+
+    Why: Dask's comm serializes through its protocol and reads through Tornado's
+    stream; the direct route's messages are pickles that need neither (see
+    :mod:`hrl_tasks.scheduler.wire`). ``TCP.stream`` is Tornado's ``IOStream``;
+    ``abort`` closes it without shutting the connection down, so the duplicate
+    keeps it. Public replacement: none.
+    """
+    if not plain_socket_possible(comm):
+        return None
+    sock = comm.stream.socket.dup()
+    comm.abort()
+    sock.setblocking(False)
+    return sock
 
 
 def sync_on_loop(loop, coroutine_fn, *args):

@@ -13,8 +13,8 @@ import itertools
 import logging
 from collections.abc import Callable
 
-from hrl_tasks.scheduler import dask_compat
-from hrl_tasks.scheduler.task_service import TASKS_HANDLER, unpack, write_batches
+from hrl_tasks.scheduler import dask_compat, wire
+from hrl_tasks.scheduler.task_service import TASKS_HANDLER, write_batches
 
 logger = logging.getLogger(__name__)
 CONNECT_S = 5.0  # to open a worker's stream; a worker that does not answer is treated as lost
@@ -41,7 +41,7 @@ class TaskChannel:
         self.connection_args = connection_args
         self.on_answers = on_answers
         self.on_closed = on_closed
-        self.comm = None
+        self.stream = None  # a `wire` stream, once open
         self.functions: dict[int, tuple[int, object]] = {}  # id(fn) -> (fn id, fn)
         self.outbox: list = []
         self.wake = asyncio.Event()
@@ -54,11 +54,12 @@ class TaskChannel:
 
     async def _open(self) -> None:
         try:
-            self.comm = await asyncio.wait_for(
+            comm, plain = await asyncio.wait_for(
                 dask_compat.open_stream(
                     self.address, TASKS_HANDLER, self.connection_args, CONNECT_S
                 ), CONNECT_S + 1,
             )  # fmt: skip
+            self.stream = await wire.opened(comm, plain)
         except (OSError, asyncio.TimeoutError) as exc:
             logger.info("hrl_tasks: no task stream to %s: %r", self.address, exc)
             self._close()
@@ -104,7 +105,7 @@ class TaskChannel:
 
     async def _write(self) -> None:
         try:
-            await write_batches(self.comm, self.outbox, self.wake, self._unpicklable)
+            await write_batches(self.stream, self.outbox, self.wake, self._unpicklable)
         except OSError:
             self._close()
 
@@ -126,7 +127,7 @@ class TaskChannel:
     async def _read(self) -> None:
         try:
             while not self.closed:
-                answers = unpack(await self.comm.read())
+                answers = await self.stream.receive()
                 for kind, key, *_ in answers:
                     if kind == "done":
                         self.in_flight.discard(key)
@@ -141,8 +142,8 @@ class TaskChannel:
         self.wake.set()
         if self.writer is not None:  # it waits for more to write otherwise, for ever
             self.writer.cancel()
-        if self.comm is not None:
-            self.comm.abort()
+        if self.stream is not None:
+            self.stream.abort()
         lost, self.in_flight = tuple(self.in_flight), set()
         self.on_closed(self.address, lost)
 

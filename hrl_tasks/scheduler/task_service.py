@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures as cf
-import pickle
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -47,64 +46,17 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 from distributed.sizeof import sizeof
 
-from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler import dask_compat, wire
 from hrl_tasks.scheduler.context import TaskContext
 from hrl_tasks.scheduler.shared import InputLostError, ask_peer_for, rebuilt
 
 TASKS_HANDLER = "hrl_tasks_tasks"
 RESULT_HANDLER = "hrl_tasks_result"
 KEEP_FROM_BYTES = 100_000  # results this large stay on their worker (measured: see docs/engine.md)
-LEAN_MAX_BYTES = 64_000  # a batch pickled this small goes inside the message as bytes
 MAX_BATCH = 1000  # messages per write: the first of a long burst leaves without waiting for all
 # While more of a stream's tasks wait to run, answers wait up to this long to go together
 # (one message per task cost most of a short task's time); a last task's answer goes at once.
 ANSWER_BATCH_S = 0.002
-
-
-def pack(messages: list) -> list:
-    """One write's parts: the functions in a pickle of their own (by value when they
-    must be, e.g. defined in ``__main__``), the rest in one pickle (one message with
-    many tasks costs about what one task did alone). A small batch that pickles
-    plainly goes as bytes inside the message (:func:`lean`)."""
-    fns = [m for m in messages if m[0] == "fn"]
-    rest = [m for m in messages if m[0] != "fn"]
-    return ([pickled(fns)] if fns else []) + ([lean(rest)] if rest else [])
-
-
-def lean(messages: list):
-    """``messages`` as one plain pickle's bytes, when that is small, has no buffers
-    out of band and names nothing in ``__main__``; else :func:`pickled`.
-
-    Bytes cost Dask's protocol almost nothing: no size walk of the message to
-    decide on offloading, no serializer families, no metering; a short task's
-    messages paid more for those than for anything else on its way."""
-    buffers: list = []
-    try:
-        payload = pickle.dumps(messages, protocol=5, buffer_callback=buffers.append)
-    except Exception:  # e.g. a lambda: by value, as Dask would
-        return pickled(messages)
-    if buffers or len(payload) > LEAN_MAX_BYTES or b"__main__" in payload:
-        return pickled(messages)
-    return payload
-
-
-def pickled(obj):
-    """``obj`` serialized now (arrays' buffers out of band), raising if it does not
-    pickle: ``to_serialize`` would send an error that the reader raises instead."""
-    from distributed.protocol.serialize import Serialized, serialize
-
-    header, frames = serialize(obj, serializers=("pickle",), on_error="raise")
-    return Serialized(header, frames)
-
-
-def unpack(parts) -> list:
-    """The messages of one read: :func:`pack`'s parts, each bytes (a plain pickle) or
-    the list Dask's protocol made of a :func:`pickled` one."""
-    return [
-        message
-        for part in parts
-        for message in (pickle.loads(part) if isinstance(part, bytes) else part)
-    ]
 
 
 def picklable(messages: list) -> tuple[list, list]:
@@ -121,7 +73,7 @@ def picklable(messages: list) -> tuple[list, list]:
     return good, bad
 
 
-async def write_batches(comm, outbox: list, wake: asyncio.Event, unpicklable) -> None:
+async def write_batches(stream, outbox: list, wake: asyncio.Event, unpicklable) -> None:
     """Write what ``outbox`` holds as it comes, in batches; a batch that does not
     pickle is written without the messages that do not (``unpicklable(message, error)``
     says what became of each); nothing was written of the failed batch."""
@@ -132,14 +84,14 @@ async def write_batches(comm, outbox: list, wake: asyncio.Event, unpicklable) ->
             batch = outbox[:MAX_BATCH]
             del outbox[:MAX_BATCH]
             try:
-                await comm.write(pack(batch))
+                await stream.send(batch)
             except OSError:
                 raise
             except Exception:  # serialization: found before any byte is written
                 batch, bad = picklable(batch)
                 for message, exc in bad:
                     unpicklable(message, exc)
-                await comm.write(pack(batch))
+                await stream.send(batch)
 
 
 @dataclass(frozen=True)
@@ -244,9 +196,9 @@ class TaskStream:
     engine's stream has tasks waiting (streams take turns).
     """
 
-    def __init__(self, service: TaskService, comm):
+    def __init__(self, service: TaskService, stream):
         self.service = service
-        self.comm = comm
+        self.stream = stream  # a `wire` stream
         self.loop = asyncio.get_running_loop()
         self.functions: dict[int, Any] = {}
         self.lock = threading.Lock()  # the queue: filled on the event loop, run in threads
@@ -268,7 +220,7 @@ class TaskStream:
         self.service.streams.append(self)
         try:
             while True:
-                for message in unpack(await self.comm.read()):
+                for message in await self.stream.receive():
                     self._handle(message)
                 self._dispatch()
         except OSError:  # the engine went away: its queued tasks go with it
@@ -455,7 +407,7 @@ class TaskStream:
         self.wake.set()
 
     async def _write(self) -> None:
-        await write_batches(self.comm, self.outbox, self.wake, self._unpicklable)
+        await write_batches(self.stream, self.outbox, self.wake, self._unpicklable)
 
     def _unpicklable(self, message, exc: Exception) -> None:
         """A result (or error) that does not pickle: its task fails with that."""
@@ -480,8 +432,12 @@ class TaskService:
         # Threads for tasks: as many as hold slots plus those waiting on children.
         self.pool = cf.ThreadPoolExecutor(1024, thread_name_prefix="hrl-task")
 
-    async def serve_stream(self, comm) -> None:
-        await TaskStream(self, comm).serve()
+    async def serve_stream(self, comm, plain: bool = False) -> None:
+        """An engine's stream: it asks whether to take the socket over (``plain``); the
+        answer goes first, then neither end reads through Dask's comm again."""
+        plain = plain and dask_compat.plain_socket_possible(comm)
+        await comm.write({"plain": plain})
+        await TaskStream(self, await wire.opened(comm, plain)).serve()
 
     def others_waiting(self, stream: TaskStream) -> bool:
         """Whether a stream other than ``stream`` has tasks waiting for a slot."""

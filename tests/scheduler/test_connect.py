@@ -9,9 +9,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import hrl_tasks as hrl
+from hrl_tasks.scheduler import wire
 from tests.scheduler import tasks
 
 pytestmark = pytest.mark.cluster
@@ -185,6 +187,11 @@ def test_a_tls_cluster_takes_its_certificates_and_refuses_others_clearly(capsys)
         assert address.startswith("tls://")
         with hrl.Engine.connect(address, security=security) as engine:
             assert engine.submit(tasks.inc, 1).result(timeout=60) == 2
+            # the direct route's stream stays Dask's comm over TLS, and carries what TCP does
+            assert engine.gather(engine.map(tasks.inc, range(50)), timeout=60) == list(range(1, 51))
+            assert engine.submit(tasks.length, np.zeros(50_000)).result(timeout=60) == 50_000
+            streams = [channel.stream for channel in engine.backend.channels.values()]
+            assert streams and all(isinstance(s, wire.DaskStream) for s in streams)
         stranger = Security.temporary()
         our_ca_their_cert = Security(tls_ca_file=security.tls_ca_file, require_encryption=True,
                                      tls_client_cert=stranger.tls_client_cert,

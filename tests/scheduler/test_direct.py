@@ -271,7 +271,7 @@ def test_a_direct_call_whose_stream_breaks_while_its_worker_runs_on_fails_and_th
     slow = counter.call("slow_add", 1, 1.0, direct=True)
     time.sleep(0.3)
     channel = engine.backend.channels[counter.address]
-    engine.client.loop.add_callback(channel.comm.abort)  # the engine's end of the stream
+    engine.client.loop.add_callback(channel.stream.abort)  # the engine's end of the stream
     with pytest.raises(ConnectionError, match="the worker still runs"):
         slow.result(timeout=30)
     assert counter.restarts == 0 and engine.stats()["workers_lost"] == 0

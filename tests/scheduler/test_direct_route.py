@@ -9,7 +9,7 @@ import time
 import pytest
 
 import hrl_tasks as hrl
-from hrl_tasks.scheduler import clear_faults, inject_faults
+from hrl_tasks.scheduler import clear_faults, inject_faults, wire
 from hrl_tasks.scheduler.task_service import KEEP_FROM_BYTES
 from tests.scheduler import tasks
 from tests.scheduler.conformance import EngineConformance
@@ -49,6 +49,8 @@ def test_tasks_skip_the_scheduler_and_come_back_in_order(direct):
     assert not {ref.key for ref in refs} & scheduler_keys(direct)
     by_name = direct.stats()["by_name"]["inc"]
     assert by_name["count"] >= 300  # each attempt's time came with its answer
+    streams = [channel.stream for channel in direct.backend.channels.values()]
+    assert streams and all(isinstance(s, wire.PlainStream) for s in streams)  # TCP, taken over
 
 
 def test_a_small_result_is_an_input_and_so_is_a_large_one_kept_on_its_worker(direct):
