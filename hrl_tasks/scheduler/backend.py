@@ -86,15 +86,18 @@ def resent_value(value):
     return value
 
 
-def resolve_inputs(obj, inputs: dict, futures: dict):
-    """``obj`` with each TaskRef replaced by the Dask future of the key in ``inputs``
-    (a dependency), by its value if it is here, or by a :class:`KeptInput` if a
-    worker keeps it; and each `Shared` by its value."""
+def resolve_inputs(obj, inputs: dict, futures: dict, sent: dict | None = None):
+    """``obj`` with each TaskRef replaced by what ``sent`` gives for its task id, or
+    by the Dask future of the key in ``inputs`` (a dependency), by its value if it
+    is here, or by a :class:`KeptInput` if a worker keeps it; and each `Shared` by
+    its value."""
 
     def walk(item):
         if isinstance(item, Shared):
             return item.value
         if isinstance(item, TaskRef):
+            if sent and item.task_id in sent:
+                return sent[item.task_id]
             found = futures.get(inputs.get(item.task_id))
             if found is None and item.outcome.done() and item.outcome.exception() is None:
                 found = item.outcome.result()
@@ -233,7 +236,9 @@ class DaskBackend(BackendRecords):
         events = self.with_released(events, ev.Released)
         if self.put_values and isinstance(events[-1], ev.Released):
             for task_id in events[-1].task_ids:
-                self.put_values.pop(task_id, None)
+                if self.put_values.pop(task_id, None) is not None:
+                    for channel in self.channels.values():
+                        channel.forget_put(task_id)
                 self.put_futures.pop(task_id, None)
         try:
             with self.lock:
@@ -502,14 +507,20 @@ class DaskBackend(BackendRecords):
 
     def _send_task(self, launch: ev.Launch) -> None:
         fn, args, kwargs, topic = self.payloads[launch.task_id]
-        args, kwargs = resolve_inputs((args, kwargs), launch.inputs, self.futures)
+        address = launch.workers[0]
+        channel = self._channel(address)
+        sent = {}  # a put's value goes on the stream once; the task names it
+        for task_id, key in launch.inputs.items():
+            if task_id in self.put_values:
+                channel.put(key, task_id, self.put_values[task_id])
+                sent[task_id] = KeptInput(key, address)
+        args, kwargs = resolve_inputs((args, kwargs), launch.inputs, self.futures, sent)
         spec = self._spec(launch.key, launch.name, launch.attempt, launch.request, topic,
                           launch.internal)  # fmt: skip
         spec["watched"] = launch.watched
-        address = launch.workers[0]
         self.futures[launch.key] = None
         self.sent_direct[launch.key] = (address, launch.name)
-        self._channel(address).run(launch.key, spec, fn, args, kwargs)
+        channel.run(launch.key, spec, fn, args, kwargs)
 
     def _channel(self, address: str) -> TaskChannel:
         """The stream of tasks and direct calls to ``address``, opened on first use."""

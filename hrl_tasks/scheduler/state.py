@@ -1096,12 +1096,15 @@ class EngineState:
                              depth=pipeline_depth(self.mean_s.get(task.name)))  # fmt: skip
 
     def _direct_inputs(self, task: Task) -> bool:
-        """Whether every input of ``task`` is a direct-route result (here or kept on a
-        worker) that a task sent on the direct route can take."""
+        """Whether every input of ``task`` is one a task sent on the direct route can
+        take: a direct-route result (here or kept on a worker) or a put (its value goes
+        on the stream once)."""
         return all(
-            d in self.tasks and self.tasks[d].kind == "task" and self.tasks[d].route == "direct"
+            d in self.tasks
+            and (self.tasks[d].kind == "put"
+                 or (self.tasks[d].kind == "task" and self.tasks[d].route == "direct"))
             for d in task.deps
-        )
+        )  # fmt: skip
 
     def _free_for_tasks(self, worker: str) -> dict:
         free = self.ledger.free(worker)

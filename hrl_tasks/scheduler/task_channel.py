@@ -46,6 +46,7 @@ class TaskChannel:
         self.outbox: list = []
         self.wake = asyncio.Event()
         self.in_flight: set[str] = set()
+        self.puts: dict[str, str] = {}  # key -> put task id: values sent on this stream
         self.broken: dict[int, Exception] = {}  # fn id -> why it did not pickle
         self.fn_ids = itertools.count()
         self.closed = False
@@ -89,6 +90,19 @@ class TaskChannel:
         self.in_flight.add(key)
         self._send(("call", key, spec, call))
 
+    def put(self, key: str, task_id: str, value) -> None:
+        """Send a put's value under ``key``, once: the worker keeps it for the tasks
+        that name it until :meth:`forget_put` (or the stream's end)."""
+        if key not in self.puts:
+            self.puts[key] = task_id
+            self._send(("value", key, value))
+
+    def forget_put(self, task_id: str) -> None:
+        """The put ``task_id`` was let go: so is its value on the worker."""
+        for key in [k for k, t in self.puts.items() if t == task_id]:
+            del self.puts[key]
+            self._send(("release", key))
+
     def cancel(self, key: str) -> None:
         if key in self.in_flight:
             self._send(("cancel", key))
@@ -114,6 +128,9 @@ class TaskChannel:
         if message[0] == "fn":  # the tasks that name it fail as they come
             self.functions = {k: v for k, v in self.functions.items() if v[0] != message[1]}
             self.broken[message[1]] = exc
+            return
+        if message[0] == "value":  # a put Dask could send: its tasks find it missing
+            self.puts.pop(message[1], None)
             return
         key = message[1]
         error = exc if message[0] == "call" else self.broken.get(message[3], exc)

@@ -8,7 +8,11 @@ answers on the same stream as tasks end. Messages, engine to worker:
 - ``("run", key, spec, fn_id, args, kwargs)``: run one attempt;
 - ``("cancel", key)``: drop it if it has not started (a running one runs on,
   out of its slot, and its end is not answered);
-- ``("release", key)``: forget a result kept here;
+- ``("value", key, value)``: a put's value (``engine.put``), sent once per
+  stream before the first task that takes it; those tasks name it by a
+  ``KeptInput`` of this worker, and it is kept here until released or until
+  the stream ends;
+- ``("release", key)``: forget a result (or a put's value) kept here;
 - ``("call", key, spec, call)``: a direct call to a stateful object living here
   (``call`` as :func:`~hrl_tasks.scheduler.worker_objects.run_call` takes it); it
   runs in the object's threads, not in a slot, and its answer is a ``"done"``
@@ -205,6 +209,7 @@ class TaskStream:
         self.order: collections.deque[str] = collections.deque()
         self.items: dict[str, tuple] = {}  # key -> (spec, fn, args, kwargs), not started
         self.cancelled: set[str] = set()
+        self.puts: set[str] = set()  # keys of the put values this stream's engine sent
         self.outbox: list = []
         self.wake = asyncio.Event()
         self.wake_due = False  # a write of held answers is scheduled
@@ -232,6 +237,8 @@ class TaskStream:
             with self.lock:
                 self.order.clear()
                 self.items.clear()
+            for key in self.puts:  # the engine's puts go with it
+                self.service.kept.pop(key, None)
             writer.cancel()
 
     def _queue(self, key: str, item: tuple) -> None:
@@ -267,8 +274,12 @@ class TaskStream:
                     if self.service.detach(message[1]):  # see _runner): the freed slot
                         self.runners -= 1  # takes the next task now
                 self._dispatch()
+        elif kind == "value":  # a put's value, for the tasks of this stream that name it
+            self.service.kept[message[1]] = message[2]
+            self.puts.add(message[1])
         elif kind == "release":
             self.service.kept.pop(message[1], None)
+            self.puts.discard(message[1])
         elif kind == "call":
             asyncio.ensure_future(self._call(*message[1:]))
 

@@ -146,6 +146,24 @@ def test_a_straggler_on_the_direct_route_is_backed_up_and_results_are_unchanged(
         clear_faults(direct)
 
 
+def test_a_put_travels_once_per_stream_and_its_tasks_stay_on_the_direct_route(direct):
+    weights = direct.put(list(range(50_000)))
+    refs = [direct.submit(tasks.length, weights) for _ in range(40)]
+    assert direct.gather(refs, timeout=60) == [50_000] * 40
+    assert not {ref.key for ref in refs} & scheduler_keys(direct)  # no hop through Dask
+    sent = [channel.puts for channel in direct.backend.channels.values()]
+    assert all(list(puts.values()) == [weights.task_id] for puts in sent if puts)
+    assert sum(kept_on_workers(direct).values()) == sum(1 for puts in sent if puts)
+    del weights, refs
+    gc.collect()
+    assert direct.submit(tasks.inc, 1).result(timeout=30) == 2  # the release goes with it
+    deadline = time.monotonic() + 10
+    while sum(kept_on_workers(direct).values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sum(kept_on_workers(direct).values()) == 0
+    assert not any(channel.puts for channel in direct.backend.channels.values())
+
+
 def test_the_engine_page_shows_a_running_task_and_its_worker(direct):
     import json
     import urllib.request

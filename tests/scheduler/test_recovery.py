@@ -226,15 +226,17 @@ def total_plus(values, extra):
 
 
 def test_a_put_value_whose_holder_died_is_sent_again(fresh):
+    # On the Dask route a put lives in Dask; the direct route sends it from the driver.
     ref = fresh.put(list(range(10)))
     (holder,) = fresh.client.who_has([ref.outcome.result()]).popitem()[1]
-    slow = fresh.submit(tasks.sleep_then, 5, 3)
-    waiting = fresh.submit(total_plus, ref, slow)  # queued in Dask when the value is lost
+    slow = fresh.submit(tasks.sleep_then, 5, 3, route="dask")
+    waiting = fresh.submit(total_plus, ref, slow, route="dask")  # queued in Dask when lost
     time.sleep(0.3)
     kill_worker(fresh, holder)
     assert waiting.result(timeout=60) == 50
-    assert fresh.submit(total_plus, ref, 1).result(timeout=60) == 46  # submitted after
+    assert fresh.submit(total_plus, ref, 1, route="dask").result(timeout=60) == 46  # after
     assert fresh.stats()["inputs_resent"] >= 1
+    assert fresh.submit(total_plus, ref, 2, route="direct").result(timeout=60) == 47
 
 
 def test_a_value_put_on_every_worker_outlives_one_of_them(fresh):
@@ -245,7 +247,8 @@ def test_a_value_put_on_every_worker_outlives_one_of_them(fresh):
         time.sleep(0.05)
     assert sorted(holders) == sorted(fresh.nthreads)
     kill_worker(fresh, holders[0])
-    assert fresh.submit(total_plus, ref, 1).result(timeout=60) == 46
+    assert fresh.submit(total_plus, ref, 1, route="dask").result(timeout=60) == 46
+    assert fresh.submit(total_plus, ref, 2, route="direct").result(timeout=60) == 47
     assert fresh.stats()["inputs_resent"] == 0  # the other copy served: nothing sent again
 
 
@@ -350,11 +353,12 @@ def test_a_finished_result_lost_with_the_put_it_was_computed_from_is_computed_ag
     it. The engine runs the task again, with the put value sent again."""
     ref = fresh.put(list(range(10)))
     (holder,) = fresh.client.who_has([ref.outcome.result()]).popitem()[1]
-    done = fresh.submit(total_plus, ref, 1)
+    done = fresh.submit(total_plus, ref, 1, route="dask")
     fresh.wait([done], timeout=30)
     for address in {holder, *fresh.client.who_has([done.future])[done.future.key]}:
         kill_worker(fresh, address)
     assert done.result(timeout=60) == 46
     assert fresh.stats()["recomputed"] == 1
-    assert fresh.gather([done, fresh.submit(total_plus, ref, 2)], timeout=60) == [46, 47]
+    after = fresh.submit(total_plus, ref, 2, route="dask")
+    assert fresh.gather([done, after], timeout=60) == [46, 47]
     fresh.validate()
