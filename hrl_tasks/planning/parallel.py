@@ -160,21 +160,33 @@ def root_tree(game, state, leaves, weights, config, budget, seed) -> SearchResul
 
 def allocate(warm: SearchResult, budget: int, config: SearchConfig) -> np.ndarray:
     """Divides ``budget`` simulations among the root's actions as PUCT would choose
-    them one after another if each action's value stayed at its warm-up mean."""
-    visits = warm.visits.astype(float).copy()
+    them one after another if each action's value stayed at its warm-up mean.
+
+    In plain floats over the legal actions (a handful): the same choices, in the
+    same arithmetic, as numpy over every action, which took 12 ms of the driver's
+    time per move (before the children can start) at 800 simulations."""
     q = warm.q
-    legal = warm.legal
     if warm.bounds is not None:
         q = warm.bounds.normalize(q)
-    shares = np.zeros(len(visits), dtype=int)
+    legal = [int(a) for a in np.flatnonzero(warm.legal)]
+    visits = {a: float(warm.visits[a]) for a in legal}
+    values = {a: float(q[a]) for a in legal}
+    total = float(warm.visits.astype(float).sum())
+    shares = np.zeros(len(warm.visits), dtype=int)
+    uct = config.rule == "uct"
+    prior = None if uct else {a: float(warm.prior[a]) for a in legal}
     for _ in range(budget):
-        total = visits.sum()
-        if config.rule == "uct":
-            score = q + config.c_uct * np.sqrt(math.log(max(total, 1.0)) / np.maximum(visits, 1e-9))
+        if uct:
+            log_total = math.log(max(total, 1.0))
+            scores = [values[a] + config.c_uct * math.sqrt(log_total / max(visits[a], 1e-9))
+                      for a in legal]  # fmt: skip
         else:
-            score = q + config.c_puct * warm.prior * math.sqrt(max(total, 1.0)) / (1.0 + visits)
-        action = int(np.argmax(np.where(legal, score, -np.inf)))
-        visits[action] += 1
+            root = math.sqrt(max(total, 1.0))
+            scores = [values[a] + config.c_puct * prior[a] * root / (1.0 + visits[a])
+                      for a in legal]  # fmt: skip
+        action = legal[scores.index(max(scores))]  # the first of equals, as argmax
+        visits[action] += 1.0
+        total += 1.0
         shares[action] += 1
     return shares
 

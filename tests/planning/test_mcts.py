@@ -1,5 +1,7 @@
 """Tree search: PUCT and UCT, batched leaves, and the same search split into tasks."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -103,6 +105,39 @@ def test_allocation_follows_puct_with_the_warm_up_values_held():
     assert shares.sum() == 700
     assert (
         int(np.argmax(shares)) == int(np.argmax(warm.q + 0.0 * warm.visits)) or shares.max() > 100
+    )
+
+
+def allocate_by_definition(warm, budget, config):
+    """PUCT's choices one after another with the warm-up values held, in numpy."""
+    visits, q = warm.visits.astype(float).copy(), warm.q
+    if warm.bounds is not None:
+        q = warm.bounds.normalize(q)
+    shares = np.zeros(len(visits), dtype=int)
+    for _ in range(budget):
+        total = visits.sum()
+        if config.rule == "uct":
+            score = q + config.c_uct * np.sqrt(math.log(max(total, 1.0)) / np.maximum(visits, 1e-9))
+        else:
+            score = q + config.c_puct * warm.prior * np.sqrt(max(total, 1.0)) / (1.0 + visits)
+        action = int(np.argmax(np.where(warm.legal, score, -np.inf)))
+        visits[action] += 1
+        shares[action] += 1
+    return shares
+
+
+@pytest.mark.parametrize("rule", ["puct", "uct"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_allocation_makes_the_choices_of_its_definition(rule, seed):
+    game = ConnectFour()
+    state = game.initial_state()
+    for action in np.random.default_rng(seed).integers(0, 7, size=6):
+        if not game.is_terminal(state) and game.legal_mask(state)[action]:
+            state = game.step(state, int(action))
+    warm = rollout_search(game, state, 40, seed=seed)
+    config = SearchConfig(rule=rule)
+    np.testing.assert_array_equal(
+        allocate(warm, 375, config), allocate_by_definition(warm, 375, config)
     )
 
 
