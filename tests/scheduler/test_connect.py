@@ -188,8 +188,10 @@ def test_a_tls_cluster_takes_its_certificates_and_refuses_others_clearly(capsys)
         with hrl.Engine.connect(address, security=security) as engine:
             assert engine.submit(tasks.inc, 1).result(timeout=60) == 2
             # the direct route's stream stays Dask's comm over TLS, and carries what TCP does
-            assert engine.gather(engine.map(tasks.inc, range(50)), timeout=60) == list(range(1, 51))
-            assert engine.submit(tasks.length, np.zeros(50_000)).result(timeout=60) == 50_000
+            refs = [engine.submit(tasks.inc, i, route="direct") for i in range(50)]
+            assert engine.gather(refs, timeout=60) == list(range(1, 51))
+            big = engine.submit(tasks.length, np.zeros(50_000), route="direct")
+            assert big.result(timeout=60) == 50_000
             streams = [channel.stream for channel in engine.backend.channels.values()]
             assert streams and all(isinstance(s, wire.DaskStream) for s in streams)
         stranger = Security.temporary()
