@@ -56,7 +56,7 @@ from hrl_tasks.scheduler.shared import InputLostError, ask_peer_for, rebuilt
 
 TASKS_HANDLER = "hrl_tasks_tasks"
 RESULT_HANDLER = "hrl_tasks_result"
-KEEP_FROM_BYTES = 100_000  # results this large stay on their worker (measured: see docs/engine.md)
+KEEP_FROM_BYTES = 100_000  # results this large stay on their worker (measured: docs/engine.md)
 MAX_BATCH = 1000  # messages per write: the first of a long burst leaves without waiting for all
 # While more of a stream's tasks wait to run, answers wait up to this long to go together
 # (one message per task cost most of a short task's time); a last task's answer goes at once.
