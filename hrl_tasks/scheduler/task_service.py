@@ -493,6 +493,10 @@ class TaskService:
         return True
 
     def close(self) -> None:
+        """The worker closes (on its event loop): its engines see their streams end now
+        (a stream taken over from Dask's comm is not among the comms Dask closes)."""
+        for stream in list(self.streams):
+            stream.stream.abort()
         self.pool.shutdown(wait=False)
         self.kept.clear()
 

@@ -208,3 +208,21 @@ def test_a_cancelled_running_task_gives_its_slot_to_the_next(direct):
         4,
     ]
     assert time.perf_counter() - start < 3.0  # did not wait for the 4 s tasks to end
+
+
+def close_task_service(dask_worker):
+    from hrl_tasks.scheduler.runtime import WorkerRuntime
+
+    WorkerRuntime.of(dask_worker).task_service.close()  # as the worker's close does
+
+
+def test_a_closing_worker_ends_its_task_streams_at_once(fresh):
+    # A stream taken over from Dask's comm is not among the comms Dask closes.
+    refs = fresh.map(tasks.inc, range(8))
+    assert fresh.gather(refs, timeout=30) == list(range(1, 9))
+    address, channel = sorted(fresh.backend.channels.items())[0]
+    fresh.client.run(close_task_service, workers=[address])
+    deadline = time.monotonic() + 5
+    while not channel.closed:
+        assert time.monotonic() < deadline, "the engine's end of the stream stayed open"
+        time.sleep(0.05)
