@@ -30,20 +30,26 @@ from hrl_tasks.scheduler import dask_compat
 LEAN_MAX_BYTES = 64_000  # Dask's comm: a batch pickled this small goes inside the message
 
 
+def plain(messages: list) -> tuple | None:
+    """``messages`` pickled plainly, ``(payload, buffers)``; None when they must go by
+    value (plain pickle refuses them, e.g. a lambda, or they name ``__main__``)."""
+    buffers: list = []
+    try:
+        payload = pickle.dumps(messages, protocol=5, buffer_callback=buffers.append)
+    except Exception:
+        return None
+    return None if b"__main__" in payload else (payload, buffers)
+
+
 def dumps(messages: list) -> list:
     """``messages`` as frames: plain pickle when it can (fast), else by value as Dask
     does (functions and classes of ``__main__``, lambdas, closures), and always by
     value for a batch that carries functions (``("fn", ...)``)."""
-    buffers: list = []
-    if not any(m[0] == "fn" for m in messages):
-        try:
-            payload = pickle.dumps(messages, protocol=5, buffer_callback=buffers.append)
-            if b"__main__" not in payload:
-                return [payload, *(b.raw() for b in buffers)]
-        except Exception:
-            pass
-        buffers.clear()
-    payload = cloudpickle.dumps(messages, protocol=5, buffer_callback=buffers.append)
+    found = None if any(m[0] == "fn" for m in messages) else plain(messages)
+    if found is None:
+        buffers: list = []
+        found = cloudpickle.dumps(messages, protocol=5, buffer_callback=buffers.append), buffers
+    payload, buffers = found
     return [payload, *(b.raw() for b in buffers)]
 
 
@@ -118,17 +124,13 @@ def pack(messages: list) -> list:
 
 
 def lean(messages: list):
-    """``messages`` as one plain pickle's bytes, when that is small, has no buffers
-    out of band and names nothing in ``__main__``; else :func:`pickled` (bytes cost
-    Dask's protocol almost nothing: no size walk, no serializer families)."""
-    buffers: list = []
-    try:
-        payload = pickle.dumps(messages, protocol=5, buffer_callback=buffers.append)
-    except Exception:  # e.g. a lambda: by value, as Dask would
+    """``messages`` as one plain pickle's bytes, when that is small and has no buffers
+    out of band (see :func:`plain`); else :func:`pickled` (bytes cost Dask's
+    protocol almost nothing: no size walk, no serializer families)."""
+    found = plain(messages)
+    if found is None or found[1] or len(found[0]) > LEAN_MAX_BYTES:
         return pickled(messages)
-    if buffers or len(payload) > LEAN_MAX_BYTES or b"__main__" in payload:
-        return pickled(messages)
-    return payload
+    return found[0]
 
 
 def pickled(obj):
