@@ -64,10 +64,13 @@ def test_smoke(engine):
         assert {"loss_policy", "mean_rho", "learner_queue_size"} <= set(second["info"])
         assert algo.evaluate(episodes=2)["evaluation_episodes"] == 2
         algo.learner.stop()
-        # Every worker gets the learner's new weights with its next sample call.
+        # The workers whose batches the learner used get its new weights with
+        # their next sample call; the others (a worker whose fragments all came
+        # after the learner's last step) may still hold the first weights.
         algo.workers.engine.wait(algo.workers.sample(), timeout=30)
-        for weights in algo.workers.foreach_worker(lambda w: w.get_weights(), local=False):
-            assert any(not np.array_equal(weights[k], initial[k]) for k in initial)
+        remote = algo.workers.foreach_worker(lambda w: w.get_weights(), local=False)
+        changed = [w for w in remote if any(not np.array_equal(w[k], initial[k]) for k in initial)]
+        assert changed, "no worker received the learner's weights"
     finally:
         algo.stop()
     assert not algo.learner.is_alive()
