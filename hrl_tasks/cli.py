@@ -149,6 +149,23 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         "tested here); settings not given by --cluster-opt come from Dask's configuration "
         "(jobqueue.<system> in ~/.config/dask/jobqueue.yaml)",
     )  # fmt: skip
+    where.add_argument(
+        "--gateway", nargs="?", const="", metavar="URL",
+        help="ask this Dask Gateway for a cluster for the run, shut down at its end (URL "
+        "left out: gateway.address of Dask's configuration); credentials come from Dask's "
+        "configuration (gateway.auth, DASK_GATEWAY__AUTH__...), never from the command line",
+    )  # fmt: skip
+    where.add_argument(
+        "--runner", choices=("slurm", "mpi"),
+        help="every process of the run inside one allocation, started by its launcher: "
+        "`srun hrl-tasks train ... --runner slurm` or `mpirun -n 4 hrl-tasks train ... "
+        "--runner mpi`; rank 0 runs the scheduler, rank 1 the run, the others are workers",
+    )  # fmt: skip
+    command.add_argument(
+        "--ports", metavar="LOW:HIGH",
+        help="with --runner: take the scheduler's, dashboards' and workers' ports from this "
+        "range (default: any free port)",
+    )  # fmt: skip
     command.add_argument("--tls-ca-file", help="with a tls:// --address: the cluster's CA")
     command.add_argument("--tls-cert", help="with a tls:// --address: this client's certificate")
     command.add_argument("--tls-key", help="with a tls:// --address: this client's private key")
@@ -162,8 +179,23 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         type=float,
         default=600.0,
         metavar="SECONDS",
-        help="with --cluster: how long to wait for the worker jobs to start (default 600)",
+        help="with --cluster or --gateway: how long to wait for the workers to start (default 600)",
     )
+    command.add_argument(
+        "--gateway-opt", action="append", default=[], metavar="KEY=VALUE",
+        help="with --gateway: a cluster option the gateway offers, e.g. worker_cores=2 "
+        "(repeatable; one it does not offer fails, naming those it does)",
+    )  # fmt: skip
+    command.add_argument(
+        "--adapt", metavar="MIN:MAX",
+        help="with --gateway: scale between MIN and MAX workers with the run's own work (its "
+        "queued and running tasks and its rollout workers); default: the workers the run "
+        "needs, fixed",
+    )  # fmt: skip
+    command.add_argument(
+        "--keep-cluster", action="store_true",
+        help="with --gateway: leave the cluster running at the end (its name is printed)",
+    )  # fmt: skip
     command.add_argument(
         "--jobs", type=count(1), default=2,
         help="with --cluster: worker jobs to submit (default 2), each split into worker "
@@ -236,13 +268,43 @@ def pairs(items: list[str], option: str, number: bool = False) -> dict:
     return found
 
 
-def engine_from_args(args, embedded: bool):
-    """The engine that ``--address`` or ``--cluster`` name; else an embedded cluster
-    (``embedded``) or None (the algorithm starts its own)."""
-    from hrl_tasks.scheduler import Engine
+def check_cluster_options(args) -> None:
+    """Options that go with one way of reaching a cluster fail without it.
 
+    Raises:
+        ValueError: naming the options and the one they go with.
+    """
     if args.cluster is None and (args.cluster_opt or args.resources):
         raise ValueError("--cluster-opt and --resources go with --cluster")
+    if args.runner is None and args.ports:
+        raise ValueError("--ports goes with --runner")
+    if args.ports:
+        low, sep, high = args.ports.partition(":")
+        if not (low.isdigit() and (not sep or high.isdigit())):
+            raise ValueError(
+                f"--ports takes LOW:HIGH port numbers, e.g. 40000:40100; got {args.ports!r}"
+            )
+    if args.gateway is None and (args.gateway_opt or args.adapt or args.keep_cluster):
+        raise ValueError("--gateway-opt, --adapt and --keep-cluster go with --gateway")
+    if args.adapt:
+        from hrl_tasks.scheduler.adaptive import parse_bounds
+
+        parse_bounds(args.adapt)
+    pairs(args.gateway_opt, "--gateway-opt")
+
+
+def engine_from_args(args, embedded: bool, workers: int = 2, run_dir: Path | None = None):
+    """The engine that ``--address``, ``--cluster``, ``--gateway`` or ``--runner`` name;
+    else an embedded cluster (``embedded``) or None (the algorithm starts its own).
+    ``workers``: how many worker processes the run needs (a gateway's cluster size);
+    ``run_dir``: the run's directory (a runner's scheduler file and scratch space)."""
+    from hrl_tasks.scheduler import Engine
+
+    check_cluster_options(args)
+    if args.gateway is not None:
+        return gateway_engine(args, workers)
+    if args.runner is not None:
+        return runner_engine(args, run_dir or Path("runs") / "runner")
     tls = {"tls_ca_file": args.tls_ca_file, "tls_client_cert": args.tls_cert,
            "tls_client_key": args.tls_key}  # fmt: skip
     if (any(tls.values()) or args.upload) and not args.address:
@@ -277,6 +339,57 @@ def engine_from_args(args, embedded: bool):
         engine.close()
         raise
     return engine
+
+
+def gateway_engine(args, workers: int):
+    """The engine on a new cluster of ``--gateway``, sized ``workers`` or ``--adapt``."""
+    from hrl_tasks.scheduler import Engine
+    from hrl_tasks.scheduler.adaptive import parse_bounds
+
+    bounds = parse_bounds(args.adapt) if args.adapt else None
+    print(f"asking the gateway {args.gateway or '(from Dask configuration)'} for a cluster of "
+          + (f"{bounds.minimum} to {bounds.maximum}" if bounds else str(workers)) + " workers",
+          flush=True)  # fmt: skip
+    engine = Engine.from_gateway(
+        args.gateway or None, workers=workers, adapt=bounds,
+        options=pairs(args.gateway_opt, "--gateway-opt"), keep=args.keep_cluster,
+        timeout=args.wait_for_jobs,
+    )  # fmt: skip
+    kept = " (kept after the run)" if args.keep_cluster else ""
+    print(f"gateway cluster: {engine.cluster.name}{kept}", flush=True)
+    return engine
+
+
+def runner_engine(args, run_dir: Path):
+    """The engine of a run whose every process its launcher started (``--runner``): on
+    the scheduler and worker ranks this serves until the run ends, then exits; on the
+    driver rank it returns the engine, which ends the other ranks when it closes."""
+    from hrl_tasks.scheduler import Engine
+    from hrl_tasks.scheduler.runners import end_on_lost_rank, join_allocation
+
+    allocation = join_allocation(args.runner, run_dir, ports=args.ports)
+    try:
+        engine = Engine.connect(allocation.address)
+    except BaseException:
+        allocation.close()
+        raise
+    engine.cluster = allocation  # closing the engine ends the scheduler and the workers
+    try:
+        engine.wait_for_workers(allocation.workers, timeout=args.wait_for_jobs)
+    except BaseException:
+        engine.close()
+        raise
+    if args.runner == "mpi":
+        end_on_lost_rank(engine, run_dir)
+    print(f"{args.runner} runner: scheduler {allocation.address}, {allocation.workers} worker "
+          "ranks", flush=True)  # fmt: skip
+    return engine
+
+
+def workers_needed(algo_cls, config: dict) -> int:
+    """Worker processes a run of ``algo_cls`` with ``config`` keeps busy: its rollout
+    workers (or the processes its tasks run in), at least one. Pure."""
+    return max(1, int(algo_cls.config_class.from_dict(config).num_workers))
 
 
 EXPERIMENT_KEYS = ("algorithm", "env", "config", "stop", "policies", "policy_mapping_fn",
@@ -428,7 +541,8 @@ def run_train(args) -> int:
 
     setup = plan_train(args)
     import_in_background()
-    engine = engine_from_args(args, embedded=False)
+    engine = engine_from_args(args, embedded=False, run_dir=setup.out,
+                              workers=workers_needed(setup.algo_cls, setup.config))  # fmt: skip
     algo = build_algorithm(setup, engine)  # closes the engine if the algorithm fails
     board = None
     try:
@@ -605,7 +719,7 @@ def run_tune(args) -> int:
         trial_resources=resources or None, max_concurrent=args.max_concurrent, out=out,
         resume=args.resume, seed=0 if args.seed is None else args.seed,
     )  # fmt: skip
-    engine = engine_from_args(args, embedded=True)
+    engine = engine_from_args(args, embedded=True, workers=tune_workers(args, config), run_dir=out)
     try:
         print(f"dashboard: {engine.dashboard_link}", flush=True)
         print(f"engine page: {engine.page_link}", flush=True)
@@ -621,6 +735,15 @@ def run_tune(args) -> int:
           f"config {best['config']}; checkpoint {best['checkpoint']}; "
           f"table in {out / 'results.csv'}, curves in {out / 'curves.png'}")  # fmt: skip
     return 0
+
+
+def tune_workers(args, config: dict) -> int:
+    """Worker processes a search keeps busy: each trial running at once (``--max-concurrent``,
+    else every sample) with its rollout workers."""
+    from hrl_tasks.algorithms import get_algorithm
+
+    per_trial = 1 + workers_needed(get_algorithm(args.algorithm), config)
+    return per_trial * (args.max_concurrent or args.samples)
 
 
 def headline(result: dict) -> str:

@@ -56,7 +56,7 @@ from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.page import EnginePage
 from hrl_tasks.scheduler.resources import check_satisfiable, normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
-from hrl_tasks.scheduler.runtime import WorkerRuntime, local_resources
+from hrl_tasks.scheduler.runtime import DeclareThreads, WorkerRuntime, local_resources
 from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import EngineState
@@ -250,6 +250,7 @@ class Engine:
         self.route, self.nested, self.has_workers = "dask", False, False
         self._route_ready = False  # the workers take task streams (the direct route)
         self._page: EnginePage | None = None
+        self.upkeep = None  # a ClusterUpkeep (adaptive.py) on a gateway's cluster
         self._active_token = _Active.engine.set(self) if activate else None
 
     # --- construction -------------------------------------------------------
@@ -387,6 +388,89 @@ class Engine:
             cluster.close()
             raise
 
+    @classmethod
+    def from_gateway(
+        cls,
+        address: str | None = None,
+        *,
+        workers: int = 2,
+        adapt: tuple[int, int] | None = None,
+        options: dict | None = None,
+        keep: bool = False,
+        timeout: float = 300.0,
+        **engine_kwargs,
+    ) -> Engine:
+        """Ask a Dask Gateway for a cluster and run on it; closing the engine shuts
+        the cluster down unless ``keep``.
+
+        Address and credentials come from Dask's configuration (``gateway.address``,
+        ``gateway.auth``; ``DASK_GATEWAY__...``) unless ``address`` is given. A
+        gateway's clusters use TLS; their workers declare ``CPU`` = their threads.
+
+        Example::
+
+            engine = Engine.from_gateway(workers=4, options={"worker_cores": 1})
+
+        Args:
+            address: the gateway's URL (``http://host:8000``).
+            workers: how many workers to ask for; the first is waited for (up to
+                ``timeout``), the others join as they start.
+            adapt: ``(minimum, maximum)``: scale between them with the engine's own
+                work (its queued and running tasks and its stateful workers, which
+                Dask's own adaptive scaling does not see); a worker that works for
+                an engine is never the one retired. ``workers`` is then the start.
+            options: cluster options the gateway offers (``gateway.cluster_options()``);
+                one it does not offer fails, naming those it does.
+            keep: leave the cluster running after the engine closes (its name is
+                ``engine.cluster.name``; ``Gateway().connect(name)`` reaches it).
+            timeout: seconds to wait for the first worker.
+            **engine_kwargs: as for :class:`Engine`.
+
+        Raises:
+            EngineError: dask-gateway missing, no address, refused credentials, an
+                option not offered, or no worker started within ``timeout``.
+        """
+        from hrl_tasks.scheduler import downscaling
+        from hrl_tasks.scheduler.adaptive import Bounds, ClusterUpkeep, wanted_workers
+        from hrl_tasks.scheduler.gateway import cluster_options, new_cluster, open_gateway
+
+        bounds = Bounds(*adapt) if adapt is not None else None
+        start = wanted_workers(workers, 1, bounds) if bounds else workers
+        gateway = open_gateway(address)
+        try:
+            cluster = new_cluster(gateway, cluster_options(gateway, options or {}), keep=keep)
+        finally:
+            gateway.close()
+        try:
+            engine = cls.from_cluster(cluster, close_cluster=True, **engine_kwargs)
+        except BaseException:
+            cluster.close()
+            raise
+        try:
+            # Before any worker starts: each then declares its threads as it joins.
+            engine.client.register_plugin(DeclareThreads(), name=DeclareThreads.name)
+            if bounds is not None:
+                downscaling.register(engine.client)
+            cluster.scale(start)
+            try:  # the others join as they start (a gateway may also cap the size)
+                engine.wait_for_workers(1, timeout=timeout)
+            except TimeoutError:
+                raise EngineError(
+                    f"the gateway's cluster {cluster.name} started no worker within "
+                    f"{timeout:g} s; its server's log says why"
+                ) from None
+            engine.upkeep = ClusterUpkeep(engine, cluster, bounds, start)
+        except BaseException:
+            engine.close()
+            raise
+        return engine
+
+    def demand(self) -> int:
+        """Threads' worth of work this engine has: plain tasks not done and stateful
+        workers alive (what adaptive scaling sizes the cluster by)."""
+        with self.backend.lock:
+            return self.state.demand()
+
     @property
     def dashboard_link(self) -> str | None:
         """The address of the Dask dashboard."""
@@ -413,6 +497,8 @@ class Engine:
         if self.closed:
             return
         self.closed = True
+        if self.upkeep is not None:
+            self.upkeep.close()
         self.watch.close()
         self.backend.close()
         handlers = {self.topic: self.backend.on_reports,

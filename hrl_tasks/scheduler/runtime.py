@@ -198,6 +198,40 @@ class WorkerRuntime(WorkerPlugin):
             self.engine.close()  # or the scheduler logs each closed subscriber as CRITICAL
 
 
+class DeclareThreads(WorkerPlugin):
+    """A worker that started without ``CPU`` among its resources (a gateway's, whose
+    start options may not reach ``--resources``) declares ``CPU`` = its threads, as
+    the embedded cluster's workers do, so that the ledger and ``tune`` count its slots;
+    then it tells the engines to look at it again."""
+
+    name = "hrl-tasks-declare-threads"
+    idempotent = True
+
+    async def setup(self, worker) -> None:
+        from hrl_tasks.scheduler import worker_events
+
+        if "CPU" in worker.state.total_resources:
+            return
+        await dask_compat.change_supply(worker, {"CPU": float(worker.state.nthreads)})
+        worker.log_event(worker_events.TOPIC, {"action": "add-worker", "worker": worker.address,
+                                               "expected": False})  # fmt: skip
+
+
+def working(worker) -> bool:
+    """Whether ``worker`` works for an engine now: it runs or has queued engine tasks,
+    hosts a stateful worker, or keeps a direct-route result or put value. Retiring it
+    would cost that work (see `downscaling`)."""
+    runtime = worker.plugins.get(RUNTIME_NAME)
+    if runtime is None:
+        return False
+    if runtime.running or runtime.objects:
+        return True
+    service = runtime.task_service
+    return service is not None and bool(
+        service.kept or any(stream.has_queued() for stream in list(service.streams))
+    )
+
+
 def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
     """Run one attempt of an engine task on a worker, reporting its start and end.
 

@@ -298,6 +298,12 @@ class EngineState:
     def _emit(self, instruction) -> None:
         self._out.append(instruction)
 
+    def demand(self) -> int:
+        """Threads' worth of work: plain tasks not done (waiting or running) and
+        stateful objects alive (each may be called at any time)."""
+        tasks = sum(1 for t in self.tasks.values() if t.kind == "task" and t.status == PENDING)
+        return tasks + sum(1 for o in self.objects.values() if o.gone is None)
+
     def _needs_sweep(self) -> bool:
         return any(o.gone is None for o in self.objects.values())
 

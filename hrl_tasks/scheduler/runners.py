@@ -1,0 +1,205 @@
+"""The batch runner: every process of a run started inside one allocation.
+
+On many HPC systems compute nodes cannot submit jobs, so dask-jobqueue's way
+(the driver submits worker jobs) is closed; instead the job script starts the
+same command on every task of its allocation::
+
+    srun hrl-tasks train ppo ... --runner slurm          # dask-jobqueue's SLURMRunner
+    mpirun -n 4 hrl-tasks train ppo ... --runner mpi     # dask-mpi
+
+Rank 0 runs the scheduler, rank 1 the driver (the run itself), every other rank
+a worker. The scheduler and worker ranks serve until the driver ends the run,
+then their processes exit; only the driver returns from `join_allocation`.
+
+Nothing of a run is shared with another run on the same nodes: every port is
+free when taken (or from ``--ports``), and temporary and spill files go under
+the run's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+from hrl_tasks.scheduler.errors import EngineError
+
+RUNNERS = ("slurm", "mpi")
+SCHEDULER_RANK, DRIVER_RANK = 0, 1
+
+
+class Allocation(NamedTuple):
+    """What the driver rank knows of its allocation."""
+
+    system: str
+    address: str  # the scheduler's
+    workers: int  # worker ranks
+    close: object  # ends the scheduler and so every worker rank
+
+
+def rank_and_size(system: str, environ) -> tuple[int, int]:
+    """This process's rank and the number of ranks, from the launcher's environment
+    (``SLURM_PROCID``/``SLURM_NTASKS``; OpenMPI's ``OMPI_COMM_WORLD_*``, else PMI's).
+    Pure.
+
+    Raises:
+        EngineError: if the launcher's variables are missing (not started by srun or
+            mpirun), naming them and the command that sets them.
+    """
+    names = {
+        "slurm": [("SLURM_PROCID", "SLURM_NTASKS")],
+        "mpi": [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+                ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE")],
+    }[system]  # fmt: skip
+    for rank, size in names:
+        if rank in environ and size in environ:
+            return int(environ[rank]), int(environ[size])
+    launcher = "srun hrl-tasks ... --runner slurm" if system == "slurm" else (
+        "mpirun -n 4 hrl-tasks ... --runner mpi")  # fmt: skip
+    raise EngineError(
+        f"--runner {system} starts every process of the run, so it runs under its launcher "
+        f"({launcher}); {' or '.join('/'.join(pair) for pair in names)} are not set here"
+    )
+
+
+def check_world(system: str, size: int) -> None:
+    """At least three ranks: the scheduler, the driver and one worker. Pure."""
+    if size < 3:
+        raise EngineError(
+            f"--runner {system} needs at least 3 ranks (scheduler, driver, one worker); "
+            f"this allocation has {size}: "
+            + ("srun -n 4 ..." if system == "slurm" else "mpirun -n 4 ...")
+        )
+
+
+def free_port(ports: str | None) -> int:
+    """A port free on this host now: any (0 is left to the system) or the first free
+    one of ``LOW:HIGH``.
+
+    Raises:
+        EngineError: if no port of the range is free.
+    """
+    if not ports:
+        return 0
+    import socket
+
+    low, _, high = ports.partition(":")
+    for port in range(int(low), int(high or low) + 1):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise EngineError(f"--ports {ports}: every port of the range is taken on this node")
+
+
+def join_allocation(system: str, run_dir: Path, threads: int = 1, ports: str | None = None):
+    """Take this process's part in the run: on the driver rank return an `Allocation`;
+    on the others serve as scheduler or worker until the driver ends the run, then
+    exit the process.
+
+    Args:
+        system: ``"slurm"`` (dask-jobqueue's ``SLURMRunner``) or ``"mpi"`` (dask-mpi).
+        run_dir: the run's directory: the scheduler file and the workers' temporary
+            and spill files go under it (never shared with another run).
+        threads: threads per worker, each declared as one ``CPU``.
+        ports: ``LOW:HIGH`` to take every port from (a site's firewall), else free ones.
+    """
+    rank, size = rank_and_size(system, os.environ)
+    check_world(system, size)
+    scratch = run_dir / "dask-scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    worker_options = {
+        "nthreads": threads,
+        "resources": {"CPU": threads},
+        "local_directory": str(scratch),
+    }  # each worker is named by its rank
+    if ports:
+        worker_options["port"] = ports
+    dashboard = f":{free_port(ports)}" if rank == SCHEDULER_RANK else ":0"
+    if system == "slurm":
+        return slurm_runner(run_dir, rank, size, worker_options, dashboard, ports)
+    return mpi_runner(rank, size, worker_options, dashboard)
+
+
+def slurm_runner(run_dir: Path, rank: int, size: int, worker_options: dict, dashboard: str,
+                 ports: str | None):  # fmt: skip
+    try:
+        from dask_jobqueue.slurm import SLURMRunner
+    except ImportError:
+        raise EngineError(
+            "--runner slurm needs dask-jobqueue: pip install 'hrl_tasks[hpc]'"
+        ) from None
+    before = signal.getsignal(signal.SIGINT)  # dask_jobqueue.runner replaces it at import
+    job = os.environ.get("SLURM_JOB_ID", "0")
+    scheduler_file = run_dir / f"scheduler-{job}-{os.environ.get('SLURM_STEP_ID', '0')}.json"
+    if rank == SCHEDULER_RANK:
+        scheduler_file.unlink(missing_ok=True)  # a file of an earlier step: not this one's
+    runner = SLURMRunner(
+        scheduler_file=str(scheduler_file),
+        scheduler_options={"port": free_port(ports), "dashboard_address": dashboard},
+        worker_options=worker_options,
+    )
+    # Only the driver gets here; the other ranks served and exited.
+    signal.signal(signal.SIGINT, before)
+    return Allocation("slurm", runner.scheduler_address, size - 2, runner.close)
+
+
+def mpi_runner(rank: int, size: int, worker_options: dict, dashboard: str):
+    try:
+        import dask_mpi
+    except ImportError:
+        raise EngineError(
+            "--runner mpi needs dask-mpi and mpi4py: pip install 'hrl_tasks[mpi]' (mpi4py "
+            "builds against the MPI on PATH)"
+        ) from None
+    options = {k: v for k, v in worker_options.items() if k not in ("nthreads", "local_directory")}
+    dask_mpi.initialize(
+        nthreads=worker_options["nthreads"],
+        local_directory=worker_options["local_directory"],
+        dashboard_address=dashboard,
+        worker_options=options,
+        exit=True,
+    )
+    import dask
+
+    return Allocation("mpi", dask.config.get("scheduler_address"), size - 2,
+                      dask_mpi.send_close_signal)  # fmt: skip
+
+
+LOST_RANK_WAIT_S = 2.0  # how long the driver waits to learn which rank died
+
+
+def lost_ranks(initial: dict, live: list) -> list[str]:
+    """The names (ranks) of the workers of ``initial`` (address -> name) not ``live``. Pure."""
+    return sorted(str(name) for address, name in initial.items() if address not in set(live))
+
+
+def end_on_lost_rank(engine, run_dir: Path) -> None:
+    """Under mpirun, which ends every rank when one dies (SIGTERM, then SIGKILL): on
+    SIGTERM the driver says in one line which worker rank died and how to go on, and
+    its process ends."""
+    import threading
+    import time
+
+    initial = {address: info.get("name")
+               for address, info in engine.client.scheduler_info()["workers"].items()}  # fmt: skip
+
+    def report() -> None:
+        deadline = time.monotonic() + LOST_RANK_WAIT_S
+        gone = lost_ranks(initial, engine.worker_addresses())
+        while not gone and time.monotonic() < deadline:
+            time.sleep(0.05)
+            gone = lost_ranks(initial, engine.worker_addresses())
+        kept = sorted((run_dir / "checkpoints").glob("checkpoint-*.hrl"))
+        what = f"worker rank {', '.join(gone)} died" if gone else "a rank ended"
+        last = f"from {kept[-1].name}" if kept else "from the start: no checkpoint was saved"
+        print(f"hrl-tasks: error: mpirun ended the run: {what}; `--resume {run_dir}` continues "
+              f"{last}", file=sys.stderr, flush=True)  # fmt: skip
+        os._exit(1)
+
+    # In a thread of its own: the signal may arrive while this thread holds the engine's lock.
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=report, daemon=True).start())
