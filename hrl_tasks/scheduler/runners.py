@@ -19,6 +19,7 @@ the run's directory.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -121,8 +122,16 @@ def join_allocation(system: str, run_dir: Path, threads: int = 1, ports: str | N
         worker_options["port"] = ports
     dashboard = f":{free_port(ports)}" if rank == SCHEDULER_RANK else ":0"
     if system == "slurm":
-        return slurm_runner(run_dir, rank, size, worker_options, dashboard, ports)
-    return mpi_runner(rank, size, worker_options, dashboard)
+        allocation = slurm_runner(run_dir, rank, size, worker_options, dashboard, ports)
+    else:
+        allocation = mpi_runner(rank, size, worker_options, dashboard)
+    end = allocation.close
+
+    def close() -> None:
+        end()
+        shutil.rmtree(scratch, ignore_errors=True)  # what the workers left: the run is over
+
+    return allocation._replace(close=close)
 
 
 def slurm_runner(run_dir: Path, rank: int, size: int, worker_options: dict, dashboard: str,
@@ -145,7 +154,24 @@ def slurm_runner(run_dir: Path, rank: int, size: int, worker_options: dict, dash
     )
     # Only the driver gets here; the other ranks served and exited.
     signal.signal(signal.SIGINT, before)
-    return Allocation("slurm", runner.scheduler_address, size - 2, runner.close)
+
+    def close() -> None:
+        retire_workers(runner.scheduler_address)
+        runner.close()  # the scheduler ends
+
+    return Allocation("slurm", runner.scheduler_address, size - 2, close)
+
+
+def retire_workers(address: str) -> None:
+    """End the worker ranks before their scheduler (each would print the broken
+    connection otherwise)."""
+    from distributed import Client
+
+    try:
+        with Client(address, timeout=10) as client:
+            client.retire_workers(close_workers=True, remove=True)
+    except (OSError, TimeoutError):
+        pass  # the scheduler is gone already: so are the workers
 
 
 def mpi_runner(rank: int, size: int, worker_options: dict, dashboard: str):
@@ -166,11 +192,19 @@ def mpi_runner(rank: int, size: int, worker_options: dict, dashboard: str):
     )
     import dask
 
-    return Allocation("mpi", dask.config.get("scheduler_address"), size - 2,
-                      dask_mpi.send_close_signal)  # fmt: skip
+    def close() -> None:
+        retire_workers(dask.config.get("scheduler_address"))
+        dask_mpi.send_close_signal()  # the scheduler ends
+        from mpi4py import MPI
+
+        if not MPI.Is_finalized():  # mpirun calls a rank that ends without it a failure
+            MPI.Finalize()
+
+    return Allocation("mpi", dask.config.get("scheduler_address"), size - 2, close)
 
 
 LOST_RANK_WAIT_S = 2.0  # how long the driver waits to learn which rank died
+WATCH_S = 0.1  # how often the driver looks at its workers under mpirun
 
 
 def lost_ranks(initial: dict, live: list) -> list[str]:
@@ -180,17 +214,25 @@ def lost_ranks(initial: dict, live: list) -> list[str]:
 
 def end_on_lost_rank(engine, run_dir: Path) -> None:
     """Under mpirun, which ends every rank when one dies (SIGTERM, then SIGKILL): on
-    SIGTERM the driver says in one line which worker rank died and how to go on, and
-    its process ends."""
+    SIGTERM the driver says in one line which worker rank died first and how to go
+    on, and its process ends."""
     import threading
     import time
 
     initial = {address: info.get("name")
                for address, info in engine.client.scheduler_info()["workers"].items()}  # fmt: skip
+    first_lost: list[str] = []  # the ranks seen gone before mpirun's SIGTERM
+    ending = threading.Event()
+
+    def watch() -> None:
+        while not ending.is_set() and not first_lost:
+            first_lost.extend(lost_ranks(initial, engine.worker_addresses()))
+            time.sleep(WATCH_S)
 
     def report() -> None:
+        ending.set()
         deadline = time.monotonic() + LOST_RANK_WAIT_S
-        gone = lost_ranks(initial, engine.worker_addresses())
+        gone = list(first_lost) or lost_ranks(initial, engine.worker_addresses())
         while not gone and time.monotonic() < deadline:
             time.sleep(0.05)
             gone = lost_ranks(initial, engine.worker_addresses())
@@ -201,5 +243,6 @@ def end_on_lost_rank(engine, run_dir: Path) -> None:
               f"{last}", file=sys.stderr, flush=True)  # fmt: skip
         os._exit(1)
 
+    threading.Thread(target=watch, name="hrl-tasks-ranks", daemon=True).start()
     # In a thread of its own: the signal may arrive while this thread holds the engine's lock.
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=report, daemon=True).start())

@@ -1,0 +1,144 @@
+"""The batch runner for real: every process of a run started by srun (the single-node
+SLURM of `.ci/slurm-ci.sh`) or by OpenMPI's mpirun, with worker ranks killed mid-run.
+
+In CI (``CI=true``) a missing launcher fails these; elsewhere they skip, saying why.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.cluster]
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "examples" / "slurm" / "train_ppo_runner.sbatch"
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "4"]
+
+
+def need(why: str | None) -> None:
+    if why is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI installs and starts this (.ci/run), but {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture
+def mpi():
+    need(None if shutil.which("mpirun") else "no mpirun on PATH (apt install openmpi-bin)")
+    try:
+        import dask_mpi  # noqa: F401
+        import mpi4py  # noqa: F401
+    except ImportError:
+        need("needs dask-mpi and mpi4py: pip install -e .[test]")
+
+
+@pytest.fixture
+def slurm():
+    found = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True) \
+        if shutil.which("sinfo") else None  # fmt: skip
+    need(None if found is not None and found.returncode == 0 and found.stdout.strip()
+         else "no SLURM controller answers (.ci/slurm-ci.sh start)")  # fmt: skip
+
+
+def command(*args) -> list[str]:
+    return [sys.executable, "-m", "hrl_tasks.cli", "train", "ppo", "--env", "CartPole-v1",
+            "--no-progress", *args]  # fmt: skip
+
+
+def iterations(out: Path) -> list[dict]:
+    path = out / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for_iterations(out: Path, n: int, proc, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(iterations(out)) < n:
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended early"
+        time.sleep(0.2)
+
+
+def processes_with(variable: str, value: str) -> list[int]:
+    """The pids of this machine's processes whose environment sets ``variable=value``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"{variable}={value}".encode() in environ:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.timeout(240)
+def test_srun_trains_ppo_to_450_and_a_killed_worker_rank_costs_only_its_work(slurm, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "OUT": str(out), "SRUN_OPTS": "--overcommit"}
+    # The allocation declares this machine's 2 CPUs; 4 tasks need --overcommit.
+    proc = subprocess.Popen(
+        ["sbatch", "--wait", "--overcommit", "--ntasks=4", "--cpus-per-task=1",
+         "--mem-per-cpu=1G", f"--chdir={tmp_path}", f"--output={tmp_path}/runner-%j.out",
+         str(SCRIPT), "--stop-iters", "300"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_for_iterations(out, 3, proc, 150)
+    job = next(tmp_path.glob("runner-*.out")).stem.split("-")[1]
+    ranks = {
+        p for p in processes_with("SLURM_JOB_ID", job) if p in processes_with("SLURM_PROCID", "3")
+    }
+    assert ranks, "no process of worker rank 3"
+    for pid in ranks:
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=200)
+    log = next(tmp_path.glob("runner-*.out")).read_text()
+    assert "slurm runner: scheduler tcp://" in log and "2 worker ranks" in log
+    assert "done: iteration" in log, log[-3000:]
+    assert iterations(out)[-1]["episode_return_mean"] >= 450, log[-3000:]
+    # Nothing of the run is left outside its directory, and no process of the job.
+    # (the scheduler file was under the run's directory; the scheduler removed it at its end)
+    assert not list(tmp_path.glob("dask-scratch-space")) and not list(tmp_path.glob("*.json"))
+    assert not list(out.glob("scheduler-*.json")) and not (out / "dask-scratch").exists()
+    assert not processes_with("SLURM_JOB_ID", job)
+
+
+@pytest.mark.timeout(180)
+def test_mpirun_trains_ppo_to_450(mpi, tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run([*MPIRUN, *command("--runner", "mpi", "--stop-reward", "450",
+                                             "--stop-iters", "300", "--out", str(out))],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=170)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mpi runner: scheduler tcp://" in done.stdout and "2 worker ranks" in done.stdout
+    assert iterations(out)[-1]["episode_return_mean"] >= 450
+
+
+@pytest.mark.timeout(180)
+def test_a_rank_killed_under_mpirun_ends_the_run_in_one_line_and_resume_continues(mpi, tmp_path):
+    out = tmp_path / "run"
+    argv = ["--runner", "mpi", "--out", str(out), "--checkpoint-every", "2"]
+    proc = subprocess.Popen([*MPIRUN, *command(*argv, "--stop-iters", "1000")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    wait_for_iterations(out, 4, proc, 120)
+    victims = [p for p in processes_with("OMPI_COMM_WORLD_RANK", "3")
+               if p in processes_with("OMPI_COMM_WORLD_SIZE", "4")]  # fmt: skip
+    assert victims, "no process of worker rank 3"
+    os.kill(victims[0], signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    ours = [line for line in stderr.splitlines() if line.startswith("hrl-tasks:")]
+    assert len(ours) == 1, stderr[-3000:]
+    assert "mpirun ended the run: worker rank 3 died" in ours[0]
+    assert f"`--resume {out}` continues from checkpoint-" in ours[0]
+    saved = max(int(p.stem.split("-")[1]) for p in (out / "checkpoints").glob("checkpoint-*.hrl"))
+    done = subprocess.run([*MPIRUN, *command("--runner", "mpi", "--resume", str(out),
+                                             "--stop-iters", str(saved + 2))],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["iteration"] for r in iterations(out)][-2:] == [saved + 1, saved + 2]
