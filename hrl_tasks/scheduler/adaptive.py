@@ -21,7 +21,7 @@ from typing import NamedTuple
 logger = logging.getLogger(__name__)
 
 TICK_S = 1.0  # how often the demand is looked at
-DOWN_WINDOW = 10  # ticks the demand must stay lower before the cluster shrinks
+SCALE_DOWN_AFTER_S = 10.0  # how long the demand must stay lower before the cluster shrinks
 KEEPALIVE_S = 60.0  # how often a working engine shows the scheduler a task
 
 
@@ -70,10 +70,13 @@ class ClusterUpkeep:
     (None: the size stays as asked), and shows the scheduler a task every
     `KEEPALIVE_S` while the engine works (a gateway ends clusters it thinks idle)."""
 
-    def __init__(self, engine, cluster, bounds: Bounds | None, target: int):
+    def __init__(
+        self, engine, cluster, bounds: Bounds | None, target: int,
+        scale_down_after_s: float = SCALE_DOWN_AFTER_S,
+    ):  # fmt: skip
         self.engine, self.cluster, self.bounds = engine, cluster, bounds
         self.target = target
-        self.recent: deque[int] = deque(maxlen=DOWN_WINDOW)
+        self.recent: deque[int] = deque(maxlen=max(1, round(scale_down_after_s / TICK_S)))
         self.stopped = threading.Event()
         self.kept_alive = time.monotonic()
         self.thread = threading.Thread(target=self.run, name="hrl-tasks-upkeep", daemon=True)

@@ -398,6 +398,7 @@ class Engine:
         options: dict | None = None,
         keep: bool = False,
         timeout: float = 300.0,
+        scale_down_after_s: float = 10.0,
         **engine_kwargs,
     ) -> Engine:
         """Ask a Dask Gateway for a cluster and run on it; closing the engine shuts
@@ -424,6 +425,8 @@ class Engine:
             keep: leave the cluster running after the engine closes (its name is
                 ``engine.cluster.name``; ``Gateway().connect(name)`` reaches it).
             timeout: seconds to wait for the first worker.
+            scale_down_after_s: with ``adapt``: how long the work must stay below
+                the cluster's size before it shrinks (growing is at once).
             **engine_kwargs: as for :class:`Engine`.
 
         Raises:
@@ -459,7 +462,7 @@ class Engine:
                     f"the gateway's cluster {cluster.name} started no worker within "
                     f"{timeout:g} s; its server's log says why"
                 ) from None
-            engine.upkeep = ClusterUpkeep(engine, cluster, bounds, start)
+            engine.upkeep = ClusterUpkeep(engine, cluster, bounds, start, scale_down_after_s)
         except BaseException:
             engine.close()
             raise

@@ -35,10 +35,29 @@ def unavailable() -> str | None:
     return None
 
 
+def other_distributed() -> str | None:
+    """Why the gateway's clusters would not run this process's distributed: its local
+    backend starts them with the server's own Python (CI's pass against the oldest
+    distributed runs the client in a venv of its own; Dask does not support a client
+    and a scheduler of different versions)."""
+    import distributed
+
+    with open(shutil.which("dask-gateway-server")) as script:
+        python = script.readline().removeprefix("#!").strip()
+    theirs = subprocess.run([python, "-c", "import distributed; print(distributed.__version__)"],
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    if theirs != distributed.__version__:
+        return (
+            f"the gateway's clusters run distributed {theirs} (the server's Python), this "
+            f"client {distributed.__version__}: Dask needs one version on both sides"
+        )
+    return None
+
+
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     """A gateway's client settings, as environment variables, while the gateway runs."""
-    why = unavailable()
+    why = unavailable() or other_distributed()
     if why is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI installs the test extra, which has the gateway: {why}")
@@ -100,6 +119,7 @@ def hrl_tasks_command(*args, env: dict) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
+@pytest.mark.threshold
 @pytest.mark.timeout(300)
 def test_ppo_trains_to_its_threshold_on_a_gateway_cluster_that_ends_with_the_run(
     configured, tmp_path
@@ -208,7 +228,7 @@ def test_adaptive_scaling_follows_the_engines_work_and_keeps_its_stateful_worker
             self.n += 1
             return self.n, get_worker().address
 
-    with hrl_tasks.Engine.from_gateway(workers=1, adapt=(1, 3)) as engine:
+    with hrl_tasks.Engine.from_gateway(workers=1, adapt=(1, 3), scale_down_after_s=3) as engine:
         holder = engine.create_worker(Counter)
         home = holder.call("add").result(timeout=60)[1]
         # Six tasks of three seconds (direct route: Dask's scheduler sees none of them).

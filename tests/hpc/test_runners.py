@@ -77,6 +77,7 @@ def processes_with(variable: str, value: str) -> list[int]:
     return found
 
 
+@pytest.mark.threshold
 @pytest.mark.timeout(240)
 def test_srun_trains_ppo_to_450_and_a_killed_worker_rank_costs_only_its_work(slurm, tmp_path):
     out = tmp_path / "run"
@@ -108,6 +109,7 @@ def test_srun_trains_ppo_to_450_and_a_killed_worker_rank_costs_only_its_work(slu
     assert not processes_with("SLURM_JOB_ID", job)
 
 
+@pytest.mark.threshold
 @pytest.mark.timeout(180)
 def test_mpirun_trains_ppo_to_450(mpi, tmp_path):
     out = tmp_path / "run"

@@ -56,6 +56,7 @@ def options(tmp_path) -> dict:
     return dict(JOB, log_directory=str(tmp_path / "logs"))
 
 
+@pytest.mark.threshold
 @pytest.mark.timeout(300)
 def test_ppo_reaches_450_with_its_rollout_workers_in_slurm_jobs(tmp_path):
     from dask_jobqueue import SLURMCluster
