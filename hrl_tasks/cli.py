@@ -319,6 +319,10 @@ def engine_from_args(args, embedded: bool, workers: int = 2, run_dir: Path | Non
     from hrl_tasks.scheduler.clusters import job_ids, worker_processes
 
     options = pairs(args.cluster_opt, "--cluster-opt")
+    if run_dir is not None and not dask_setting(f"jobqueue.{args.cluster}.log-directory"):
+        # The worker jobs' output in the run's directory, not slurm-N.out files in the
+        # current one (where several runs' would mix).
+        options.setdefault("log_directory", str(run_dir / "worker-logs"))
     resources = pairs(args.resources, "--resources", number=True)
     engine = Engine.batch(args.cluster, args.jobs, options, resources)
     try:
@@ -339,6 +343,13 @@ def engine_from_args(args, embedded: bool, workers: int = 2, run_dir: Path | Non
         engine.close()
         raise
     return engine
+
+
+def dask_setting(key: str):
+    """A value of Dask's configuration, None if unset."""
+    import dask
+
+    return dask.config.get(key, None)
 
 
 def gateway_engine(args, workers: int):

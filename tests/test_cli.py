@@ -37,6 +37,13 @@ def test_help_lists_algorithms_and_options(capsys):
         (["tune", "ppo", "--trial-resources", "CPU"], "KEY=VALUE"),
         (["tune", "ppo", "--trial-resources", "CPU=x"], "is not a number"),
         (["train", "ppo", "--cluster-opt", "cores=1"], "go with --cluster"),
+        (["train", "ppo", "--adapt", "1:4"], "go with --gateway"),
+        (["tune", "ppo", "--gateway-opt", "worker_cores=2"], "go with --gateway"),
+        (["train", "ppo", "--gateway", "--adapt", "4:1"], "--adapt 4:1: needs 0 <= MIN <= MAX"),
+        (["train", "ppo", "--ports", "40000:40100"], "--ports goes with --runner"),
+        (["train", "ppo", "--runner", "mpi", "--ports", "low:high"], "--ports takes LOW:HIGH"),
+        (["train", "ppo", "--runner", "slurm"], "runs under its launcher (srun hrl-tasks"),
+        (["tune", "ppo", "--runner", "mpi"], "runs under its launcher (mpirun -n 4"),
         (["tune", "ppo", "--resume", "--out", "/nonexistent/search"], "nothing to resume"),
     ],
 )
@@ -53,6 +60,8 @@ def test_bad_input_exits_with_one_line(capsys, argv, says):
         (["train", "ppo", "--keep-checkpoints", "-1"], "--keep-checkpoints: must be at least 0"),
         (["train", "ppo", "--keep-checkpoints", "all"], "expected a whole number, got 'all'"),
         (["train", "ppo", "--address", "tcp://h:8786", "--cluster", "slurm"], "not allowed with"),
+        (["train", "ppo", "--gateway", "--runner", "slurm"], "not allowed with"),
+        (["tune", "ppo", "--address", "tcp://h:8786", "--gateway", "http://g"], "not allowed with"),
         (["tune", "ppo", "--jobs", "0"], "--jobs: must be at least 1"),
     ],
 )

@@ -77,7 +77,7 @@ def processes_with(variable: str, value: str) -> list[int]:
     return found
 
 
-@pytest.mark.threshold
+@pytest.mark.once
 @pytest.mark.timeout(240)
 def test_srun_trains_ppo_to_450_and_a_killed_worker_rank_costs_only_its_work(slurm, tmp_path):
     out = tmp_path / "run"
@@ -109,7 +109,7 @@ def test_srun_trains_ppo_to_450_and_a_killed_worker_rank_costs_only_its_work(slu
     assert not processes_with("SLURM_JOB_ID", job)
 
 
-@pytest.mark.threshold
+@pytest.mark.once
 @pytest.mark.timeout(180)
 def test_mpirun_trains_ppo_to_450(mpi, tmp_path):
     out = tmp_path / "run"
@@ -144,3 +144,43 @@ def test_a_rank_killed_under_mpirun_ends_the_run_in_one_line_and_resume_continue
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["iteration"] for r in iterations(out)][-2:] == [saved + 1, saved + 2]
+
+
+def scratch_dirs() -> set[Path]:
+    """The workers' scratch directories in this machine's temporary directory."""
+    import tempfile
+
+    return set((Path(tempfile.gettempdir()) / "dask-scratch-space").glob("worker-*"))
+
+
+@pytest.mark.once
+@pytest.mark.timeout(180)
+def test_two_runs_at_once_embedded_and_under_mpirun_collide_in_nothing_and_leave_nothing(
+    mpi, tmp_path
+):
+    import uuid
+
+    before = scratch_dirs()
+    runs = []
+    for way in ("embedded", "embedded", "mpi", "mpi"):
+        tag = uuid.uuid4().hex  # inherited by every process of the run
+        out = tmp_path / f"{way}-{len(runs)}"
+        argv = command("--stop-iters", "2", "--out", str(out))
+        if way == "mpi":
+            argv = [*MPIRUN, *argv, "--runner", "mpi"]
+        runs.append((tag, out, subprocess.Popen(argv, cwd=tmp_path, env={**os.environ,
+                    "HRL_RUN_TAG": tag}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True)))  # fmt: skip
+        if way == "embedded" and len(runs) == 2:
+            for _, _, proc in runs:  # the pairs in turn: all four at once is 10 processes
+                proc.wait(timeout=120)
+    for tag, out, proc in runs:
+        _, stderr = proc.communicate(timeout=150)
+        assert proc.returncode == 0, stderr[-3000:]
+        assert [r["iteration"] for r in iterations(out)] == [1, 2]
+        deadline = time.monotonic() + 10  # a worker may take a moment to exit after its run
+        while processes_with("HRL_RUN_TAG", tag) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not processes_with("HRL_RUN_TAG", tag), "a process of the run outlived it"
+        assert not (out / "dask-scratch").exists()
+    assert scratch_dirs() <= before

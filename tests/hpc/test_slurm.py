@@ -56,7 +56,7 @@ def options(tmp_path) -> dict:
     return dict(JOB, log_directory=str(tmp_path / "logs"))
 
 
-@pytest.mark.threshold
+@pytest.mark.once
 @pytest.mark.timeout(300)
 def test_ppo_reaches_450_with_its_rollout_workers_in_slurm_jobs(tmp_path):
     from dask_jobqueue import SLURMCluster
@@ -86,20 +86,13 @@ def test_ppo_reaches_450_with_its_rollout_workers_in_slurm_jobs(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_the_command_line_submits_jobs_prints_them_and_resumes_on_new_ones(tmp_path, capsys):
+def test_the_command_line_submits_jobs_prints_them_and_resumes_on_new_ones(
+    tmp_path, capsys, monkeypatch
+):
     out = tmp_path / "run"
-    cluster = [
-        "--cluster",
-        "slurm",
-        "--jobs",
-        "2",
-        "--cluster-opt",
-        "cores=1",
-        "--cluster-opt",
-        "memory=2GB",
-        "--cluster-opt",
-        f"log_directory={tmp_path}",
-    ]
+    monkeypatch.chdir(tmp_path)
+    cluster = ["--cluster", "slurm", "--jobs", "2", "--cluster-opt", "cores=1",
+               "--cluster-opt", "memory=2GB"]  # fmt: skip
     tiny = ["--num-workers", "2", "--set", "train_batch_size=64", "--no-progress",
             "--set", "rollout_fragment_length=16"]  # fmt: skip
     argv = ["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--out", str(out)]
@@ -115,6 +108,8 @@ def test_the_command_line_submits_jobs_prints_them_and_resumes_on_new_ones(tmp_p
     assert not set(first_jobs) & set(printed.split("worker jobs: ")[1].splitlines()[0].split(", "))
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+    # The worker jobs' output went to the run's directory, none to the current one.
+    assert list((out / "worker-logs").iterdir()) and not list(tmp_path.glob("slurm-*"))
 
 
 @pytest.mark.timeout(300)
