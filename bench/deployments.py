@@ -8,8 +8,8 @@ Interleaved, ``--reps`` times each (the machine's speed drifts):
 * ``address``: ``--address`` to a scheduler with two workers already up (their
   start-up not counted: it is what that deployment saves);
 * ``cluster_slurm``: ``--cluster slurm --jobs 2`` (dask-jobqueue submits the worker jobs);
-* ``runner_slurm``: ``sbatch --wait`` of a script whose ``srun -n 4 --overcommit``
-  runs ``--runner slurm`` (scheduling of the job included);
+* ``runner_slurm``: ``srun -n 4 --overcommit ... --runner slurm`` (its allocation
+  included; ``sbatch --wait`` would add 10-30 s of polling the job's state);
 * ``runner_mpi``: ``mpirun -n 4 ... --runner mpi``;
 * ``gateway``: ``--gateway`` to a dask-gateway-server started here
   (`.ci/gateway-ci.sh`, local processes, TLS).
@@ -86,13 +86,11 @@ def main() -> None:
         commands["cluster_slurm"] = lambda: TRAIN + out() + [
             "--cluster", "slurm", "--jobs", "2", "--cluster-opt", "cores=1",
             "--cluster-opt", "memory=1GB", "--cluster-opt", f"log_directory={work}"]  # fmt: skip
-        script = Path(work) / "runner.sbatch"
-        script.write_text("#!/bin/bash\nsrun --overcommit " + " ".join(TRAIN[:1] + TRAIN[1:])
-                          + ' --runner slurm --out "$1"\n')  # fmt: skip
-        commands["runner_slurm"] = lambda: ["sbatch", "--wait", "--overcommit", "--ntasks=4",
-                                            "--cpus-per-task=1", "--mem-per-cpu=1G",
-                                            f"--output={work}/job-%j.out", str(script),
-                                            out()[1]]  # fmt: skip
+        # srun as a user types it (an allocation of its own, waited for): `sbatch --wait`
+        # would add its polling of the job's state, 10-30 s here.
+        commands["runner_slurm"] = lambda: ["srun", "--overcommit", "-n", "4",
+                                            "--cpus-per-task=1", "--mem-per-cpu=1G", *TRAIN,
+                                            *out(), "--runner", "slurm"]  # fmt: skip
     else:
         skipped["cluster_slurm"] = skipped["runner_slurm"] = why
     if shutil.which("mpirun"):

@@ -57,11 +57,18 @@ def iterations(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def wait_for_iterations(out: Path, n: int, proc, timeout: float) -> None:
+def wait_for_iterations(out: Path, n: int, alive, timeout: float) -> None:
+    """Until ``out`` has ``n`` iterations, while ``alive()`` says the run goes on."""
     deadline = time.monotonic() + timeout
     while len(iterations(out)) < n:
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended early"
+        assert alive() and time.monotonic() < deadline, "the run ended early"
         time.sleep(0.2)
+
+
+def queued() -> set[str]:
+    """The ids of the jobs SLURM holds now."""
+    found = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True)
+    return set(found.stdout.split())
 
 
 def processes_with(variable: str, value: str) -> list[int]:
@@ -83,21 +90,25 @@ def test_srun_trains_ppo_to_450_and_a_killed_worker_rank_costs_only_its_work(slu
     out = tmp_path / "run"
     env = {**os.environ, "OUT": str(out), "SRUN_OPTS": "--overcommit"}
     # The allocation declares this machine's 2 CPUs; 4 tasks need --overcommit.
+    # Not `sbatch --wait`: it polls the job's state with growing pauses (20-30 s more here).
     proc = subprocess.Popen(
-        ["sbatch", "--wait", "--overcommit", "--ntasks=4", "--cpus-per-task=1",
+        ["sbatch", "--parsable", "--overcommit", "--ntasks=4", "--cpus-per-task=1",
          "--mem-per-cpu=1G", f"--chdir={tmp_path}", f"--output={tmp_path}/runner-%j.out",
          str(SCRIPT), "--stop-iters", "300"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    wait_for_iterations(out, 3, proc, 150)
-    job = next(tmp_path.glob("runner-*.out")).stem.split("-")[1]
+    job = proc.communicate(timeout=30)[0].strip().split(";")[0]
+    wait_for_iterations(out, 3, lambda: job in queued(), 150)
     ranks = {
         p for p in processes_with("SLURM_JOB_ID", job) if p in processes_with("SLURM_PROCID", "3")
     }
     assert ranks, "no process of worker rank 3"
     for pid in ranks:
         os.kill(pid, signal.SIGKILL)
-    proc.communicate(timeout=200)
+    deadline = time.monotonic() + 200
+    while job in queued():
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.5)
     log = next(tmp_path.glob("runner-*.out")).read_text()
     assert "slurm runner: scheduler tcp://" in log and "2 worker ranks" in log
     assert "done: iteration" in log, log[-3000:]
@@ -127,7 +138,7 @@ def test_a_rank_killed_under_mpirun_ends_the_run_in_one_line_and_resume_continue
     argv = ["--runner", "mpi", "--out", str(out), "--checkpoint-every", "2"]
     proc = subprocess.Popen([*MPIRUN, *command(*argv, "--stop-iters", "1000")], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    wait_for_iterations(out, 4, proc, 120)
+    wait_for_iterations(out, 4, lambda: proc.poll() is None, 120)
     victims = [p for p in processes_with("OMPI_COMM_WORLD_RANK", "3")
                if p in processes_with("OMPI_COMM_WORLD_SIZE", "4")]  # fmt: skip
     assert victims, "no process of worker rank 3"
