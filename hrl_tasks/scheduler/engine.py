@@ -460,8 +460,10 @@ class Engine:
             except TimeoutError:
                 raise EngineError(
                     f"the gateway's cluster {cluster.name} started no worker within "
-                    f"{timeout:g} s; its server's log says why"
+                    f"{timeout:g} s; its server's log says why (a worker without this "
+                    "hrl_tasks cannot start: the gateway's workers need its environment)"
                 ) from None
+            check_versions(engine.client)
             engine.upkeep = ClusterUpkeep(engine, cluster, bounds, start, scale_down_after_s)
         except BaseException:
             engine.close()

@@ -234,8 +234,8 @@ def test_adaptive_scaling_follows_the_engines_work_and_keeps_its_stateful_worker
     with hrl_tasks.Engine.from_gateway(workers=1, adapt=(1, 3), scale_down_after_s=3) as engine:
         holder = engine.create_worker(Counter)
         home = holder.call("add").result(timeout=60)[1]
-        # Six tasks of three seconds (direct route: Dask's scheduler sees none of them).
-        refs = [engine.submit(time.sleep, 3) for _ in range(6)]
+        # Six tasks of two seconds (direct route: Dask's scheduler sees none of them).
+        refs = [engine.submit(time.sleep, 2) for _ in range(6)]
         deadline = time.monotonic() + 90
         while len(engine.worker_addresses()) < 3 and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -248,3 +248,16 @@ def test_adaptive_scaling_follows_the_engines_work_and_keeps_its_stateful_worker
             time.sleep(0.5)
         assert engine.worker_addresses() == [home]
         assert holder.call("add").result(timeout=30) == (2, home)
+
+
+@pytest.mark.timeout(90)
+def test_a_kept_cluster_outlives_its_engine_and_is_reached_by_name(configured):
+    from dask_gateway import Gateway
+
+    with hrl_tasks.Engine.from_gateway(workers=1, keep=True) as engine:
+        name = engine.cluster.name
+        assert engine.submit(len, [1, 2, 3]).result(timeout=60) == 3
+    assert name in running_clusters()
+    with Gateway() as gateway:
+        gateway.connect(name).shutdown()
+    assert name not in running_clusters()

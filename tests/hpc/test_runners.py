@@ -120,25 +120,13 @@ def test_srun_trains_ppo_to_450_and_a_killed_worker_rank_costs_only_its_work(slu
     assert not processes_with("SLURM_JOB_ID", job)
 
 
-@pytest.mark.once
-@pytest.mark.timeout(180)
-def test_mpirun_trains_ppo_to_450(mpi, tmp_path):
-    out = tmp_path / "run"
-    done = subprocess.run([*MPIRUN, *command("--runner", "mpi", "--stop-reward", "450",
-                                             "--stop-iters", "300", "--out", str(out))],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=170)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "mpi runner: scheduler tcp://" in done.stdout and "2 worker ranks" in done.stdout
-    assert iterations(out)[-1]["episode_return_mean"] >= 450
-
-
 @pytest.mark.timeout(180)
 def test_a_rank_killed_under_mpirun_ends_the_run_in_one_line_and_resume_continues(mpi, tmp_path):
     out = tmp_path / "run"
-    argv = ["--runner", "mpi", "--out", str(out), "--checkpoint-every", "2"]
+    argv = ["--runner", "mpi", "--out", str(out), "--checkpoint-every", "1"]
     proc = subprocess.Popen([*MPIRUN, *command(*argv, "--stop-iters", "1000")], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    wait_for_iterations(out, 4, lambda: proc.poll() is None, 120)
+    wait_for_iterations(out, 2, lambda: proc.poll() is None, 120)
     victims = [p for p in processes_with("OMPI_COMM_WORLD_RANK", "3")
                if p in processes_with("OMPI_COMM_WORLD_SIZE", "4")]  # fmt: skip
     assert victims, "no process of worker rank 3"
@@ -166,25 +154,34 @@ def scratch_dirs() -> set[Path]:
 
 @pytest.mark.once
 @pytest.mark.timeout(180)
-def test_two_runs_at_once_embedded_and_under_mpirun_collide_in_nothing_and_leave_nothing(
+def test_mpirun_trains_ppo_to_450(mpi, tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run([*MPIRUN, *command("--runner", "mpi", "--stop-reward", "450",
+                                             "--stop-iters", "300", "--out", str(out))],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=170)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mpi runner: scheduler tcp://" in done.stdout and "2 worker ranks" in done.stdout
+    assert iterations(out)[-1]["episode_return_mean"] >= 450
+
+
+@pytest.mark.once
+@pytest.mark.timeout(180)
+def test_two_mpiruns_and_two_embedded_runs_at_once_collide_in_nothing_and_leave_nothing(
     mpi, tmp_path
 ):
     import uuid
 
     before = scratch_dirs()
     runs = []
-    for way in ("embedded", "embedded", "mpi", "mpi"):
+    for way in ("mpi", "mpi", "embedded", "embedded"):
         tag = uuid.uuid4().hex  # inherited by every process of the run
         out = tmp_path / f"{way}-{len(runs)}"
         argv = command("--stop-iters", "2", "--out", str(out))
         if way == "mpi":
             argv = [*MPIRUN, *argv, "--runner", "mpi"]
-        runs.append((tag, out, subprocess.Popen(argv, cwd=tmp_path, env={**os.environ,
-                    "HRL_RUN_TAG": tag}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True)))  # fmt: skip
-        if way == "embedded" and len(runs) == 2:
-            for _, _, proc in runs:  # the pairs in turn: all four at once is 10 processes
-                proc.wait(timeout=120)
+        proc = subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, "HRL_RUN_TAG": tag},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        runs.append((tag, out, proc))
     for tag, out, proc in runs:
         _, stderr = proc.communicate(timeout=150)
         assert proc.returncode == 0, stderr[-3000:]

@@ -206,14 +206,18 @@ def test_the_example_batch_script_trains_and_a_second_allocation_resumes(tmp_pat
     env = {**os.environ, "OUT": str(tmp_path / "run"), "JOBS": "1", "WORKER_CORES": "1",
            "WORKER_MEMORY": "2GB"}  # fmt: skip
     for iterations in (2, 3):  # the second allocation continues the first one's run
-        done = subprocess.run(
-            ["sbatch", "--wait", "--cpus-per-task=1", "--mem=2G", f"--chdir={tmp_path}",
+        # Not `sbatch --wait`: it polls the job's state with growing pauses; squeue here.
+        job = subprocess.run(
+            ["sbatch", "--parsable", "--cpus-per-task=1", "--mem=2G", f"--chdir={tmp_path}",
              f"--output={tmp_path}/driver-%j.out", str(script), "--stop-iters",
              str(iterations), "--set", "train_batch_size=64", "--num-workers", "1"],
-            env=env, capture_output=True, text=True, timeout=240,
-        )  # fmt: skip
+            env=env, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip().split(";")[0]  # fmt: skip
+        deadline = time.monotonic() + 240
+        while job in queued():
+            assert time.monotonic() < deadline, f"job {job} did not end"
+            time.sleep(0.5)
         logs = "\n".join(p.read_text() for p in sorted(tmp_path.glob("driver-*.out")))
-        assert done.returncode == 0, logs[-3000:]
         assert f"done: iteration {iterations}" in logs, logs[-3000:]
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
