@@ -37,14 +37,13 @@ def unavailable() -> str | None:
 
 def other_distributed() -> str | None:
     """Why the gateway's clusters would not run this process's distributed: its local
-    backend starts them with the server's own Python (CI's pass against the oldest
-    distributed runs the client in a venv of its own; Dask does not support a client
-    and a scheduler of different versions)."""
+    backend starts them with the server's own Python, the interpreter this one's venv
+    (if any) is made from. CI's pass against the oldest distributed runs the client in
+    such a venv, and Dask does not support a client and a scheduler of different versions."""
     import distributed
 
-    with open(shutil.which("dask-gateway-server")) as script:
-        python = script.readline().removeprefix("#!").strip()
-    theirs = subprocess.run([python, "-c", "import distributed; print(distributed.__version__)"],
+    base = getattr(sys, "_base_executable", sys.executable)
+    theirs = subprocess.run([base, "-c", "import distributed; print(distributed.__version__)"],
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
     if theirs != distributed.__version__:
         return (
