@@ -81,18 +81,9 @@ class BusyReport(WorkerPlugin):
 def register(client) -> None:
     """Put the scheduler plugin and the workers' reports on ``client``'s cluster (once;
     registering again does nothing)."""
-    import cloudpickle
+    from hrl_tasks.scheduler.worker_events import register_by_value
 
-    import hrl_tasks.scheduler.downscaling as this
-
-    by_value = this.__name__ in cloudpickle.list_registry_pickle_by_value()
-    if not by_value:
-        cloudpickle.register_pickle_by_value(this)
-    try:
-        client.register_plugin(KeepBusyWorkers(), name=NAME)
-    finally:
-        if not by_value:
-            cloudpickle.unregister_pickle_by_value(this)
+    register_by_value(client, KeepBusyWorkers(), NAME)
     client.register_plugin(BusyReport(), name=REPORT_NAME)
 
 

@@ -145,15 +145,22 @@ class WorkerEvents(SchedulerPlugin):
 
 def register(client) -> None:
     """Put the plugin on ``client``'s scheduler (once; an engine already did: nothing)."""
+    register_by_value(client, WorkerEvents(), NAME)
+
+
+def register_by_value(client, plugin, name: str) -> None:
+    """Register a scheduler ``plugin`` whose module travels with it by value
+    (cloudpickle), so that a scheduler without hrl_tasks installed takes it."""
+    import sys
+
     import cloudpickle
 
-    import hrl_tasks.scheduler.worker_events as this
-
-    by_value = this.__name__ in cloudpickle.list_registry_pickle_by_value()
+    module = sys.modules[type(plugin).__module__]
+    by_value = module.__name__ in cloudpickle.list_registry_pickle_by_value()
     if not by_value:
-        cloudpickle.register_pickle_by_value(this)
+        cloudpickle.register_pickle_by_value(module)
     try:
-        client.register_plugin(WorkerEvents(), name=NAME)
+        client.register_plugin(plugin, name=name)
     finally:
         if not by_value:
-            cloudpickle.unregister_pickle_by_value(this)
+            cloudpickle.unregister_pickle_by_value(module)
