@@ -330,10 +330,13 @@ async def worker_heartbeats(client: Client) -> dict:
     ``client.scheduler``; ``Client.scheduler_info`` is its public form, but it
     blocks (``sync``) and cannot be awaited on the event loop.
     """
-    try:
-        workers = (await client.scheduler.identity(n_workers=-1))["workers"]
-    except TypeError:  # distributed before 2025: every worker, no argument
-        workers = (await client.scheduler.identity())["workers"]
+    import inspect
+
+    # distributed before 2025 sends every worker and refuses the argument (logging the
+    # refusal on the scheduler at every call, so it is not tried there)
+    counted = "n_workers" in inspect.signature(Client.scheduler_info).parameters
+    identity = client.scheduler.identity
+    workers = (await (identity(n_workers=-1) if counted else identity()))["workers"]
     return {address: info["last_seen"] for address, info in workers.items()}
 
 

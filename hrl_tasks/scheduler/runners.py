@@ -203,7 +203,9 @@ def mpi_runner(rank: int, size: int, worker_options: dict, dashboard: str):
     return Allocation("mpi", dask.config.get("scheduler_address"), size - 2, close)
 
 
-LOST_RANK_WAIT_S = 2.0  # how long the driver waits to learn which rank died
+# mpirun sends SIGKILL 1 s after SIGTERM (OpenMPI's odls_base_sigkill_timeout): the
+# driver's line must be out before, so it waits at most this long to learn which rank died.
+LOST_RANK_WAIT_S = 0.5
 WATCH_S = 0.1  # how often the driver looks at its workers under mpirun
 
 
@@ -213,24 +215,28 @@ def lost_ranks(initial: dict, live: list) -> list[str]:
 
 
 def end_on_lost_rank(engine, run_dir: Path) -> None:
-    """Under mpirun, which ends every rank when one dies (SIGTERM, then SIGKILL): on
-    SIGTERM the driver says in one line which worker rank died first and how to go
-    on, and its process ends."""
+    """Under mpirun, which ends every rank when one dies (SIGTERM, then SIGKILL 1 s
+    later): on SIGTERM the driver says in one line which worker rank died first and
+    how to go on, and its process ends.
+
+    The SIGTERM is read by a thread from the signal module's wakeup file, written by
+    the C-level handler as the signal arrives: a Python handler would run only when
+    the main thread next runs Python code, which a long update can put past the
+    SIGKILL."""
+    import socket
     import threading
     import time
 
     initial = {address: info.get("name")
                for address, info in engine.client.scheduler_info()["workers"].items()}  # fmt: skip
     first_lost: list[str] = []  # the ranks seen gone before mpirun's SIGTERM
-    ending = threading.Event()
 
     def watch() -> None:
-        while not ending.is_set() and not first_lost:
+        while not first_lost:
             first_lost.extend(lost_ranks(initial, engine.worker_addresses()))
             time.sleep(WATCH_S)
 
     def report() -> None:
-        ending.set()
         deadline = time.monotonic() + LOST_RANK_WAIT_S
         gone = list(first_lost) or lost_ranks(initial, engine.worker_addresses())
         while not gone and time.monotonic() < deadline:
@@ -243,6 +249,16 @@ def end_on_lost_rank(engine, run_dir: Path) -> None:
               f"{last}", file=sys.stderr, flush=True)  # fmt: skip
         os._exit(1)
 
+    received, wakeup = socket.socketpair()
+    wakeup.setblocking(False)
+
+    def on_signals() -> None:
+        with received, wakeup:  # this thread keeps both ends open (the signal module has a number)
+            while signal.SIGTERM not in received.recv(64):  # one byte per signal, its number
+                pass
+            report()
+
+    signal.signal(signal.SIGTERM, lambda *_: None)  # the C handler writes the wakeup file
+    signal.set_wakeup_fd(wakeup.fileno(), warn_on_full_buffer=False)
     threading.Thread(target=watch, name="hrl-tasks-ranks", daemon=True).start()
-    # In a thread of its own: the signal may arrive while this thread holds the engine's lock.
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=report, daemon=True).start())
+    threading.Thread(target=on_signals, name="hrl-tasks-sigterm", daemon=True).start()
