@@ -85,10 +85,10 @@ class Run:
 
 
 def learning_runs() -> dict[str, Run]:
-    """bench/learning.py's CartPole runs, and MPC on Pendulum, by algorithm name."""
+    """bench/learning.py's CartPole runs, and MPC's and TD3's on Pendulum, by algorithm name."""
     runs = {}
     for name, spec in RUNS.items():
-        if not (name.endswith("cartpole") or name == "mpc-pendulum"):
+        if not (name.endswith("cartpole") or name in ("mpc-pendulum", "td3-pendulum")):
             continue
         runs[spec["algorithm"]] = Run(
             name, spec["algorithm"], {**spec["config"], "env": spec["env"]},

@@ -68,6 +68,18 @@ RUNS = {
         algorithm="mpc", env="Pendulum-v1", threshold=-200.0, budget=10_000,
         config={},  # PETS defaults: 5 members, CEM 400 x 5 over 25 steps; last-10 mean
     ),
+    "sac-pendulum": dict(
+        algorithm="sac", env="Pendulum-v1", threshold=-250.0, budget=20_000,
+        config={},  # Stable-Baselines3's defaults: one step of 256 rows per env step
+    ),
+    "td3-pendulum": dict(
+        algorithm="td3", env="Pendulum-v1", threshold=-250.0, budget=20_000,
+        config={},  # Stable-Baselines3's defaults: one critic step of 256 rows per env step
+    ),
+    "sac-cartpole": dict(
+        algorithm="sac", env="CartPole-v1", threshold=450.0, budget=200_000,
+        config={},  # discrete actions; the defaults otherwise
+    ),
     "es-cartpole": dict(
         algorithm="es", env="CartPole-v1", threshold=450.0, budget=600_000,
         config={"num_workers": 2},  # 32 antithetic pairs per iteration

@@ -22,6 +22,8 @@ ALGORITHM_PATHS: dict[str, str] = {
     "appo": "hrl_tasks.algorithms.appo:APPO",
     "es": "hrl_tasks.algorithms.es:ES",
     "apex": "hrl_tasks.algorithms.apex:ApeX",
+    "sac": "hrl_tasks.algorithms.sac:SAC",
+    "td3": "hrl_tasks.algorithms.td3:TD3",
     "alphazero": "hrl_tasks.algorithms.alphazero:AlphaZero",
     "mpc": "hrl_tasks.algorithms.mpc:MPC",
     "composition": "hrl_tasks.algorithms.composition:Composition",

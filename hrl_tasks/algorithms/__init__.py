@@ -19,6 +19,8 @@ from hrl_tasks.algorithms.impala import IMPALA, IMPALAConfig
 from hrl_tasks.algorithms.mpc import MPC, MPCConfig
 from hrl_tasks.algorithms.pg import A2C, A2CConfig
 from hrl_tasks.algorithms.ppo import PPO, PPOConfig
+from hrl_tasks.algorithms.sac import SAC, SACConfig
+from hrl_tasks.algorithms.td3 import TD3, TD3Config
 from hrl_tasks.errors import ConfigError
 from hrl_tasks.registry import ALGORITHM_PATHS, get_algorithm, load_object
 
@@ -184,6 +186,10 @@ __all__ = [
     "MPCConfig",
     "PPO",
     "PPOConfig",
+    "SAC",
+    "SACConfig",
+    "TD3",
+    "TD3Config",
     "get_algorithm",
     "load",
     "stop_reached",

@@ -86,6 +86,14 @@ class UnknownEnvError(ValueError):
     """An env spec that names no gymnasium env, registered name or PettingZoo env."""
 
 
+class MissingEnvPackageError(UnknownEnvError):
+    """A gymnasium id whose env needs a package that is not installed (MuJoCo's, Box2D's)."""
+
+
+EXTRAS_OF_ENTRY_POINTS = {"gymnasium.envs.mujoco": "mujoco"}
+"""The extra of hrl_tasks that installs what envs of these modules need."""
+
+
 class MultiAgentEnvError(ValueError):
     """A PettingZoo (multi-agent) env given to a single-agent algorithm."""
 
@@ -238,8 +246,23 @@ def env_creator(env: EnvLike, env_config: Mapping[str, Any] | None = None) -> Ca
     if is_ale_id(env):
         return functools.partial(make_atari, env, **config)
     if isinstance(env, str | EnvSpec):
-        return functools.partial(gym.make, env, **config)
+        return functools.partial(gym_make, env, **config)
     return functools.partial(_call_creator, env, config)
+
+
+def gym_make(env: str | EnvSpec, **config: Any) -> gym.Env:
+    """``gymnasium.make``; an env whose package is missing (``mujoco`` for MuJoCo's)
+    raises `MissingEnvPackageError` naming the install command."""
+    try:
+        return gym.make(env, **config)
+    except gym.error.DependencyNotInstalled as exc:
+        spec = env if isinstance(env, EnvSpec) else gym.spec(env)
+        module = str(spec.entry_point).partition(":")[0]
+        extra = next((e for m, e in EXTRAS_OF_ENTRY_POINTS.items() if module.startswith(m)), None)
+        how = f"pip install 'hrl_tasks[{extra}]'" if extra else str(exc).strip().splitlines()[0]
+        raise MissingEnvPackageError(
+            f"{spec.id} needs a package that is not installed: {how}"
+        ) from exc
 
 
 def _call_creator(creator: Callable[..., gym.Env], config: dict[str, Any]) -> gym.Env:

@@ -13,7 +13,9 @@ from hrl_tasks.flow.iterators import LocalIterator, ParallelIterator
 MODES = ("bulk_sync", "async", "raw")
 
 
-def _record(ctx: FlowContext, batch, metrics: dict):
+def _record(ctx: FlowContext, batch, metrics: dict, workers=None):
+    if workers is not None:
+        workers.note_observation_stats(metrics)
     ctx.counters[STEPS_SAMPLED] += batch.env_steps()
     ctx.add_episodes(metrics)
     ctx.counters["env_errors"] += int(metrics.get("env_errors", 0))
@@ -57,7 +59,7 @@ def ParallelRollouts(
             while True:
                 with ctx.timer("sample"):
                     batch, metrics = workers.local_worker.sample()
-                yield _record(ctx, batch, metrics)
+                yield _record(ctx, batch, metrics, workers)
 
         return LocalIterator(local(), "ParallelRollouts(local)")
     parallel = ParallelIterator(
@@ -74,13 +76,13 @@ def ParallelRollouts(
 
         def async_batches():
             for _, (batch, metrics) in parallel.zip_with_source_actor(num_async):
-                yield _record(ctx, batch, metrics)
+                yield _record(ctx, batch, metrics, workers)
 
         return LocalIterator(async_batches(), "ParallelRollouts(async)")
 
     def bulk():
         for results in parallel.gather_sync(prefetch=prefetch):
-            batches = [_record(ctx, batch, metrics) for batch, metrics in results]
+            batches = [_record(ctx, batch, metrics, workers) for batch, metrics in results]
             yield type(batches[0]).concat_samples(batches)  # SampleBatch or MultiAgentBatch
 
     def timed():

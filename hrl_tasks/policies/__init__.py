@@ -40,6 +40,8 @@ _MODULES = {
     "policy": ("Policy",),
     "postprocessing": ("add_discounted_returns", "add_gae"),
     "ppo": ("PPOConfig", "PPOPolicy"),
+    "sac": ("SACConfig", "SACPolicy"),
+    "td3": ("TD3Config", "TD3Policy"),
     "spaces": ("UnsupportedSpaceError",),
     "torch_policy": ("TorchPolicy",),
 }

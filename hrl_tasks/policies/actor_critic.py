@@ -27,7 +27,7 @@ from torch import nn
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.distributions import ActionDistribution, make_action_dist
-from hrl_tasks.policies.models import ActorCritic, make_encoder
+from hrl_tasks.policies.models import ActorCritic, ObsNormalizer, make_encoder
 from hrl_tasks.policies.numpy_actor_critic import NumpyActorCritic
 from hrl_tasks.policies.policy import Policy
 from hrl_tasks.policies.torch_policy import TorchPolicy
@@ -54,9 +54,22 @@ class ActorCriticPolicy(TorchPolicy):
 
     reads_next_obs = False  # it learns from next_values, which the rollout worker computes
 
+    @property
+    def normalizes_observations(self) -> bool:
+        """A config's ``normalize_observations`` (PPO's), else False."""
+        return bool(getattr(self.config, "normalize_observations", False))
+
+    def update_observation_stats(self, stats) -> None:
+        if not self.normalizes_observations:
+            super().update_observation_stats(stats)
+        self.model.obs_normalizer.update(stats)
+
     def make_model(self) -> nn.Module:
         encoder, feature_dim = make_encoder(self.observation_space)
         head = make_action_dist(self.action_space)
+        normalizer = (
+            ObsNormalizer(self.observation_space.shape) if self.normalizes_observations else None
+        )
         return ActorCritic(
             encoder,
             feature_dim,
@@ -66,6 +79,7 @@ class ActorCriticPolicy(TorchPolicy):
             self.config.shared_trunk,
             mask_size=int(getattr(self.observation_space, "mask_size", 0)),
             actor_inputs=int(getattr(self.observation_space, "own_size", 0)),
+            obs_normalizer=normalizer,
         )
 
     def postprocessor(self) -> Callable[[SampleBatch], SampleBatch] | None:

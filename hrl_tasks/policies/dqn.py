@@ -19,14 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.estimators import n_step_returns, td_target_dqn
+from hrl_tasks.policies.estimators import td_target_dqn
 from hrl_tasks.policies.models import QNetwork, make_encoder
+from hrl_tasks.policies.postprocessing import N_STEP_DISCOUNTS, n_step_transitions
 from hrl_tasks.policies.spaces import UnsupportedSpaceError
 from hrl_tasks.policies.torch_policy import TorchPolicy
 from hrl_tasks.policies.torch_utils import load_module_weights, module_weights
-
-N_STEP_DISCOUNTS = "discounts"
-"""Column of per-row bootstrap discounts ``gamma^m (1 - terminated)`` written by n-step postprocessing."""
 
 
 @dataclass
@@ -172,24 +170,7 @@ class DQNPolicy(TorchPolicy):
 
     def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
         """Rewrites rows as n-step transitions when ``n_step > 1`` (see the class doc)."""
-        if self.config.n_step == 1:
-            return batch
-        terminateds, truncateds = batch[SampleBatch.TERMINATEDS], batch[SampleBatch.TRUNCATEDS]
-        returns, discounts, last = n_step_returns(
-            batch[SampleBatch.REWARDS],
-            terminateds,
-            self.config.gamma,
-            self.config.n_step,
-            truncateds,
-        )
-        columns = dict(batch.items())
-        columns[SampleBatch.REWARDS] = returns.astype(np.float32)
-        columns[N_STEP_DISCOUNTS] = discounts.astype(np.float32)
-        for name in (SampleBatch.NEXT_OBS, SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS):
-            column = batch[name]
-            index = last.reshape(last.shape + (1,) * (column.ndim - last.ndim))
-            columns[name] = np.take_along_axis(column, index, axis=0)
-        return SampleBatch(columns)
+        return n_step_transitions(batch, self.config.gamma, self.config.n_step)
 
     def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         """Term ``loss_td``; diagnostics ``td_error`` (per row) and ``q_mean``."""

@@ -91,3 +91,80 @@ def _check_same_shape(**tensors: torch.Tensor) -> None:
     shapes = {name: tuple(t.shape) for name, t in tensors.items()}
     if len(set(shapes.values())) > 1:
         raise ValueError(f"shapes must match: {shapes}")
+
+
+def twin_q_loss(
+    q1: torch.Tensor, q2: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """Both critics' importance-weighted squared errors against one target (Fujimoto et
+    al. 2018, clipped double Q): ``0.5 * (mean(w (Q1 - y)^2) + mean(w (Q2 - y)^2))``;
+    Stable-Baselines3's SAC takes half, its TD3 the full sum (double it).
+
+    Args:
+        q1, q2: ``Q_i(s, a)`` of the taken actions (carry the gradient).
+        targets: ``y``, without gradient.
+        weights: Importance weights of prioritized replay (ones otherwise).
+    """
+    _check_same_shape(q1=q1, q2=q2, targets=targets, weights=weights)
+    return 0.5 * ((weights * (q1 - targets) ** 2).mean() + (weights * (q2 - targets) ** 2).mean())
+
+
+def soft_q_targets(
+    rewards: torch.Tensor,
+    discounts: torch.Tensor,
+    next_q1: torch.Tensor,
+    next_q2: torch.Tensor,
+    next_logp: torch.Tensor,
+    alpha: torch.Tensor | float,
+) -> torch.Tensor:
+    """SAC's critic targets (Haarnoja et al. 2018, eq. 3 with twin targets):
+    ``y = r + D * (min(Q1'(s', a'), Q2'(s', a')) - alpha * log pi(a' | s'))`` with
+    ``a' ~ pi(s')``; ``D`` is ``gamma^m (1 - terminated)`` (n-step, or ``gamma (1 -
+    terminated)``). TD3's targets are the same with ``alpha = 0``.
+
+    Discrete actions pass the expectation over ``pi(s')`` instead: ``next_q_i`` and
+    ``next_logp`` of shape ``[B, n]`` and the probabilities as ``next_probs``
+    through `soft_values`.
+    """
+    _check_same_shape(rewards=rewards, discounts=discounts, next_q1=next_q1, next_q2=next_q2,
+                      next_logp=next_logp)  # fmt: skip
+    return rewards + discounts * (torch.minimum(next_q1, next_q2) - alpha * next_logp)
+
+
+def soft_values(
+    q1: torch.Tensor, q2: torch.Tensor, logp: torch.Tensor, alpha: torch.Tensor | float
+) -> torch.Tensor:
+    """``V(s) = sum_a pi(a|s) (min(Q1, Q2)(s, a) - alpha log pi(a|s))`` over a discrete
+    action axis (the last), from ``[B, n]`` Q-values and log-probabilities
+    (Christodoulou 2019, eq. 3)."""
+    _check_same_shape(q1=q1, q2=q2, logp=logp)
+    return (logp.exp() * (torch.minimum(q1, q2) - alpha * logp)).sum(-1)
+
+
+def sac_actor_loss(
+    logp: torch.Tensor, q1: torch.Tensor, q2: torch.Tensor, alpha: torch.Tensor | float
+) -> torch.Tensor:
+    """SAC's policy loss (Haarnoja et al. 2018, eq. 7): ``mean(alpha * log pi(a|s) -
+    min(Q1, Q2)(s, a))`` for reparameterized ``a ~ pi(s)``; for ``[B, n]`` inputs
+    (discrete actions) the expectation over ``pi``: ``mean(sum_a pi (alpha log pi -
+    min Q))``."""
+    _check_same_shape(logp=logp, q1=q1, q2=q2)
+    inner = alpha * logp - torch.minimum(q1, q2)
+    if logp.ndim == 2:
+        return (logp.exp() * inner).sum(-1).mean()
+    return inner.mean()
+
+
+def temperature_loss(
+    log_alpha: torch.Tensor, logp: torch.Tensor, target_entropy: float
+) -> torch.Tensor:
+    """The entropy temperature's loss (Haarnoja et al. 2018, eq. 18, in log alpha as
+    Stable-Baselines3): ``-mean(log alpha * (log pi(a|s) + target_entropy))``; its
+    gradient raises alpha while the entropy ``-log pi`` is below the target.
+
+    Args:
+        log_alpha: The scalar parameter.
+        logp: Per-sample ``log pi(a|s)`` (or ``-H`` for discrete actions), no gradient.
+        target_entropy: The entropy alpha is tuned toward.
+    """
+    return -(log_alpha * (logp.detach() + target_entropy)).mean()

@@ -145,6 +145,39 @@ def make_encoder(observation_space: gym.Space) -> tuple[nn.Module, int]:
     return nn.Flatten(start_dim=-len(shape)), int(np.prod(shape))
 
 
+class ObsNormalizer(nn.Module):
+    """Observations standardized by running statistics and clipped, as Stable-Baselines3's
+    ``VecNormalize``: ``clip((obs - mean) / sqrt(var + 1e-8), -clip, clip)``.
+
+    ``mean``, ``var`` and ``count`` are buffers: they travel with the weights to the
+    rollout workers, and are saved in checkpoints. `update` merges statistics
+    gathered by the workers (`hrl_tasks.data.running_stats.RunningStats`).
+    """
+
+    def __init__(self, shape: Sequence[int], clip: float = 10.0) -> None:
+        super().__init__()
+        self.clip = float(clip)
+        self.register_buffer("mean", torch.zeros(tuple(shape)))
+        self.register_buffer("var", torch.ones(tuple(shape)))
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        scaled = (obs.float() - self.mean) / torch.sqrt(self.var + 1e-8)
+        return scaled.clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, stats) -> None:
+        """Merges ``stats`` (a `RunningStats`) into the running statistics."""
+        from hrl_tasks.data.running_stats import RunningStats
+
+        count = float(self.count)
+        mine = RunningStats(count, self.mean.double().numpy(), (self.var.double() * count).numpy())
+        merged = mine.merge(stats)
+        self.mean.copy_(torch.from_numpy(merged.mean))
+        self.var.copy_(torch.from_numpy(merged.var))
+        self.count.fill_(merged.count)
+
+
 class ActorCritic(nn.Module):
     """An encoder, then an actor and a critic, with separate or shared MLP trunks.
 
@@ -165,6 +198,8 @@ class ActorCritic(nn.Module):
         actor_inputs: The actor sees only the first ``actor_inputs`` features
             (an agent's own observation, with a centralized critic that sees them
             all; see `hrl_tasks.policies.spaces.StateBox`). 0: all of them.
+        obs_normalizer: Applied to observations before the encoder (an
+            `ObsNormalizer`); None: observations as they are.
     """
 
     def __init__(
@@ -177,8 +212,10 @@ class ActorCritic(nn.Module):
         shared: bool = False,
         mask_size: int = 0,
         actor_inputs: int = 0,
+        obs_normalizer: nn.Module | None = None,
     ) -> None:
         super().__init__()
+        self.obs_normalizer = obs_normalizer or nn.Identity()
         self.encoder = encoder
         self.mask_size = int(mask_size)
         self.actor_inputs = int(actor_inputs)
@@ -199,14 +236,14 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[ActionDistribution, torch.Tensor]:
         """Returns the action distribution and the values ``V(obs)`` (shape ``obs.shape[:-k]``)."""
-        features = self.trunk(self.encoder(obs))
+        features = self.trunk(self.encoder(self.obs_normalizer(obs)))
         own = features[..., : self.actor_inputs] if self.actor_inputs else features
         logits = apply_mask(self.actor(own), obs, self.mask_size)
         return self.dist_head(logits), self.critic(features).squeeze(-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Returns ``V(obs)`` only."""
-        return self.critic(self.trunk(self.encoder(obs))).squeeze(-1)
+        return self.critic(self.trunk(self.encoder(self.obs_normalizer(obs)))).squeeze(-1)
 
 
 class QNetwork(nn.Module):

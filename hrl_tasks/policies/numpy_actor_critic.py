@@ -55,6 +55,11 @@ class NumpyActorCritic(Policy):
 
     reads_next_obs = False  # as the `ActorCriticPolicy` it copies
 
+    @property
+    def normalizes_observations(self) -> bool:
+        """Whether the weights carry observation statistics (``obs_normalizer.*``)."""
+        return self._normalizer is not None
+
     def __init__(
         self,
         observation_space: gym.Space,
@@ -81,6 +86,11 @@ class NumpyActorCritic(Policy):
         self._trunk = _linear_layers(self._weights, "trunk")
         self._actor = _linear_layers(self._weights, "actor")
         self._critic = _linear_layers(self._weights, "critic")
+        mean = self._weights.get("obs_normalizer.mean")
+        self._normalizer = None if mean is None else (
+            mean.astype(np.float32),
+            np.sqrt(self._weights["obs_normalizer.var"].astype(np.float32) + np.float32(1e-8)),
+        )  # fmt: skip
         log_std = self._weights.get("dist_head.log_std")
         self._log_std = None if log_std is None else log_std.astype(np.float32)
         self._check_shapes()
@@ -131,7 +141,11 @@ class NumpyActorCritic(Policy):
         n_lead = obs.ndim - len(shape)
         if n_lead < 1 or obs.shape[n_lead:] != shape:
             raise ValueError(f"expected observations of shape [B, *{shape}], got {obs.shape}")
-        features = obs.reshape(*obs.shape[:n_lead], -1).astype(np.float32)
+        features = obs.astype(np.float32)
+        if self._normalizer is not None:  # as ObsNormalizer: standardized, clipped to +-10
+            mean, std = self._normalizer
+            features = np.clip((features - mean) / std, -10.0, 10.0)
+        features = features.reshape(*obs.shape[:n_lead], -1)
         for weight, bias in self._trunk:
             features = np.tanh(features @ weight + bias)
         return features

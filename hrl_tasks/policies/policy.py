@@ -48,6 +48,11 @@ class Policy(abc.ABC):
     the column from its batches when not: once ``next_values`` are computed,
     actor-critics never read it, and it is as large as ``obs`` (an Atari frame stack)."""
 
+    normalizes_observations = False
+    """Whether the policy standardizes observations by running statistics: a rollout
+    worker then reports those of what it saw (``metrics["obs_stats"]``), and the
+    learner merges them (`update_observation_stats`) before it sends its weights."""
+
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any) -> None:
         self.observation_space = observation_space
         self.action_space = action_space
@@ -186,6 +191,14 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def set_state(self, state: dict[str, Any]) -> None:
         """Restores a `get_state` result (also after an encode/decode round trip)."""
+
+    def update_observation_stats(self, stats: Any) -> None:
+        """Merges observation statistics (a `RunningStats`) gathered by rollout workers.
+
+        Raises:
+            NotImplementedError: for a policy that does not normalize observations.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not normalize observations")
 
     def get_rng_state(self) -> Any:
         """The state of the policy's own random numbers (sampling, exploration), as

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.estimators import gae
+from hrl_tasks.policies.estimators import gae, n_step_returns
 
 GAE_COLUMNS = (
     SampleBatch.REWARDS,
@@ -70,4 +70,31 @@ def add_discounted_returns(batch: SampleBatch, gamma: float) -> SampleBatch:
     columns = dict(batch.items())
     for name in (SampleBatch.ADVANTAGES, SampleBatch.VALUE_TARGETS):
         columns[name] = with_returns[name]
+    return SampleBatch(columns)
+
+
+N_STEP_DISCOUNTS = "discounts"
+"""Column of per-row bootstrap discounts ``gamma^m (1 - terminated)`` written by
+`n_step_transitions`."""
+
+
+def n_step_transitions(batch: SampleBatch, gamma: float, n_step: int) -> SampleBatch:
+    """One env's fragment with each row ``t`` rewritten as an n-step transition, for
+    replay learners (`estimators.n_step_returns`): ``rewards`` = ``R_t``; ``next_obs``,
+    ``terminateds`` and ``truncateds`` from row ``b_t``; a new ``discounts`` column =
+    ``D_t``. ``next_obs`` on a truncated row must be the final observation before the
+    reset. The batch itself when ``n_step == 1``."""
+    if n_step == 1:
+        return batch
+    terminateds, truncateds = batch[SampleBatch.TERMINATEDS], batch[SampleBatch.TRUNCATEDS]
+    returns, discounts, last = n_step_returns(
+        batch[SampleBatch.REWARDS], terminateds, gamma, n_step, truncateds
+    )
+    columns = dict(batch.items())
+    columns[SampleBatch.REWARDS] = returns.astype(np.float32)
+    columns[N_STEP_DISCOUNTS] = discounts.astype(np.float32)
+    for name in (SampleBatch.NEXT_OBS, SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS):
+        column = batch[name]
+        index = last.reshape(last.shape + (1,) * (column.ndim - last.ndim))
+        columns[name] = np.take_along_axis(column, index, axis=0)
     return SampleBatch(columns)

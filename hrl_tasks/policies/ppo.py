@@ -58,6 +58,10 @@ class PPOConfig:
     """Hidden widths after the encoder (use () on top of a CNN)."""
     shared_trunk: bool = False
     """Share the hidden layers between actor and critic (CleanRL keeps them separate)."""
+    normalize_observations: bool = False
+    """Standardize observations by running statistics gathered on the rollout workers
+    (Stable-Baselines3's ``VecNormalize``; rl-zoo's MuJoCo settings), kept in the
+    weights and checkpoints."""
     seed: int | None = None
     """Seed of the initial weights, sampling and minibatch shuffling; None draws one."""
 

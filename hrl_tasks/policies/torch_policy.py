@@ -147,7 +147,8 @@ class TorchPolicy(Policy):
         return grads, info
 
     def apply_gradients(self, grads: list[np.ndarray]) -> None:
-        """One optimizer step with `grads`.
+        """One optimizer step with `grads`; a None entry leaves its parameter out of the
+        step (as a parameter that took no gradient in `learn_on_batch`).
 
         Raises:
             ValueError: If the number or shapes of `grads` do not match the parameters.
@@ -156,6 +157,9 @@ class TorchPolicy(Policy):
         if len(grads) != len(params):
             raise ValueError(f"got {len(grads)} gradients for {len(params)} parameters")
         for p, g in zip(params, grads, strict=True):
+            if g is None:
+                p.grad = None
+                continue
             if tuple(np.shape(g)) != tuple(p.shape):
                 raise ValueError(f"gradient shape {np.shape(g)} != parameter shape {p.shape}")
             p.grad = torch.from_numpy(np.array(g, dtype=np.float32))

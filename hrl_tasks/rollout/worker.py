@@ -43,6 +43,7 @@ import numpy as np
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.rng import generator_from_state, generator_state
+from hrl_tasks.data.running_stats import RunningStats
 from hrl_tasks.envs.make import EnvError, EnvLike, env_name, make_env
 from hrl_tasks.policies import Policy
 from hrl_tasks.rollout.malloc import ROLLOUT_MMAP_THRESHOLD, limit_arenas, map_blocks_from
@@ -229,7 +230,9 @@ class RolloutWorker(WorkerCalls):
             ``env_steps`` (rows), ``episode_returns`` and ``episode_lengths``
             (episodes that ended during this call, env errors excluded),
             ``env_errors`` (steps that raised), ``worker_index`` and
-            ``sample_s`` (seconds this call took in the worker).
+            ``sample_s`` (seconds this call took in the worker); and
+            ``obs_stats``, the `RunningStats` state of the observations, when
+            the policy normalizes them.
         """
         started = time.perf_counter()
         steps = self.rollout_fragment_length if num_steps is None else int(num_steps)
@@ -243,6 +246,9 @@ class RolloutWorker(WorkerCalls):
         for t in range(steps):
             self._step(t, steps, columns, metrics)
         self._check_finite(columns)
+        if self.policy.normalizes_observations:  # what the learner's statistics merge
+            shape = self.policy.observation_space.shape
+            metrics["obs_stats"] = RunningStats.of(columns[SampleBatch.OBS], shape).state()
         if SampleBatch.VALUES in columns:
             columns[SampleBatch.NEXT_VALUES] = self._next_values(columns)
         if not self.policy.reads_next_obs:

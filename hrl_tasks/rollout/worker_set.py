@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -174,7 +175,29 @@ class WorkerSet:
         self.resyncs = 0
         self._stopped = False
         self._lock = threading.RLock()  # the weights and the re-sync counts
+        self._obs_stats: list = []  # observation statistics from samples, not merged yet
         self.sync_weights()
+
+    def note_observation_stats(self, metrics: dict) -> None:
+        """Keeps a sample's observation statistics (``metrics["obs_stats"]``, from a
+        policy that normalizes observations) for the learner's policy: merged at the
+        next `sync_weights`, after the learner used the batch, so that it learns with
+        the statistics the batch was sampled with."""
+        state = metrics.pop("obs_stats", None)
+        if state is not None:
+            with self._lock:
+                self._obs_stats.append(state)
+
+    def _merge_observation_stats(self) -> None:
+        if not self._obs_stats:
+            return
+        from hrl_tasks.data.running_stats import RunningStats
+
+        merged = functools.reduce(
+            RunningStats.merge, (RunningStats.from_state(s) for s in self._obs_stats)
+        )
+        self._obs_stats.clear()
+        self._local.policy.update_observation_stats(merged)
 
     @property
     def local_worker(self) -> RolloutWorker:
@@ -214,6 +237,7 @@ class WorkerSet:
             ValueError: If ``to`` names a handle that is not in this set.
         """
         with self._lock:  # a learner thread and a sampling thread may both get here
+            self._merge_observation_stats()
             if weights is None:
                 weights = self._local.get_weights()
             else:

@@ -239,3 +239,23 @@ def _child_pids() -> set[int]:
 def test_an_int_that_a_float_cannot_hold_exactly_is_refused():
     with pytest.raises(ConfigError, match="PPOConfig.lr must be float"):
         PPOConfig.from_dict(lr=2**63 - 1)
+
+
+@pytest.mark.parametrize("name, values, says", [
+    ("dqn", {"training_intensity": 64.0}, "DQNConfig.training_intensity must be None, or "
+     "DQNConfig.train_steps_per_round must be: both are set (training_intensity=64, "
+     "train_steps_per_round=128)"),
+    ("sac", {"train_steps_per_round": 5}, "SACConfig.training_intensity must be None, or "
+     "SACConfig.train_steps_per_round must be: both are set"),
+    ("td3", {"training_intensity": None}, "TD3Config.training_intensity must be set (replayed rows per env "
+     "step), or TD3Config.train_steps_per_round must be: both are None"),
+    ("sac", {"learning_starts": 2_000_000}, "SACConfig.learning_starts must be <= buffer_size"),
+])  # fmt: skip
+def test_the_replay_ratio_is_set_by_one_key(name, values, says):
+    cls = ALGORITHMS[name].config_class
+    with pytest.raises(ConfigError) as raised:
+        cls.from_dict(values)
+    assert says in str(raised.value) and "\n" not in str(raised.value)
+    # Either alone is fine.
+    assert cls.from_dict(training_intensity=64.0, train_steps_per_round=None).training_intensity
+    assert cls.from_dict(train_steps_per_round=5, training_intensity=None).train_steps_per_round

@@ -129,7 +129,7 @@ def test_from_dict_returns_a_valid_config_or_names_the_key(name):
     check()
 
 
-@pytest.mark.parametrize("name", ["dqn", "apex"])
+@pytest.mark.parametrize("name", ["dqn", "apex", "sac", "td3"])
 def test_replay_sizes_fit_together_or_are_named(name):
     cls = ALGORITHMS[name].config_class
     keys = ["buffer_size", "learning_starts", "train_batch_size", "num_replay_shards"]

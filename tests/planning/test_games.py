@@ -66,7 +66,7 @@ def random_actions(game, rng):
     yield None  # lets play_along check the final position
 
 
-@pytest.mark.parametrize(("name", "games"), [("tictactoe_v3", 2000), ("connect_four_v3", 1000)])
+@pytest.mark.parametrize(("name", "games"), [("tictactoe_v3", 600), ("connect_four_v3", 300)])
 def test_random_games_match_pettingzoo(name, games):
     game = make_game(name)
     env = PETTINGZOO_ENVS[name].env()

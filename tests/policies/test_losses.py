@@ -57,3 +57,45 @@ def test_value_loss_by_hand():
 def test_entropy_loss():
     assert entropy_loss(torch.tensor([1.0, 3.0])).item() == pytest.approx(-2.0)
     assert math.isclose(entropy_loss(torch.full((4,), 0.5)).item(), -0.5)
+
+
+def test_replay_actor_critic_losses_against_a_loop():
+    from hrl_tasks.policies.losses import (
+        sac_actor_loss,
+        soft_q_targets,
+        soft_values,
+        temperature_loss,
+        twin_q_loss,
+    )
+
+    g = torch.Generator().manual_seed(0)
+    n, k = 7, 3
+    r, d, q1, q2, nq1, nq2, logp = (torch.randn(n, generator=g) for _ in range(7))
+    w = torch.rand(n, generator=g)
+    alpha = 0.3
+    y = soft_q_targets(r, d, nq1, nq2, logp, alpha)
+    for i in range(n):
+        expected = r[i] + d[i] * (min(nq1[i], nq2[i]) - alpha * logp[i])
+        assert y[i].item() == pytest.approx(expected.item(), abs=1e-6)
+    critic = sum(w[i] * ((q1[i] - y[i]) ** 2 + (q2[i] - y[i]) ** 2) for i in range(n)) / (2 * n)
+    assert twin_q_loss(q1, q2, y, w).item() == pytest.approx(critic.item(), rel=1e-6)
+    actor = sum(alpha * logp[i] - min(q1[i], q2[i]) for i in range(n)) / n
+    assert sac_actor_loss(logp, q1, q2, alpha).item() == pytest.approx(actor.item(), rel=1e-6)
+    # Discrete: expectations over pi on an action axis.
+    Q1, Q2 = torch.randn(n, k, generator=g), torch.randn(n, k, generator=g)
+    logits = torch.randn(n, k, generator=g)
+    lp = logits.log_softmax(-1)
+    v = soft_values(Q1, Q2, lp, alpha)
+    loss = sac_actor_loss(lp, Q1, Q2, alpha)
+    total = 0.0
+    for i in range(n):
+        vi = sum(lp[i, a].exp() * (min(Q1[i, a], Q2[i, a]) - alpha * lp[i, a]) for a in range(k))
+        assert v[i].item() == pytest.approx(vi.item(), abs=1e-6)
+        total += sum(lp[i, a].exp() * (alpha * lp[i, a] - min(Q1[i, a], Q2[i, a]))
+                     for a in range(k))  # fmt: skip
+    assert loss.item() == pytest.approx(total.item() / n, rel=1e-6)
+    log_alpha = torch.tensor(0.5, requires_grad=True)
+    temperature_loss(log_alpha, logp, -1.0).backward()
+    assert log_alpha.grad.item() == pytest.approx(-(logp - 1.0).mean().item(), rel=1e-6)
+    with pytest.raises(ValueError, match="shapes must match"):
+        twin_q_loss(q1, q2[:3], y, w)

@@ -21,6 +21,10 @@ from hrl_tasks.policies import (
     PGPolicy,
     PPOConfig,
     PPOPolicy,
+    SACConfig,
+    SACPolicy,
+    TD3Config,
+    TD3Policy,
 )
 from tests.policies.synthetic import (
     cartpole_spaces,
@@ -41,7 +45,11 @@ CASES = {
     "dqn": lambda seed: DQNPolicy(*cartpole_spaces(), DQNConfig(seed=seed, epsilon=0.5)),
     "impala": lambda seed: IMPALAPolicy(*pendulum_spaces(), IMPALAConfig(seed=seed)),
     "es": lambda seed: ESPolicy(*pendulum_spaces(), ESConfig(seed=seed, hidden=(16,))),
+    "sac": lambda seed: SACPolicy(*pendulum_spaces(), SACConfig(seed=seed, hidden=(32, 32))),
+    "sac_discrete": lambda seed: SACPolicy(*cartpole_spaces(), SACConfig(seed=seed, hidden=(32,))),
+    "td3": lambda seed: TD3Policy(*pendulum_spaces(), TD3Config(seed=seed, hidden=(32, 32))),
 }
+NO_EXTRAS = ("dqn", "es", "sac", "sac_discrete", "td3")  # replay learners store no logp
 
 
 def training_batch(name, policy):
@@ -78,12 +86,12 @@ def test_compute_actions_shapes_and_dtypes(name):
     obs = observations(policy)
     for explore in (True, False):
         actions, extras = policy.compute_actions(obs, explore=explore)
-        if name in ("pg", "ppo_discrete", "dqn"):
+        if name in ("pg", "ppo_discrete", "dqn", "sac_discrete"):
             assert actions.shape == (5,) and actions.dtype == np.int64
             assert all(policy.action_space.contains(a) for a in actions)
         else:
             assert actions.shape == (5, 1) and actions.dtype == np.float32
-        if name in ("dqn", "es"):
+        if name in NO_EXTRAS:
             assert extras == {}
         else:
             assert sorted(extras) == ["logp", "values"]

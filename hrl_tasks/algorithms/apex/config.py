@@ -19,7 +19,10 @@ class ApeXConfig(DQNConfig):
     """Learner updates between weight broadcasts to the rollout workers."""
     replay_batches_per_call: int = 16
     """Train batches fetched from a shard in one call. Fetching a result costs the
-    learner a round trip (about 6 ms here); one batch per call held it to ~35 updates/s."""
+    learner a round trip (about 6 ms here); one batch per call held it to ~35 updates/s.
+    It sets how batches travel, not how many are replayed per env step: with
+    ``training_intensity`` None the learner replays as fast as it can, with it a rate
+    limiter holds the ratio (the samplers wait for the learner, or it for them)."""
     rollout_fragment_length: int = 16
     n_step: int = 3
     """As in the Ape-X paper; with 1-step targets CartPole peaked near 200 in 400k steps."""

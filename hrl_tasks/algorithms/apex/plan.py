@@ -12,6 +12,7 @@ import numpy as np
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.apex.config import ApeXConfig
 from hrl_tasks.algorithms.apex.replay_shard import ReplayShard
+from hrl_tasks.data.rate_limiter import BlockingLimiter, SampleToInsertRatio
 from hrl_tasks.flow import (
     Concurrently,
     LocalIterator,
@@ -65,6 +66,7 @@ class ApeX(Algorithm):
     def build_plan(self, workers, ctx):
         cfg = self.config
         self.stopping = threading.Event()  # ends the two sub-flows' threads at stop()
+        self.limiter = self._make_limiter()
         self.pending_priorities = {}  # shard -> [(indexes, priorities)] not sent yet
         self.direct_priorities = workers.direct_calls
         self.shards = [
@@ -98,6 +100,19 @@ class ApeX(Algorithm):
         train_op = Concurrently([store_op, replay_op], mode="async", output_indexes=[1])
         return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
 
+    def _make_limiter(self) -> BlockingLimiter | None:
+        """With ``training_intensity``: rows replayed per env step held within one fetched
+        group of batches and one sample call of the ratio (`SampleToInsertRatio`)."""
+        cfg = self.config
+        if cfg.training_intensity is None:
+            return None
+        fetched = cfg.train_batch_size * cfg.replay_batches_per_call
+        sampled = cfg.rollout_fragment_length * cfg.num_envs_per_worker
+        ratio = SampleToInsertRatio.for_batches(
+            cfg.training_intensity, cfg.learning_starts, fetched, sampled
+        )
+        return BlockingLimiter(ratio, self.stopping)
+
     def _store(self, workers, ctx, handles):
         """Samples go from each rollout worker to a shard; only metrics come here.
 
@@ -125,7 +140,13 @@ class ApeX(Algorithm):
             if how:  # the batch is in hand: only the shard can hold it up
                 stored_since[ref] = time.monotonic()
 
+        rows = self.config.rollout_fragment_length * self.config.num_envs_per_worker
+        held: list = []  # samplers the rate limiter holds until the learner catches up
+
         def request(handle):
+            if self.limiter is not None and not self.limiter.try_insert(rows):
+                held.append(handle)
+                return
             sample = handle.call("sample", direct=direct)
             if direct:
                 in_flight[sample] = (handle, None, "sample")
@@ -135,7 +156,13 @@ class ApeX(Algorithm):
         for handle in handles * self.config.num_async:
             request(handle)
         while not self.stopping.is_set():
-            done, _ = engine.wait(list(in_flight), timeout=0.5, return_when="FIRST_COMPLETED")
+            for handle in [held.pop(0) for _ in range(len(held))]:
+                request(handle)  # held again if the learner is still behind
+            if not in_flight:
+                time.sleep(0.01)
+                continue
+            wait_s = 0.02 if held else 0.5
+            done, _ = engine.wait(list(in_flight), timeout=wait_s, return_when="FIRST_COMPLETED")
             for ref in done:
                 handle, shard, stage = in_flight.pop(ref)
                 stored_since.pop(ref, None)
@@ -183,10 +210,22 @@ class ApeX(Algorithm):
                     yield None
                     continue
                 for start in range(0, len(batches), size):
+                    if not self._may_replay(size):
+                        return
                     updates += 1
                     if updates % self.config.weight_sync_every == 0:
                         workers.sync_weights()
                     yield shard, batches[start : start + size]
+
+    def _may_replay(self, rows: int) -> bool:
+        """Waits until the rate limiter allows ``rows`` more to be replayed (at once
+        without ``training_intensity``); False once the algorithm stops."""
+        if self.limiter is None:
+            return not self.stopping.is_set()
+        while not self.stopping.is_set():
+            if self.limiter.wait_to_sample(rows, timeout=0.5):
+                return True
+        return False
 
     def _send_priorities(self, trained, shard):
         """New priorities go back to their shard, one call per fetched group of batches."""
@@ -204,6 +243,8 @@ class ApeX(Algorithm):
         if self.acting_only:
             return
         self.stopping.set()
+        if getattr(self, "limiter", None) is not None:
+            self.limiter.wake()
         for shard in getattr(self, "shards", []):
             shard.kill(timeout=10)
         super().stop()

@@ -2,7 +2,9 @@
 
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.dqn.config import DQNConfig
-from hrl_tasks.data import MultiAgentBatch, PrioritizedReplayBuffer, ReplayBuffer
+from hrl_tasks.algorithms.replay_learning import ReplayAndLearn, ReplayRatio, make_buffer
+from hrl_tasks.data import MultiAgentBatch
+from hrl_tasks.errors import ConfigError
 from hrl_tasks.flow import (
     Concurrently,
     LocalIterator,
@@ -56,30 +58,28 @@ class DQN(Algorithm):
         )
 
     def build_plan(self, workers, ctx):
+        cfg = self.config
         if isinstance(workers.local_worker.policy, PolicyMap):
+            if cfg.training_intensity is not None:
+                raise ConfigError(
+                    "training_intensity is for single-agent envs so far; in a multi-agent one "
+                    "set train_steps_per_round (gradient steps per sampling round) instead"
+                )
             from hrl_tasks.algorithms.composition import composed_plan
 
             return composed_plan(self, workers, ctx)
-        cfg = self.config
         self.buffer = make_buffer(cfg)
+        self.replay_ratio = ReplayRatio(cfg)
         rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync", speculative=False)
-        store_op = rollouts.for_each(StoreToReplayBuffer(self.buffer)).for_each(
-            ExploreAndSync(workers, ctx, cfg)
-        )
         train = TrainOneStep(workers, ctx, sync_weights=False)  # synced once per round
         priorities = UpdatePriorities(self.buffer)
         target = UpdateTargetNetwork(workers, ctx, cfg.target_update_every)
-        replay_op = (  # None until the buffer holds learning_starts rows
-            Replay(self.buffer, cfg.train_batch_size, cfg.learning_starts).for_each(
-                lambda batch: batch and target(priorities(train(batch)))
-            )
-        )
-        train_op = Concurrently(
-            [store_op, replay_op],
-            mode="round_robin",
-            output_indexes=[1],
-            round_robin_weights=[1, cfg.train_steps_per_round],
-        )
+        train_op = (
+            rollouts.for_each(StoreToReplayBuffer(self.buffer))
+            .for_each(ExploreAndSync(workers, ctx, cfg))
+            .for_each(ReplayAndLearn(self.buffer, self.replay_ratio,
+                                     lambda batch: target(priorities(train(batch))), ctx))
+        )  # fmt: skip
         return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
 
     def get_state(self):
@@ -88,21 +88,16 @@ class DQN(Algorithm):
             **super().get_state(),
             "replay_rows": len(self.buffer),
             "replay_rng": self.buffer.get_rng_state(),
+            "replay_ratio": self.replay_ratio.state(),
         }
 
     def set_state(self, state):
         super().set_state(state)
         if "replay_rng" in state:
             self.buffer.set_rng_state(state["replay_rng"])
+        if "replay_ratio" in state:
+            self.replay_ratio.restore(state["replay_ratio"])
         ExploreAndSync.send_epsilon(self.workers, self.policy.epsilon)
-
-
-def make_buffer(cfg: DQNConfig):
-    if cfg.prioritized_replay:
-        return PrioritizedReplayBuffer(
-            cfg.buffer_size, alpha=cfg.prioritized_alpha, beta=cfg.prioritized_beta, seed=cfg.seed
-        )
-    return ReplayBuffer(cfg.buffer_size, seed=cfg.seed)
 
 
 class ExploreAndSync:

@@ -1,0 +1,167 @@
+"""SAC and TD3 on MuJoCo against Stable-Baselines3, the same replay ratio on both sides.
+
+Each run trains for ``--steps`` env steps (200,000 by default) with rl-zoo's
+HalfCheetah settings (learning from 10,000 uniformly random steps on; one gradient
+step of 256 rows per env step; SAC: lr 3e-4, (256, 256); TD3: lr 1e-3, (400, 300),
+exploration noise 0.1), then plays 10 episodes with deterministic actions. The
+wall time is the whole run as a user waits for it, the cluster's start-up
+included. The two sides alternate seed by seed, so that a machine whose speed
+drifts slows both alike. Prints one JSON line and draws the curves (mean return
+of the last 10 training episodes against env steps) into docs/learning/.
+
+Needs ``pip install -e ".[bench,mujoco]"``.
+
+    python bench/continuous.py [--algorithm sac] [--env HalfCheetah-v5] [--seeds 0 1]
+"""
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+WINDOW = 10  # training episodes in a curve's point
+RL_ZOO = {  # rl-zoo's HalfCheetah settings, named as each library names them
+    "sac": {"sb3": {"learning_starts": 10_000},
+            "hrl": {"learning_starts": 10_000}},
+    "td3": {"sb3": {"learning_starts": 10_000, "learning_rate": 1e-3, "batch_size": 256,
+                    "policy_kwargs": {"net_arch": [400, 300]}},
+            "hrl": {"learning_starts": 10_000, "lr": 1e-3, "train_batch_size": 256,
+                    "hidden": (400, 300)}},
+}  # fmt: skip
+
+
+def hrl_run(algorithm: str, env: str, seed: int, steps: int, settings: dict) -> dict:
+    import hrl_tasks
+
+    curve = []
+    start = time.perf_counter()
+
+    def record(result):
+        curve.append((result["env_steps_sampled"], result["episode_return_mean"]))
+
+    algo, result = hrl_tasks.train(
+        algorithm, env, stop={"env_steps_sampled": steps}, callback=record, seed=seed,
+        metrics_smoothing_episodes=WINDOW, **settings,
+    )  # fmt: skip
+    trained_s = time.perf_counter() - start
+    evaluation = algo.evaluate(episodes=10)["evaluation_return_mean"]
+    timers = {k: round(v, 1) for k, v in result.get("time_s", {}).items()}
+    algo.stop()
+    return {"seconds": trained_s, "env_steps": result["env_steps_sampled"],
+            "evaluation_return": evaluation, "train_return": result["episode_return_mean"],
+            "time_s": timers, "curve": curve}  # fmt: skip
+
+
+def sb3_run(algorithm: str, env: str, seed: int, steps: int, settings: dict) -> dict:
+    import stable_baselines3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    curve = []
+
+    class Curve(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % 1000 == 0 and self.model.ep_info_buffer:
+                returns = [e["r"] for e in list(self.model.ep_info_buffer)[-WINDOW:]]
+                curve.append((self.num_timesteps, float(np.mean(returns))))
+            return True
+
+    start = time.perf_counter()
+    cls = getattr(stable_baselines3, algorithm.upper())
+    extra = {}
+    if algorithm == "td3":
+        extra["action_noise"] = NormalActionNoise(np.zeros(6), 0.1 * np.ones(6))
+    model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings, **extra)
+    model.learn(total_timesteps=steps, callback=Curve())
+    trained_s = time.perf_counter() - start
+    evaluation, _ = evaluate_policy(model, model.get_env(), n_eval_episodes=10, deterministic=True)
+    returns = [e["r"] for e in list(model.ep_info_buffer)[-WINDOW:]]
+    return {"seconds": trained_s, "env_steps": int(model.num_timesteps),
+            "evaluation_return": float(evaluation), "train_return": float(np.mean(returns)),
+            "curve": curve}  # fmt: skip
+
+
+def plot(runs: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (side, seed), run in sorted(runs.items()):
+        steps, returns = zip(*run["curve"], strict=True) if run["curve"] else ((), ())
+        ax.plot(steps, returns, label=f"{side}, seed {seed}",
+                linestyle="-" if side == "hrl_tasks" else "--")  # fmt: skip
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(f"mean return, last {WINDOW} episodes")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--algorithm", choices=sorted(RL_ZOO), default="sac")
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--steps", type=int, default=200_000)
+    parser.add_argument("--sides", nargs="+", choices=["hrl_tasks", "sb3"],
+                        default=["hrl_tasks", "sb3"])  # fmt: skip
+    parser.add_argument("--out", type=Path, default=Path("docs/learning"))
+    args = parser.parse_args()
+    import hrl_tasks.algorithms  # noqa: F401  (imports are not timed, on either side)
+
+    if "sb3" in args.sides:
+        import stable_baselines3  # noqa: F401
+    settings = RL_ZOO[args.algorithm]
+    runs = {}
+    for seed in args.seeds:
+        if "hrl_tasks" in args.sides:
+            runs["hrl_tasks", seed] = hrl_run(args.algorithm, args.env, seed, args.steps,
+                                              settings["hrl"])  # fmt: skip
+        if "sb3" in args.sides:
+            runs["sb3", seed] = sb3_run(args.algorithm, args.env, seed, args.steps,
+                                        settings["sb3"])  # fmt: skip
+    name = f"{args.algorithm}-{args.env.split('-')[0].lower()}"
+    plot(runs, args.out / f"{name}.png", f"{args.algorithm.upper()} on {args.env}")
+
+    def side(label):
+        mine = [r for (s, _), r in runs.items() if s == label]
+        if not mine:
+            return None
+        return {"seconds": [round(r["seconds"], 1) for r in mine],
+                "evaluation_return": [round(r["evaluation_return"], 1) for r in mine],
+                "train_return": [round(r["train_return"], 1) for r in mine],
+                "mean_evaluation_return": round(float(np.mean([r["evaluation_return"]
+                                                               for r in mine])), 1),
+                "mean_seconds": round(float(np.mean([r["seconds"] for r in mine])), 1),
+                **({"time_s": [r["time_s"] for r in mine]} if "time_s" in mine[0] else {})}  # fmt: skip
+
+    ours, theirs = side("hrl_tasks"), side("sb3")
+    figures = {
+        "bench": "continuous", "date": time.strftime("%Y-%m-%d"), "algorithm": args.algorithm,
+        "env": args.env, "steps": args.steps, "seeds": args.seeds,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "hrl_tasks": ours, "stable_baselines3": theirs, "curve": str(args.out / f"{name}.png"),
+    }  # fmt: skip
+    if ours and theirs:
+        figures["seconds_ratio_hrl_over_sb3"] = round(
+            ours["mean_seconds"] / theirs["mean_seconds"], 3
+        )
+        figures["return_difference_hrl_minus_sb3"] = round(
+            ours["mean_evaluation_return"] - theirs["mean_evaluation_return"], 1
+        )
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""What the replay learners (DQN, SAC, TD3; Ape-X's shards) share: the replay keys,
+the buffer, and how much to replay per env step.
+
+One replay for all of them: `make_buffer` builds DQN's uniform or prioritized
+buffer from the keys of `ReplayConfig`, and `ReplayRatio` decides how many batches
+to replay after each sampling round: ``train_steps_per_round`` of them, or as many
+as ``training_intensity`` (rows replayed per env step sampled) allows through a
+`SampleToInsertRatio` limiter, so that learning per env step does not depend on
+how fast the workers happen to run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hrl_tasks.data import PrioritizedReplayBuffer, ReplayBuffer
+from hrl_tasks.data.rate_limiter import SampleToInsertRatio
+from hrl_tasks.errors import ConfigError
+from hrl_tasks.flow.context import STEPS_TRAINED
+
+
+@dataclass
+class ReplayConfig:
+    """The replay keys; each replay algorithm sets its own defaults."""
+
+    buffer_size: int = 100_000
+    """Rows the replay buffer keeps."""
+    learning_starts: int = 1000
+    """Rows in the buffer before learning starts."""
+    train_batch_size: int = 64
+    """Rows per gradient step."""
+    train_steps_per_round: int | None = 128
+    """Gradient steps after each sampling round (every worker's fragment); None when
+    ``training_intensity`` sets the ratio instead."""
+    training_intensity: float | None = None
+    """Rows replayed per env step sampled (RLlib's key), held by a rate limiter: e.g.
+    ``train_batch_size`` gives one gradient step per env step. None: the algorithm's
+    own key sets the pace (``train_steps_per_round``; Ape-X's ``replay_batches_per_call``
+    as fast as the learner goes); setting both is refused."""
+    prioritized_replay: bool = False
+    """Sample rows by TD error (Schaul et al. 2016) instead of uniformly."""
+    prioritized_alpha: float = 0.6
+    """How strongly priorities shape sampling (0 is uniform)."""
+    prioritized_beta: float = 0.4
+    """Importance-sampling correction of prioritized replay."""
+    min_steps_per_report: int = 1000
+    """Env steps per train() iteration."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "buffer_size": ">= 1",
+        "learning_starts": ">= 0",
+        "train_batch_size": ">= 1",
+        "train_steps_per_round": ">= 1",  # 0 would never train, and train() would wait forever
+        "training_intensity": "> 0",
+        "prioritized_alpha": ">= 0",
+        "prioritized_beta": "[0, 1]",
+        "min_steps_per_report": ">= 0",
+    }
+
+    def check_replay(self, pace_key: str = "train_steps_per_round") -> None:
+        """``training_intensity`` and the algorithm's own pace key: one of them, not both.
+
+        Raises:
+            ConfigError: naming both keys and how to keep either.
+        """
+        owner = type(self).__name__
+        pace = getattr(self, pace_key)
+        if self.training_intensity is not None and pace is not None:
+            raise ConfigError(
+                f"{owner}.training_intensity must be None, or {owner}.{pace_key} must be: both "
+                f"are set (training_intensity={self.training_intensity:g}, {pace_key}={pace}), "
+                "and only one of them may set the replay ratio"
+            )
+        if self.training_intensity is None and pace is None:
+            raise ConfigError(
+                f"{owner}.training_intensity must be set (replayed rows per env step), or "
+                f"{owner}.{pace_key} must be: both are None"
+            )
+
+    def check_buffer(self) -> None:
+        """Replay starts once the buffer holds ``max(learning_starts, train_batch_size)``
+        rows: a buffer of ``buffer_size`` rows must be able to."""
+        for key in ("learning_starts", "train_batch_size"):
+            if getattr(self, key) > self.buffer_size:
+                raise ConfigError(
+                    f"{type(self).__name__}.{key} must be <= buffer_size ({self.buffer_size}), "
+                    f"got {getattr(self, key)}: replay would never start"
+                )
+
+
+def make_buffer(cfg: ReplayConfig):
+    """The replay buffer of ``cfg``: prioritized or uniform."""
+    if cfg.prioritized_replay:
+        return PrioritizedReplayBuffer(
+            cfg.buffer_size, alpha=cfg.prioritized_alpha, beta=cfg.prioritized_beta, seed=cfg.seed
+        )
+    return ReplayBuffer(cfg.buffer_size, seed=cfg.seed)
+
+
+class ReplayRatio:
+    """How many batches to replay after a sampling round. Pure.
+
+    With ``training_intensity``, a `SampleToInsertRatio` whose error buffer is one
+    batch: after every round, the rows replayed stay within one batch of
+    ``training_intensity * (rows inserted - learning_starts)``. Without it, a fixed
+    ``train_steps_per_round`` once the buffer holds ``max(learning_starts,
+    train_batch_size)`` rows.
+    """
+
+    def __init__(self, cfg: ReplayConfig):
+        self.batch_size = cfg.train_batch_size
+        self.starts = max(cfg.learning_starts, cfg.train_batch_size)
+        self.fixed = cfg.train_steps_per_round if cfg.training_intensity is None else None
+        self.limiter = (
+            None
+            if cfg.training_intensity is None
+            else SampleToInsertRatio(cfg.training_intensity, self.starts, cfg.train_batch_size)
+        )
+        self.inserted = 0
+
+    def after_round(self, rows: int) -> int:
+        """Counts ``rows`` inserted; returns the batches to replay now (counted as replayed)."""
+        self.inserted += rows
+        if self.limiter is None:
+            return self.fixed if self.inserted >= self.starts else 0
+        self.limiter.insert(rows)
+        n = self.limiter.batches_allowed(self.batch_size)
+        self.limiter.sample(n * self.batch_size)
+        return n
+
+    def state(self) -> dict:
+        return {"inserted": self.inserted, **({} if self.limiter is None else self.limiter.state())}
+
+    def restore(self, state: dict) -> None:
+        self.inserted = int(state.get("inserted", 0))
+        if self.limiter is not None and "sampled" in state:
+            self.limiter.restore(state)
+
+
+class ReplayAndLearn:
+    """A synchronous replay learner's round, after its batch was stored: the batches
+    `ReplayRatio` allows, each a learner step through ``learn(batch) -> (batch,
+    info)`` (e.g. ``TrainOneStep`` then priorities and targets). Yields the round's
+    batch; ``ctx.info["replay_ratio"]`` is the rows replayed per env step so far."""
+
+    def __init__(self, buffer, ratio: ReplayRatio, learn, ctx):
+        self.buffer, self.ratio, self.learn, self.ctx = buffer, ratio, learn, ctx
+
+    def __call__(self, batch):
+        for _ in range(self.ratio.after_round(batch.env_steps())):
+            self.learn(self.buffer.sample(self.ratio.batch_size))
+        if self.ratio.inserted:
+            self.ctx.info["replay_ratio"] = self.ctx.counters[STEPS_TRAINED] / self.ratio.inserted
+        return batch

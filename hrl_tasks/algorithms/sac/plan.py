@@ -1,0 +1,106 @@
+"""SAC's plan, and TD3's: sample a round, store it, replay at a fixed ratio, move the targets."""
+
+from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.replay_learning import ReplayAndLearn, ReplayRatio, make_buffer
+from hrl_tasks.algorithms.sac.config import SACConfig
+from hrl_tasks.flow import (
+    ParallelRollouts,
+    StandardMetricsReporting,
+    StoreToReplayBuffer,
+    TrainOneStep,
+    UpdatePriorities,
+)
+from hrl_tasks.flow.context import STEPS_SAMPLED
+from hrl_tasks.policies.sac import SACConfig as SACPolicyConfig
+from hrl_tasks.policies.sac import SACPolicy
+
+
+class SAC(Algorithm):
+    """Soft actor-critic (Haarnoja et al. 2018): continuous and discrete actions."""
+
+    name = "sac"
+    policy_class = SACPolicy
+    policy_config_class = SACPolicyConfig
+    config_class = SACConfig
+
+    def build_plan(self, workers, ctx):
+        cfg = self.config
+        self.buffer = make_buffer(cfg)
+        self.replay_ratio = ReplayRatio(cfg)
+        rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync", speculative=False)
+        train = TrainOneStep(workers, ctx, sync_weights=False)  # synced once per round
+        priorities = UpdatePriorities(self.buffer)
+        targets = UpdateTargets(workers, ctx)
+        train_op = (
+            rollouts.for_each(StoreToReplayBuffer(self.buffer))
+            .for_each(UniformUntilLearning(workers, ctx, cfg.learning_starts))
+            .for_each(ReplayAndLearn(self.buffer, self.replay_ratio,
+                                     lambda batch: targets(priorities(train(batch))), ctx))
+        )  # fmt: skip
+        return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
+
+    def get_state(self):
+        """Also the replay's sampling state and ratio (not its rows: a resumed run refills it)."""
+        return {
+            **super().get_state(),
+            "replay_rows": len(self.buffer),
+            "replay_rng": self.buffer.get_rng_state(),
+            "replay_ratio": self.replay_ratio.state(),
+        }
+
+    def set_state(self, state):
+        super().set_state(state)
+        self.buffer.set_rng_state(state["replay_rng"])
+        self.replay_ratio.restore(state["replay_ratio"])
+        UniformUntilLearning.send(self.workers, self.policy.uniform_actions)
+
+
+class SetUniformActions:
+    """Picklable: a rollout worker's policy draws uniform actions (True) or its own."""
+
+    def __init__(self, uniform: bool):
+        self.uniform = bool(uniform)
+
+    def __call__(self, worker):
+        worker.policy.set_uniform_actions(self.uniform)
+        return self.uniform
+
+
+class UniformUntilLearning:
+    """After each sampling round: uniform random actions while fewer than
+    ``learning_starts`` env steps were sampled (as Stable-Baselines3), the policy's
+    after; and the new weights to every worker."""
+
+    def __init__(self, workers, ctx, learning_starts: int):
+        self.workers, self.ctx, self.learning_starts = workers, ctx, learning_starts
+        self.sent = None
+
+    def __call__(self, batch):
+        uniform = self.ctx.counters[STEPS_SAMPLED] < self.learning_starts
+        if uniform != self.sent:
+            SetUniformActions(uniform)(self.workers.local_worker)
+            self.send(self.workers, uniform)
+            self.sent = uniform
+        self.workers.sync_weights()
+        return batch
+
+    @staticmethod
+    def send(workers, uniform: bool) -> None:
+        """To every remote worker before its next sample call, and again if it is re-created."""
+        for handle in workers.remote_workers:
+            workers.set_worker_setup(handle, SetUniformActions(uniform))
+
+
+class UpdateTargets:
+    """After each learner step: the policy's targets moved when it says they are due
+    (SAC: every step; TD3: with each actor update)."""
+
+    def __init__(self, workers, ctx):
+        self.workers, self.ctx = workers, ctx
+
+    def __call__(self, item):
+        policy = self.workers.local_worker.policy
+        if policy.target_due():
+            policy.update_target()
+            self.ctx.counters["target_updates"] += 1
+        return item
