@@ -253,6 +253,12 @@ TINY_SETTINGS = {
     "apex": ["learning_starts=32", "min_steps_per_report=32", "train_batch_size=16"],
     "impala": ["train_batch_size=32", "min_steps_per_report=32"],
     "es": ["num_perturbations=2", "max_episode_steps=50"],
+    "sac": [
+        "learning_starts=32",
+        "min_steps_per_report=32",
+        "train_batch_size=16",
+        "training_intensity=4",
+    ],  # discrete actions on CartPole
 }
 
 

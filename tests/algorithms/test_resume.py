@@ -3,7 +3,19 @@
 import numpy as np
 import pytest
 
-from hrl_tasks.algorithms import A2C, A3C, APPO, DQN, ES, IMPALA, PPO, ApeX, CheckpointError
+from hrl_tasks.algorithms import (
+    A2C,
+    A3C,
+    APPO,
+    DQN,
+    ES,
+    IMPALA,
+    PPO,
+    SAC,
+    TD3,
+    ApeX,
+    CheckpointError,
+)
 from hrl_tasks.algorithms.algorithm import read_checkpoint
 
 pytestmark = pytest.mark.cluster
@@ -19,6 +31,17 @@ CASES = [
     (APPO, {"train_batch_size": 64, "min_steps_per_report": 64}),
     (ApeX, {**SMALL_DQN, "num_replay_shards": 2, "train_batch_size": 32}),
     (ES, {"num_perturbations": 2, "num_workers": 2}),
+    (
+        SAC,
+        {
+            **SMALL_DQN,
+            "env": "Pendulum-v1",
+            "train_batch_size": 32,
+            "training_intensity": 8.0,
+            "normalize_observations": True,
+        },
+    ),
+    (TD3, {**SMALL_DQN, "env": "Pendulum-v1", "train_batch_size": 32, "training_intensity": 8.0}),
 ]
 NOT_RESTORED = {"replay_rows"}  # replay contents are not in checkpoints (docs/engine.md)
 
