@@ -65,6 +65,16 @@ SMALL_REPLAY = {"learning_starts": 64, "min_steps_per_report": 64, "hidden": (32
         (SAC, {"env": "Pendulum-v1", **SMALL_REPLAY}),
         (SAC, {**SMALL_REPLAY, "env": "CartPole-v1", "prioritized_replay": True, "n_step": 2}),
         (TD3, {"env": "Pendulum-v1", **SMALL_REPLAY}),
+        (
+            SAC,
+            {
+                "env": "Pendulum-v1",
+                **SMALL_REPLAY,
+                "num_replay_shards": 2,  # distributed
+                "replay_batches_per_call": 2,
+                "normalize_observations": True,
+            },
+        ),
     ],
 )
 def test_smoke(engine, algo_cls, extra):
@@ -241,3 +251,27 @@ def test_apex_replays_the_ratio_it_is_given_whatever_its_workers_pace(engine):
         assert 0.35 < trained / sampled < 0.65, result
     finally:
         algo.stop()
+
+
+@pytest.mark.timeout(180)
+def test_sac_with_replay_shards_holds_its_ratio_and_explores_uniformly_until_learning(engine):
+    algo = SAC({**TINY, **SMALL_REPLAY, "env": "Pendulum-v1", "num_replay_shards": 2,
+                "replay_batches_per_call": 2, "learning_starts": 256, "training_intensity": 2.0,
+                "min_steps_per_report": 256}, engine=engine)  # fmt: skip
+    try:
+        assert all(h.call("apply", uniform_flag).result(timeout=30)
+                   for h in algo.workers.remote_workers)  # fmt: skip
+        result = algo.train()
+        while result["env_steps_sampled"] < 2000:
+            result = algo.train()
+        assert not any(h.call("apply", uniform_flag).result(timeout=30)
+                       for h in algo.workers.remote_workers)  # fmt: skip
+        ratio = algo.limiter.ratio
+        assert abs(ratio.sampled - 2.0 * (ratio.inserted - 256)) <= ratio.error_buffer
+        assert result["env_steps_trained"] > 0 and result["info"]["alpha"] < 1.0
+    finally:
+        algo.stop()
+
+
+def uniform_flag(worker):
+    return worker.policy.uniform_actions

@@ -3,6 +3,7 @@
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.replay_learning import ReplayAndLearn, ReplayRatio, make_buffer
 from hrl_tasks.algorithms.sac.config import SACConfig
+from hrl_tasks.algorithms.sharded_replay import ShardedReplay
 from hrl_tasks.flow import (
     ParallelRollouts,
     StandardMetricsReporting,
@@ -15,8 +16,13 @@ from hrl_tasks.policies.sac import SACConfig as SACPolicyConfig
 from hrl_tasks.policies.sac import SACPolicy
 
 
-class SAC(Algorithm):
-    """Soft actor-critic (Haarnoja et al. 2018): continuous and discrete actions."""
+class SAC(ShardedReplay, Algorithm):
+    """Soft actor-critic (Haarnoja et al. 2018): continuous and discrete actions.
+
+    With ``num_replay_shards`` the replay lives in shards fed by the rollout workers
+    while the learner replays (`ShardedReplay`, Ape-X's distributed replay);
+    ``training_intensity`` then holds the ratio through a rate limiter that makes the
+    samplers wait for the learner."""
 
     name = "sac"
     policy_class = SACPolicy
@@ -25,6 +31,8 @@ class SAC(Algorithm):
 
     def build_plan(self, workers, ctx):
         cfg = self.config
+        if cfg.num_replay_shards:
+            return self.sharded_learning(workers, ctx)
         self.buffer = make_buffer(cfg)
         self.replay_ratio = ReplayRatio(cfg)
         rollouts = ParallelRollouts(workers, ctx, mode="bulk_sync", speculative=False)
@@ -39,8 +47,25 @@ class SAC(Algorithm):
         )  # fmt: skip
         return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
 
+    def sharded_learning(self, workers, ctx):
+        """The plan with replay shards: each replayed batch a learner step, its
+        priorities back to its shard, the targets moved."""
+        train = TrainOneStep(workers, ctx, sync_weights=False)  # synced every few updates
+        targets = UpdateTargets(workers, ctx)
+        self.exploration = UniformUntilLearning(workers, ctx, self.config.learning_starts)
+        self.exploration(None, sync=False)  # uniform from the first sample on
+        return self.sharded_plan(
+            workers, ctx, lambda item: targets(self.send_priorities(train(item[1]), item[0]))
+        )
+
+    def after_stored(self, ctx) -> None:
+        self.exploration(None, sync=False)
+
     def get_state(self):
-        """Also the replay's sampling state and ratio (not its rows: a resumed run refills it)."""
+        """Also the replay's sampling state and ratio (not its rows: a resumed run
+        refills it; replay shards start empty)."""
+        if self.config.num_replay_shards:
+            return super().get_state()
         return {
             **super().get_state(),
             "replay_rows": len(self.buffer),
@@ -50,8 +75,9 @@ class SAC(Algorithm):
 
     def set_state(self, state):
         super().set_state(state)
-        self.buffer.set_rng_state(state["replay_rng"])
-        self.replay_ratio.restore(state["replay_ratio"])
+        if not self.config.num_replay_shards:
+            self.buffer.set_rng_state(state["replay_rng"])
+            self.replay_ratio.restore(state["replay_ratio"])
         UniformUntilLearning.send(self.workers, self.policy.uniform_actions)
 
 
@@ -75,13 +101,14 @@ class UniformUntilLearning:
         self.workers, self.ctx, self.learning_starts = workers, ctx, learning_starts
         self.sent = None
 
-    def __call__(self, batch):
+    def __call__(self, batch, sync: bool = True):
         uniform = self.ctx.counters[STEPS_SAMPLED] < self.learning_starts
         if uniform != self.sent:
             SetUniformActions(uniform)(self.workers.local_worker)
             self.send(self.workers, uniform)
             self.sent = uniform
-        self.workers.sync_weights()
+        if sync:
+            self.workers.sync_weights()
         return batch
 
     @staticmethod

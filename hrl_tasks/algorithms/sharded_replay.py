@@ -1,0 +1,283 @@
+"""Distributed replay, as Ape-X's (Horgan et al. 2018): replay shards in stateful
+workers, rollout workers feeding them, a learner reading from them, all at once.
+
+`ShardedReplay` is a mixin of `Algorithm`: `sharded_plan` builds the shards and
+the two sub-flows (store and replay) run concurrently, as in RLlib Flow; only the
+learner's is reported. Ape-X and SAC/TD3 (with ``num_replay_shards`` > 0) use it.
+Each shard is a `ReplayShard` (one prioritized buffer; ``prioritized_alpha`` 0 is
+uniform). With ``training_intensity`` a rate limiter holds rows replayed per env
+step: the samplers wait for the learner, or it for them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from hrl_tasks.algorithms.apex.replay_shard import ReplayShard
+from hrl_tasks.algorithms.config import ConfigError
+from hrl_tasks.data.rate_limiter import BlockingLimiter, SampleToInsertRatio
+from hrl_tasks.flow import Concurrently, LocalIterator, StandardMetricsReporting
+from hrl_tasks.flow.context import STEPS_SAMPLED
+from hrl_tasks.scheduler import WorkerLostError
+
+STORE_STUCK_S = 2.0  # a batch a shard has not taken by then frees its sampler's slot
+
+
+@dataclass
+class ShardedReplayConfig:
+    """The keys of distributed replay."""
+
+    num_replay_shards: int = 2
+    """Replay buffers, each in its own stateful worker."""
+    num_async: int = 2
+    """Requests in flight per rollout worker and per replay shard."""
+    weight_sync_every: int = 16
+    """Learner updates between weight broadcasts to the rollout workers."""
+    replay_batches_per_call: int = 16
+    """Train batches fetched from a shard in one call. Fetching a result costs the
+    learner a round trip (about 6 ms here); one batch per call held it to ~35 updates/s.
+    It sets how batches travel, not how many are replayed per env step: with
+    ``training_intensity`` None the learner replays as fast as it can, with it a rate
+    limiter holds the ratio (the samplers wait for the learner, or it for them)."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "num_replay_shards": ">= 0",
+        "num_async": ">= 1",
+        "weight_sync_every": ">= 1",
+        "replay_batches_per_call": ">= 1",
+    }
+
+    def check_shards(self) -> None:
+        """Each shard keeps ``buffer_size // num_replay_shards`` rows (at least one) and
+        replays once it holds ``learning_starts // num_replay_shards``; batches are drawn
+        with replacement, so ``train_batch_size`` may exceed a shard. Samples come from
+        remote rollout workers only."""
+        owner = type(self).__name__
+        why = {
+            "num_replay_shards": "a shard would have no rows",
+            "learning_starts": "replay would never start",
+        }
+        for key, reason in why.items():
+            if getattr(self, key) > self.buffer_size:
+                raise ConfigError(
+                    f"{owner}.{key} must be <= buffer_size ({self.buffer_size}), "
+                    f"got {getattr(self, key)}: {reason}"
+                )
+        if self.num_replay_shards and self.num_workers < 1:
+            raise ConfigError(
+                f"{owner}.num_workers must be >= 1 with replay shards (num_replay_shards="
+                f"{self.num_replay_shards}): the shards are fed by remote rollout workers"
+            )
+
+
+def _unless_lost(ref, *handles):
+    """``ref``'s result, or None if it was lost with a worker that has been re-created.
+
+    A replay shard re-created after its worker died starts empty (its contents
+    are not snapshotted: they are large and refill within seconds).
+    """
+    try:
+        return ref.result()
+    except WorkerLostError:
+        if not all(handle.alive for handle in handles):
+            raise
+        return None
+
+
+class ShardedReplay:
+    """Mixin of `Algorithm` (list it first): the shards, the store and replay sub-flows,
+    priorities sent back, and the shards killed at `stop`."""
+
+    def sharded_plan(self, workers, ctx, learn, reporting=None) -> LocalIterator:
+        """The plan: rollout workers' batches into the shards; ``learn((shard, batch))``
+        on each replayed batch (e.g. a train step, `send_priorities`, the targets).
+        Episode metrics come from the handles in ``reporting`` (default: all)."""
+        cfg = self.config
+        self.stopping = threading.Event()  # ends the two sub-flows' threads at stop()
+        self.limiter = self._make_limiter()
+        self.pending_priorities = {}  # shard -> [(indexes, priorities)] not sent yet
+        self.direct_priorities = workers.direct_calls
+        self.shards = [
+            workers.engine.create_worker(
+                ReplayShard,
+                cfg.buffer_size // cfg.num_replay_shards,
+                cfg.prioritized_alpha if cfg.prioritized_replay else 0.0,
+                cfg.prioritized_beta if cfg.prioritized_replay else 0.0,
+                cfg.learning_starts // cfg.num_replay_shards,
+                None if cfg.seed is None else cfg.seed + i,
+                name=f"ReplayShard-{i}",
+                label="ReplayShard",
+                strategy="spread",
+                max_restarts=cfg.max_restarts,
+            )  # fmt: skip
+            for i in range(cfg.num_replay_shards)
+        ]
+        handles = list(workers.remote_workers)
+        self.reporting = set(handles) if reporting is None else set(reporting)
+        store_op = LocalIterator(self._store(workers, ctx, handles), "StoreToReplayShards")
+        replay_op = LocalIterator(self._replay(workers), "ReplayFromShards").for_each(
+            lambda item: item and learn(item)
+        )
+        train_op = Concurrently([store_op, replay_op], mode="async", output_indexes=[1])
+        return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
+
+    def after_stored(self, ctx) -> None:
+        """Called after each stored batch is counted (e.g. to end uniform exploration)."""
+
+    def _make_limiter(self) -> BlockingLimiter | None:
+        """With ``training_intensity``: rows replayed per env step held within one fetched
+        group of batches and one sample call of the ratio (`SampleToInsertRatio`)."""
+        cfg = self.config
+        if cfg.training_intensity is None:
+            return None
+        fetched = cfg.train_batch_size * cfg.replay_batches_per_call
+        sampled = cfg.rollout_fragment_length * cfg.num_envs_per_worker
+        ratio = SampleToInsertRatio.for_batches(
+            cfg.training_intensity, cfg.learning_starts, fetched, sampled
+        )
+        return BlockingLimiter(ratio, self.stopping)
+
+    def _store(self, workers, ctx, handles):
+        """Samples go from each rollout worker to a shard; only metrics come here.
+
+        With direct calls a batch passes through the driver (a direct call's result
+        lives there): a sample call and then an ``add_sample`` call, each a message
+        each way. Otherwise the sample's TaskRef goes to the shard's call and Dask
+        moves the batch worker to worker, at the cost of two scheduled tasks.
+        Each batch goes to the shard with the fewest batches on their way to it,
+        and a sampler whose batch a shard has not taken within ``STORE_STUCK_S``
+        samples on (that batch's slot is freed once): a shard that stops answering
+        (a frozen worker) holds up no sampler.
+        """
+        engine, in_flight, direct = workers.engine, {}, workers.direct_calls
+        adding = [0] * len(self.shards)  # batches on their way to each shard
+        turn = itertools.count()
+        stored_since: dict = {}  # add call -> when sent, while only its shard is waited for
+        freed: set = set()  # add calls whose slot went on without them
+
+        def add(handle, sample, **how):
+            ahead = next(turn)  # equal loads take turns
+            i = min(range(len(adding)), key=lambda i: (adding[i], (i - ahead) % len(adding)))
+            adding[i] += 1
+            ref = self.shards[i].call("add_sample", sample, **how)
+            in_flight[ref] = (handle, i, "add")
+            if how:  # the batch is in hand: only the shard can hold it up
+                stored_since[ref] = time.monotonic()
+
+        rows = self.config.rollout_fragment_length * self.config.num_envs_per_worker
+        held: list = []  # samplers the rate limiter holds until the learner catches up
+
+        def request(handle):
+            if self.limiter is not None and not self.limiter.try_insert(rows):
+                held.append(handle)
+                return
+            sample = handle.call("sample", direct=direct)
+            if direct:
+                in_flight[sample] = (handle, None, "sample")
+            else:
+                add(handle, sample)
+
+        for handle in handles * self.config.num_async:
+            request(handle)
+        while not self.stopping.is_set():
+            for handle in [held.pop(0) for _ in range(len(held))]:
+                request(handle)  # held again if the learner is still behind
+            if not in_flight:
+                time.sleep(0.01)
+                continue
+            wait_s = 0.02 if held else 0.5
+            done, _ = engine.wait(list(in_flight), timeout=wait_s, return_when="FIRST_COMPLETED")
+            for ref in done:
+                handle, shard, stage = in_flight.pop(ref)
+                stored_since.pop(ref, None)
+                if stage == "sample" and ref.exception() is None:
+                    add(handle, ref.result(), direct=True)  # the next sample once it is stored
+                    continue
+                if stage == "add":
+                    adding[shard] -= 1
+                workers.note_sampled(handle)
+                if ref in freed:
+                    freed.discard(ref)  # its slot went on already
+                else:
+                    request(handle)
+                metrics = _unless_lost(
+                    ref, handle, *([self.shards[shard]] if stage == "add" else [])
+                )
+                if metrics is None:
+                    continue  # lost with a worker; its replacement call is on its way
+                workers.note_observation_stats(metrics)
+                ctx.counters[STEPS_SAMPLED] += int(metrics["env_steps"])
+                if handle in self.reporting:
+                    ctx.add_episodes(metrics)
+                self.after_stored(ctx)
+                yield metrics
+            stuck_before = time.monotonic() - STORE_STUCK_S
+            for ref in [r for r, at in stored_since.items() if at < stuck_before]:
+                del stored_since[ref]
+                freed.add(ref)
+                request(in_flight[ref][0])
+
+    def _replay(self, workers):
+        """Prioritized batches from the shards, ``num_async`` requests in flight each."""
+        engine, size = workers.engine, self.config.train_batch_size
+        rows = size * self.config.replay_batches_per_call
+        direct = workers.direct_calls
+        in_flight = {
+            s.call("sample", rows, direct=direct): s for s in self.shards * self.config.num_async
+        }
+        updates = 0
+        while not self.stopping.is_set():
+            done, _ = engine.wait(list(in_flight), timeout=1.0, return_when="FIRST_COMPLETED")
+            for ref in done:
+                shard = in_flight.pop(ref)
+                in_flight[shard.call("sample", rows, direct=direct)] = shard
+                batches = _unless_lost(ref, shard)
+                if batches is None:
+                    yield None
+                    continue
+                for start in range(0, len(batches), size):
+                    if not self._may_replay(size):
+                        return
+                    updates += 1
+                    if updates % self.config.weight_sync_every == 0:
+                        workers.sync_weights()
+                    yield shard, batches[start : start + size]
+
+    def _may_replay(self, rows: int) -> bool:
+        """Waits until the rate limiter allows ``rows`` more to be replayed (at once
+        without ``training_intensity``); False once the algorithm stops."""
+        if self.limiter is None:
+            return not self.stopping.is_set()
+        while not self.stopping.is_set():
+            if self.limiter.wait_to_sample(rows, timeout=0.5):
+                return True
+        return False
+
+    def send_priorities(self, trained, shard):
+        """New priorities go back to their shard, one call per fetched group of batches."""
+        batch, info = trained
+        priorities = np.abs(np.asarray(info["td_error"], dtype=np.float64)) + 1e-6
+        pending = self.pending_priorities.setdefault(shard, [])
+        pending.append((batch["batch_indexes"], priorities))
+        if len(pending) >= self.config.replay_batches_per_call:
+            del self.pending_priorities[shard]
+            indexes, values = (np.concatenate(parts) for parts in zip(*pending, strict=True))
+            shard.call("update_priorities", indexes, values, direct=self.direct_priorities)
+        return trained
+
+    def stop(self) -> None:
+        if self.acting_only:
+            return
+        if getattr(self, "stopping", None) is not None:
+            self.stopping.set()
+        if getattr(self, "limiter", None) is not None:
+            self.limiter.wake()
+        for shard in getattr(self, "shards", []):
+            shard.kill(timeout=10)
+        super().stop()
