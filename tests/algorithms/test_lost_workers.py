@@ -74,7 +74,12 @@ def fresh():
         yield engine
 
 
-@pytest.mark.parametrize("algo_cls, extra", CASES, ids=[c.__name__ for c, _ in CASES])
+# One plan of each way of sampling: A2C's and DQN's rounds are PPO's (bulk-synchronous),
+# APPO's asynchronous sampling is IMPALA's; the three kills below cover DQN too.
+ONE_OF_EACH = [c for c in CASES if c[0] not in (A2C, APPO, DQN)]
+
+
+@pytest.mark.parametrize("algo_cls, extra", ONE_OF_EACH, ids=[c.__name__ for c, _ in ONE_OF_EACH])
 def test_training_goes_on_after_a_rollout_worker_is_killed(fresh, algo_cls, extra):
     algo = algo_cls({**TINY, **extra}, engine=fresh)
     try:
@@ -129,7 +134,7 @@ def kill_in_quick_succession(engine, kills: int, gap_s: float) -> threading.Thre
     return thread
 
 
-ALL_CASES = [*CASES, (ES, {"num_perturbations": 8})]
+ALL_CASES = [*(c for c in CASES if c[0] not in (A2C, APPO)), (ES, {"num_perturbations": 8})]
 
 
 @pytest.mark.parametrize("algo_cls, extra", ALL_CASES, ids=[c.__name__ for c, _ in ALL_CASES])
