@@ -14,12 +14,21 @@ GYM_ALGORITHMS = sorted(
 )  # games, plans, agents; TD3 acts in Box action spaces only
 
 
+# One iteration of the replay learners' defaults is 1,000 env steps of (256, 256) updates.
+SMALL = {
+    name: {"min_steps_per_report": 64, "learning_starts": 32, "train_batch_size": 32,
+           "hidden": (32, 32)}
+    for name in ("sac", "td3")
+}  # fmt: skip
+
+
 def trained_once(name: str, env: str, path):
     """One iteration of ``name`` on the in-process engine, saved at ``path``; the
     algorithm's greedy actions for some observations."""
     rng = np.random.default_rng(0)
     with hrl_tasks.SyncEngine() as engine:
-        algo = ALGORITHMS[name]({"env": env, "num_workers": 1, "seed": 0}, engine=engine)
+        small = SMALL.get(name, {})
+        algo = ALGORITHMS[name]({"env": env, "num_workers": 1, "seed": 0, **small}, engine=engine)
         try:
             algo.train()
             algo.save(path)
