@@ -153,3 +153,18 @@ class ReplayAndLearn:
         if self.ratio.inserted:
             self.ctx.info["replay_ratio"] = self.ctx.counters[STEPS_TRAINED] / self.ratio.inserted
         return batch
+
+
+def replay_state(buffer, ratio: ReplayRatio) -> dict:
+    """What a checkpoint keeps of a replay in the driver: its sampling state and ratio
+    (not its rows: a resumed run refills it)."""
+    return {"replay_rows": len(buffer), "replay_rng": buffer.get_rng_state(),
+            "replay_ratio": ratio.state()}  # fmt: skip
+
+
+def restore_replay(buffer, ratio: ReplayRatio, state: dict) -> None:
+    """Loads `replay_state` from a checkpoint (entries a checkpoint lacks stay as they are)."""
+    if "replay_rng" in state:
+        buffer.set_rng_state(state["replay_rng"])
+    if "replay_ratio" in state:
+        ratio.restore(state["replay_ratio"])

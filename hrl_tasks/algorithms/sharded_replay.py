@@ -14,13 +14,15 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from hrl_tasks.algorithms.apex.replay_shard import ReplayShard
-from hrl_tasks.algorithms.config import ConfigError
+from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
+from hrl_tasks.algorithms.replay_learning import ReplayConfig
 from hrl_tasks.data.rate_limiter import BlockingLimiter, SampleToInsertRatio
 from hrl_tasks.flow import Concurrently, LocalIterator, StandardMetricsReporting
 from hrl_tasks.flow.context import STEPS_SAMPLED
@@ -281,3 +283,32 @@ class ShardedReplay:
         for shard in getattr(self, "shards", []):
             shard.kill(timeout=10)
         super().stop()
+
+
+@dataclass
+class ContinuousReplayConfig(AlgorithmConfig, ReplayConfig, ShardedReplayConfig):
+    """The keys SAC and TD3 share, with Stable-Baselines3's defaults: a replay of a
+    million rows, batches of 256, one gradient step per env step (``training_intensity``
+    256), learning from 100 rows on (uniform random actions before). One rollout worker
+    with one env: the learner, not sampling, sets the pace."""
+
+    env: str | Callable = "Pendulum-v1"
+    num_workers: int = 1
+    num_envs_per_worker: int = 1
+    rollout_fragment_length: int = 64
+    buffer_size: int = 1_000_000
+    learning_starts: int = 100
+    train_batch_size: int = 256
+    train_steps_per_round: int | None = None
+    training_intensity: float | None = 256.0
+    min_steps_per_report: int = 1000
+    num_replay_shards: int = 0
+    """Replay shards in stateful workers fed by the rollout workers, as Ape-X's (the
+    learner replays while they sample); 0 keeps the replay in the driver, sampling and
+    learning in turn."""
+
+    def check(self) -> None:
+        super().check()
+        self.check_buffer()
+        self.check_replay()
+        self.check_shards()

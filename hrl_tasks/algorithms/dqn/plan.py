@@ -2,7 +2,13 @@
 
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.dqn.config import DQNConfig
-from hrl_tasks.algorithms.replay_learning import ReplayAndLearn, ReplayRatio, make_buffer
+from hrl_tasks.algorithms.replay_learning import (
+    ReplayAndLearn,
+    ReplayRatio,
+    make_buffer,
+    replay_state,
+    restore_replay,
+)
 from hrl_tasks.data import MultiAgentBatch
 from hrl_tasks.errors import ConfigError
 from hrl_tasks.flow import (
@@ -83,20 +89,12 @@ class DQN(Algorithm):
         return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
 
     def get_state(self):
-        """Also the replay buffer's sampling state (not its rows: a resumed run refills it)."""
-        return {
-            **super().get_state(),
-            "replay_rows": len(self.buffer),
-            "replay_rng": self.buffer.get_rng_state(),
-            "replay_ratio": self.replay_ratio.state(),
-        }
+        """Also the replay's state (`replay_state`)."""
+        return {**super().get_state(), **replay_state(self.buffer, self.replay_ratio)}
 
     def set_state(self, state):
         super().set_state(state)
-        if "replay_rng" in state:
-            self.buffer.set_rng_state(state["replay_rng"])
-        if "replay_ratio" in state:
-            self.replay_ratio.restore(state["replay_ratio"])
+        restore_replay(self.buffer, self.replay_ratio, state)
         ExploreAndSync.send_epsilon(self.workers, self.policy.epsilon)
 
 

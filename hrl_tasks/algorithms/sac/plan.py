@@ -1,7 +1,13 @@
 """SAC's plan, and TD3's: sample a round, store it, replay at a fixed ratio, move the targets."""
 
 from hrl_tasks.algorithms.algorithm import Algorithm
-from hrl_tasks.algorithms.replay_learning import ReplayAndLearn, ReplayRatio, make_buffer
+from hrl_tasks.algorithms.replay_learning import (
+    ReplayAndLearn,
+    ReplayRatio,
+    make_buffer,
+    replay_state,
+    restore_replay,
+)
 from hrl_tasks.algorithms.sac.config import SACConfig
 from hrl_tasks.algorithms.sharded_replay import ShardedReplay
 from hrl_tasks.flow import (
@@ -62,22 +68,15 @@ class SAC(ShardedReplay, Algorithm):
         self.exploration(None, sync=False)
 
     def get_state(self):
-        """Also the replay's sampling state and ratio (not its rows: a resumed run
-        refills it; replay shards start empty)."""
+        """Also the driver's replay state (`replay_state`); replay shards start empty."""
         if self.config.num_replay_shards:
             return super().get_state()
-        return {
-            **super().get_state(),
-            "replay_rows": len(self.buffer),
-            "replay_rng": self.buffer.get_rng_state(),
-            "replay_ratio": self.replay_ratio.state(),
-        }
+        return {**super().get_state(), **replay_state(self.buffer, self.replay_ratio)}
 
     def set_state(self, state):
         super().set_state(state)
         if not self.config.num_replay_shards:
-            self.buffer.set_rng_state(state["replay_rng"])
-            self.replay_ratio.restore(state["replay_ratio"])
+            restore_replay(self.buffer, self.replay_ratio, state)
         UniformUntilLearning.send(self.workers, self.policy.uniform_actions)
 
 
