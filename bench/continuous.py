@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -106,6 +107,12 @@ def plot(runs: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def report_run(side: str, seed: int, run: dict) -> None:
+    """One line on stderr as each run ends, so that a long bench stopped midway keeps its runs."""
+    brief = {k: v for k, v in run.items() if k != "curve"}
+    print(json.dumps({"side": side, "seed": seed, **brief}), file=sys.stderr, flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -128,10 +135,13 @@ def main():
         if "hrl_tasks" in args.sides:
             runs["hrl_tasks", seed] = hrl_run(args.algorithm, args.env, seed, args.steps,
                                               settings["hrl"])  # fmt: skip
+            report_run("hrl_tasks", seed, runs["hrl_tasks", seed])
         if "sb3" in args.sides:
             runs["sb3", seed] = sb3_run(args.algorithm, args.env, seed, args.steps,
                                         settings["sb3"])  # fmt: skip
+            report_run("sb3", seed, runs["sb3", seed])
     name = f"{args.algorithm}-{args.env.split('-')[0].lower()}"
+    args.out.mkdir(parents=True, exist_ok=True)
     plot(runs, args.out / f"{name}.png", f"{args.algorithm.upper()} on {args.env}")
 
     def side(label):
