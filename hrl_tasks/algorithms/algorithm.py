@@ -46,6 +46,7 @@ from hrl_tasks.policies.policy_map import (
 )
 from hrl_tasks.registry import get_algorithm
 from hrl_tasks.rollout import RolloutWorker, WorkerSet
+from hrl_tasks.rollout.learner_group import LearnerGroup
 from hrl_tasks.rollout.multi_agent_worker import Episode, MultiAgentRolloutWorker
 from hrl_tasks.rollout.worker import derive_seed
 from hrl_tasks.scheduler import Engine, EngineError
@@ -70,6 +71,7 @@ class Algorithm(abc.ABC):
     threads_per_worker = 1  # of the embedded cluster's worker processes
     workers_learn = False  # rollout workers compute gradients (A3C): they need the full policy
     multi_agent = False  # trains multi-agent envs: PolicyMap, MultiAgentRolloutWorker
+    learner_group = False  # can learn in a data-parallel learner group (num_learners)
     policy_noun = "policy"  # what a checkpoint that does not fit calls the policy
     policy_mismatch_hint = "was it saved with another config or env?"  # and what it suggests
 
@@ -81,9 +83,11 @@ class Algorithm(abc.ABC):
                 f"policies {sorted(map(str, policy.policies))} need a policy_mapping_fn(agent_id, "
                 "episode) -> policy id"
             )
+        self.check_learner_group(policy)
         self.owns_engine = engine is None
         self.engine = engine or Engine.local(
-            n_workers=max(1, self.config.num_workers), threads_per_worker=self.threads_per_worker
+            n_workers=max(1, self.config.num_workers) + self.config.num_learners,
+            threads_per_worker=self.threads_per_worker,
         )
         self.workers = None
         try:
@@ -105,6 +109,13 @@ class Algorithm(abc.ABC):
                 if isinstance(policy, PolicyMap)
                 else RolloutWorker,
             )
+            if self.config.num_learners:
+                self.workers.learner_group = LearnerGroup(
+                    self.engine, policy, self.config.num_learners,
+                    resources=self.config.learner_resources or {"CPU": 1},
+                    max_restarts=self.config.max_restarts,
+                    num_threads=self.config.learner_threads,
+                )  # fmt: skip
             self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
             self.plan = self.build_plan(self.workers, self.ctx)
         except BaseException:
@@ -115,6 +126,28 @@ class Algorithm(abc.ABC):
             raise
         self.iteration = 0
         self.time_total_s = 0.0
+
+    def check_learner_group(self, policy) -> None:
+        """Refuses ``num_learners`` where the learner cannot be a group.
+
+        Raises:
+            ConfigError: naming the algorithms and policies that can.
+        """
+        if not self.config.num_learners:
+            return
+        if not self.learner_group:
+            from hrl_tasks.registry import ALGORITHM_PATHS
+
+            able = ", ".join(name for name in ALGORITHM_PATHS if get_algorithm(name).learner_group)
+            raise ConfigError(
+                f"{self.name} cannot learn in a learner group: set num_learners=0 (the driver "
+                f"learns), or use an algorithm that can ({able})"
+            )
+        if isinstance(policy, PolicyMap):
+            raise ConfigError(
+                "num_learners is for single-agent envs: a multi-agent policy map learns in "
+                "the driver (num_learners=0)"
+            )
 
     @classmethod
     def parse_config(cls, config: AlgorithmConfig | Mapping | None, overrides: Mapping):
@@ -333,6 +366,8 @@ class Algorithm(abc.ABC):
     def evaluate(self, episodes: int | None = None) -> dict:
         """Episodes in the driver with deterministic actions; returns their mean return."""
         episodes = episodes or self.config.evaluation_episodes
+        if not self.acting_only:
+            self.workers.pull_learner_weights()
         env = make_env(self.config.env, num_envs=1, env_config=self.config.env_config)
         seed = None if self.config.seed is None else self.config.seed + 10_000
         obs, _ = env.reset(seed=seed)
@@ -386,6 +421,8 @@ class Algorithm(abc.ABC):
         }
 
     def get_state(self) -> dict[str, Any]:
+        if self.workers.learner_group is not None:
+            self.workers.learner_group.pull_state()
         return {
             **self.checkpoint_header(),
             "policy": self.policy.get_state(),
@@ -429,6 +466,8 @@ class Algorithm(abc.ABC):
     def set_state(self, state: dict[str, Any]) -> None:
         self.check_algorithm(state)
         self.load_policy_state(state["policy"])
+        if self.workers.learner_group is not None:
+            self.workers.learner_group.push_state()
         self.ctx.restore(state["flow"])
         self.iteration = int(state["iteration"])
         self.time_total_s = float(state["time_total_s"])

@@ -102,6 +102,16 @@ class AlgorithmConfig:
     """Called as ``on_train_result(algo, result)`` after every iteration, before
     ``train()`` returns it: it may add metrics to ``result`` and change the algorithm
     (e.g. `SelfPlay` copies the learning policy into a frozen snapshot)."""
+    num_learners: int = 0
+    """Learner processes that take each update together, data-parallel: each computes
+    the gradient of its share of the batch and the shares are averaged (an all-reduce
+    over gloo), so that the update is the one a single learner takes on the whole
+    batch (RLlib's learner group). 0 learns in the driver. PPO, IMPALA, APPO, SAC
+    and TD3 can (their ``learner_group`` is True), on single-agent envs."""
+    learner_resources: dict | None = None
+    """Dask resources each learner holds for its life, e.g. ``{"GPU": 1}``; None:
+    ``{"CPU": 1}``. A learner's update waits for its peers, so each must have a thread
+    of its own: the request must not let two learners share one."""
     direct_calls: bool = True
     """Call the rollout workers directly instead of through the Dask scheduler:
     about 1.3 ms of the driver's CPU per call instead of 5.5 ms here. False makes
@@ -117,6 +127,7 @@ class AlgorithmConfig:
         "metrics_smoothing_episodes": ">= 1",
         "max_restarts": ">= 0",
         "max_env_errors": ">= 0",
+        "num_learners": ">= 0",
     }
     """Each numeric key's range (None, where a key allows it, is always valid)."""
 
@@ -132,6 +143,7 @@ class AlgorithmConfig:
         """
         check_resources(type(self).__name__, "rollout_worker_resources",
                         self.rollout_worker_resources)  # fmt: skip
+        check_resources(type(self).__name__, "learner_resources", self.learner_resources)
         if self.policies is not None:
             from hrl_tasks.policies.policy_map import as_policy_spec
 

@@ -32,7 +32,7 @@ class TrainOneStep:
 
     def __call__(self, batch):
         with self.ctx.timer("learn"):
-            info = self.workers.local_worker.policy.learn_on_batch(batch)
+            info = self.workers.learner.learn_on_batch(batch)
         self.ctx.counters[STEPS_TRAINED] += batch.env_steps()
         self.ctx.info.update({k: float(v) for k, v in info.items() if np.ndim(v) == 0})
         if self.sync_weights:

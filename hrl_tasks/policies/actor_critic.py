@@ -54,6 +54,13 @@ class ActorCriticPolicy(TorchPolicy):
 
     reads_next_obs = False  # it learns from next_values, which the rollout worker computes
 
+    def standardize(self, x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+        """`normalize`, with the statistics of the whole batch in a learner group."""
+        if self.data_parallel is None:
+            return normalize(x, eps)
+        mean, std = self.data_parallel.moments(x)
+        return (x - mean) / (std + eps)
+
     @property
     def normalizes_observations(self) -> bool:
         """A config's ``normalize_observations`` (PPO's), else False."""

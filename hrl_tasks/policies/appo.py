@@ -90,7 +90,7 @@ class APPOPolicy(IMPALAPolicy):
         """
         steps = []
         for _ in range(self.config.num_sgd_iter):
-            steps.append(self._backward_terms(self.loss(batch)))
+            steps.append(self._backward_terms(self.loss(batch), rows=len(batch)))
             self._step()
         means = {
             name: float(torch.stack([s[name].detach() for s in steps]).mean()) for name in steps[0]

@@ -101,6 +101,11 @@ class IMPALAPolicy(ActorCriticPolicy):
 
     config_class = IMPALAConfig
 
+    def data_parallel_unit(self) -> int | None:
+        """A learner group splits the batch into whole fragments (V-trace runs along
+        each); without ``rollout_fragment_length`` every learner takes all of it."""
+        return self.config.rollout_fragment_length
+
     def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         """Terms ``loss_policy``, ``loss_value``, ``loss_entropy``; ``entropy`` and ``mean_rho``
         (the mean unclipped importance weight ``pi / mu``)."""

@@ -15,7 +15,7 @@ from typing import ClassVar
 import torch
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.actor_critic import ActorCriticPolicy, normalize
+from hrl_tasks.policies.actor_critic import ActorCriticPolicy
 from hrl_tasks.policies.losses import entropy_loss, value_loss
 from hrl_tasks.policies.postprocessing import add_discounted_returns, add_gae
 
@@ -96,7 +96,7 @@ class PGPolicy(ActorCriticPolicy):
         dist, values, logp = self.forward_batch(batch)
         advantages = self.column(batch, SampleBatch.ADVANTAGES)
         if cfg.normalize_advantages:
-            advantages = normalize(advantages)
+            advantages = self.standardize(advantages)
         entropy = dist.entropy()
         terms = {"loss_policy": -(logp * advantages).mean()}
         if cfg.use_critic:

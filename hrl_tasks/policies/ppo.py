@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.actor_critic import ActorCriticPolicy, normalize
+from hrl_tasks.policies.actor_critic import ActorCriticPolicy
 from hrl_tasks.policies.adam import Adam
 from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
 from hrl_tasks.policies.postprocessing import add_gae
@@ -113,6 +113,11 @@ class PPOPolicy(ActorCriticPolicy):
     def make_optimizer(self, model: nn.Module) -> Adam:
         return adam(model.parameters(), lr=self.config.lr, eps=1e-5)
 
+    def data_parallel_unit(self) -> int | None:
+        """Every learner of a group takes the whole batch and its part of each
+        minibatch, so that the group shuffles as one learner would."""
+        return None
+
     def postprocessor(self):
         """Adds GAE ``advantages`` and ``value_targets``."""
         return partial(add_gae, gamma=self.config.gamma, lam=self.config.lam)
@@ -143,7 +148,7 @@ class PPOPolicy(ActorCriticPolicy):
         old_logp = data[SampleBatch.LOGP]
         advantages = data[SampleBatch.ADVANTAGES]
         if cfg.normalize_advantages:
-            advantages = normalize(advantages)
+            advantages = self.standardize(advantages)
         targets = data[SampleBatch.VALUE_TARGETS]
         old_values = data.get(SampleBatch.VALUES)
         terms = {
@@ -180,14 +185,20 @@ class PPOPolicy(ActorCriticPolicy):
         cfg = self.config
         data = self._tensors(batch)
         steps: list[dict[str, torch.Tensor]] = []
+        group = self.data_parallel
         for _ in range(cfg.num_sgd_iter):
             seed = int(torch.randint(2**62, (), generator=self.generator))
             for rows in minibatch_indices(len(batch), cfg.minibatch_size, seed):
+                if group is not None:  # this learner's part of the group's minibatch
+                    rows = group.my_rows(rows, len(batch))
                 minibatch = data if rows is None else {k: v[rows] for k, v in data.items()}
-                steps.append(self._backward_terms(self._loss(minibatch)))
+                n_rows = len(batch) if rows is None else len(rows)
+                steps.append(self._backward_terms(self._loss(minibatch), rows=n_rows))
                 self._step()
-            if cfg.target_kl is not None and float(steps[-1]["kl"]) > cfg.target_kl:
-                break
+            if cfg.target_kl is not None:
+                kl = steps[-1]["kl"] if group is None else group.mean(steps[-1]["kl"], n_rows)
+                if float(kl) > cfg.target_kl:
+                    break
         means = {
             name: float(torch.stack([s[name].detach() for s in steps]).mean()) for name in steps[0]
         }

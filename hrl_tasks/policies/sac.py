@@ -151,11 +151,10 @@ class SACPolicy(TwinQPolicy):
         mean, log_std = out.chunk(2, dim=-1)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
-    def _sample(self, obs: torch.Tensor, generator=None):
+    def _sample(self, obs: torch.Tensor):
         """``(unit actions, log-probabilities)`` drawn from the actor, reparameterized."""
         mean, log_std = self._actor_out(obs)
-        noise = torch.randn(mean.shape, generator=generator)
-        return squashed_sample(mean, log_std, noise)
+        return squashed_sample(mean, log_std, self.randn(mean.shape))
 
     @torch.no_grad()
     def compute_actions(self, obs: np.ndarray, explore: bool = True):
@@ -176,7 +175,7 @@ class SACPolicy(TwinQPolicy):
                 return self.to_actions(actions.squeeze(-1)), {}
             return self.to_actions(logits.argmax(-1)), {}
         if explore:
-            unit, _ = self._sample(features, self.generator)
+            unit, _ = self._sample(features)
         else:
             unit = torch.tanh(self._actor_out(features)[0])
         return self.from_unit(unit.numpy()), {}
@@ -188,13 +187,13 @@ class SACPolicy(TwinQPolicy):
     def _box_loss(self, cols: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         alpha = self.alpha
         with torch.no_grad():
-            next_actions, next_logp = self._sample(cols["next_obs"], self.generator)
+            next_actions, next_logp = self._sample(cols["next_obs"])
             next_q1, next_q2 = self.target_model.critic(cols["next_obs"], next_actions)
             targets = soft_q_targets(cols["rewards"], cols["discounts"], next_q1, next_q2,
                                      next_logp, alpha)  # fmt: skip
         q1, q2 = self.model.critic(cols["obs"], cols["actions"])
         loss_critic = twin_q_loss(q1, q2, targets, cols["weights"])
-        actions, logp = self._sample(cols["obs"], self.generator)
+        actions, logp = self._sample(cols["obs"])
         with frozen(self.model.critic):
             q1_pi, q2_pi = self.model.critic(cols["obs"], actions)
         loss_actor = sac_actor_loss(logp, q1_pi, q2_pi, alpha)

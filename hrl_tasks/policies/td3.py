@@ -132,7 +132,7 @@ class TD3Policy(TwinQPolicy):
         cols = self.replay_columns(batch)
         with torch.no_grad():
             next_actions = self.target_model.actor(cols["next_obs"])
-            noise = torch.randn(next_actions.shape, generator=self.generator) * cfg.target_noise
+            noise = self.randn(next_actions.shape) * cfg.target_noise
             noise = noise.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)
             next_actions = (next_actions + noise).clamp(-1.0, 1.0)
             next_q1, next_q2 = self.target_model.critic(cols["next_obs"], next_actions)

@@ -84,6 +84,7 @@ class TorchPolicy(Policy):
         self._optimizer: Adam | None = None
         self._optimizer_state: dict | None = None  # loaded when the optimizer is built
         self.num_grad_updates = 0
+        self.data_parallel = None  # a DataParallel while this copy learns in a learner group
         self.setup()
 
     def validate(self) -> None:
@@ -172,14 +173,27 @@ class TorchPolicy(Policy):
         return info
 
     def _backward(self, batch: SampleBatch) -> Info:
-        return to_info(self._backward_terms(self.loss(batch)))
+        return to_info(self._backward_terms(self.loss(batch), rows=len(batch)))
 
-    def _backward_terms(self, terms: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Gradients of ``terms["total"]``, clipped; returns the terms and ``grad_norm``
-        as tensors (converting each to a float costs a call per term and step)."""
+    def _backward_terms(
+        self, terms: dict[str, torch.Tensor], rows: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Gradients of ``terms["total"]`` (a mean over ``rows`` rows), averaged over a
+        learner group's members if this copy is in one, then clipped; returns the terms
+        and ``grad_norm`` as tensors (converting each to a float costs a call per term
+        and step)."""
         for p in self.params:
             p.grad = None
-        terms["total"].backward()
+        group = self.data_parallel
+        if group is not None and rows == 0:  # an empty share of a small minibatch
+            for p in self.params:
+                p.grad = torch.zeros_like(p) if p.requires_grad else None
+        else:
+            terms["total"].backward()
+        if group is not None:
+            if rows is None:
+                raise ValueError(f"{type(self).__name__} learns in a group: pass the rows")
+            group.average_gradients(self.params, rows)
         clip = self.config.grad_clip
         norm = nn.utils.clip_grad_norm_(self.params, float("inf") if clip is None else clip)
         return {**terms, "grad_norm": norm}
@@ -187,6 +201,21 @@ class TorchPolicy(Policy):
     def _step(self) -> None:
         self.optimizer.step()
         self.num_grad_updates += 1
+
+    def randn(self, shape) -> torch.Tensor:
+        """Normal noise from ``self.generator`` for a batch's rows (leading axis). In a
+        learner group, drawn for the whole batch and sliced to this learner's rows,
+        so that the group draws what one learner would."""
+        group = self.data_parallel
+        if group is None or group.share is None:
+            return torch.randn(tuple(shape), generator=self.generator)
+        return group.randn(shape, self.generator)
+
+    def data_parallel_unit(self) -> int | None:
+        """Rows a learner group keeps together when it splits a batch between its
+        learners (whole sequences); None: every learner takes the whole batch and
+        picks its rows itself (PPO's minibatches). Default 1: any rows."""
+        return 1
 
     # Weights and state ------------------------------------------------------------
 

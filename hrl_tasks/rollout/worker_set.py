@@ -176,6 +176,7 @@ class WorkerSet:
         self._stopped = False
         self._lock = threading.RLock()  # the weights and the re-sync counts
         self._obs_stats: list = []  # observation statistics from samples, not merged yet
+        self.learner_group = None  # a LearnerGroup that learns instead of the local policy
         self.sync_weights()
 
     def note_observation_stats(self, metrics: dict) -> None:
@@ -198,6 +199,20 @@ class WorkerSet:
         )
         self._obs_stats.clear()
         self._local.policy.update_observation_stats(merged)
+        if self.learner_group is not None:
+            self.learner_group.queue("update_observation_stats", merged)
+
+    @property
+    def learner(self):
+        """What learns: the `LearnerGroup` (``num_learners``), else the local policy.
+        Either takes ``learn_on_batch``; policies with targets also ``target_due`` and
+        ``update_target``."""
+        return self._local.policy if self.learner_group is None else self.learner_group
+
+    def pull_learner_weights(self) -> None:
+        """The learner group's latest weights into the local policy (if there is one)."""
+        if self.learner_group is not None:
+            self.learner_group.pull_weights()
 
     @property
     def local_worker(self) -> RolloutWorker:
@@ -237,6 +252,8 @@ class WorkerSet:
             ValueError: If ``to`` names a handle that is not in this set.
         """
         with self._lock:  # a learner thread and a sampling thread may both get here
+            if weights is None:
+                self.pull_learner_weights()
             self._merge_observation_stats()
             if weights is None:
                 weights = self._local.get_weights()
@@ -414,6 +431,8 @@ class WorkerSet:
         if self._stopped:
             return
         self._stopped = True
+        if self.learner_group is not None:
+            self.learner_group.stop()
         self._kill(self._remote)
         self._local.close()
 

@@ -5,7 +5,7 @@ import time
 import psutil
 import pytest
 
-from hrl_tasks.algorithms import DQN, ES, PPO
+from hrl_tasks.algorithms import DQN, ES, PPO, ConfigError
 from hrl_tasks.cli import main
 from hrl_tasks.policies import UnsupportedSpaceError
 from hrl_tasks.rollout import EnvError, register_env
@@ -25,6 +25,18 @@ def test_an_action_space_the_algorithm_cannot_use_fails_before_a_cluster_starts(
         DQN({"env": "Pendulum-v1", **TINY})
     assert time.perf_counter() - start < 5
     assert child_processes() <= before  # no worker process was started
+
+
+def test_a_learner_group_where_there_can_be_none_fails_before_a_cluster_starts():
+    before = child_processes()
+    with pytest.raises(ConfigError, match=r"dqn cannot learn in a learner group: set num_learn"
+                                          r"ers=0 .*\(ppo, impala, appo, sac, td3\)"):  # fmt: skip
+        DQN({**TINY, "num_learners": 2})
+    with pytest.raises(ConfigError, match="num_learners is for single-agent envs"):
+        PPO({**TINY, "env": "tictactoe_v3", "num_learners": 2})
+    with pytest.raises(ConfigError, match=r"PPOConfig.learner_resources must be dict \| None, got .GPU."):
+        PPO({**TINY, "num_learners": 2, "learner_resources": "GPU"})
+    assert child_processes() <= before
 
 
 def test_the_command_line_reports_unsupported_spaces_in_one_line(capsys):

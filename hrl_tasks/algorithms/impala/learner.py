@@ -94,7 +94,7 @@ class LearnerThread(threading.Thread):
         sources = list({id(h): h for h, _ in items}.values())
         with self.lock:
             start = time.perf_counter()
-            info = self.workers.local_worker.policy.learn_on_batch(batch)
+            info = self.workers.learner.learn_on_batch(batch)
             # The weights ride on each source's next sample call (no extra call).
             self.workers.sync_weights(to=sources, defer=True)
             elapsed = time.perf_counter() - start

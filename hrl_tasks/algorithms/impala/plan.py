@@ -22,6 +22,7 @@ class IMPALA(Algorithm):
     policy_class = IMPALAPolicy
     policy_config_class = IMPALAPolicyConfig
     config_class = IMPALAConfig
+    learner_group = True
 
     def build_plan(self, workers, ctx):
         cfg = self.config

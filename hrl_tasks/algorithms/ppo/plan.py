@@ -25,6 +25,7 @@ class PPO(Algorithm):
     policy_config_class = PPOPolicyConfig
     config_class = PPOConfig
     multi_agent = True  # a PolicyMap learns on MultiAgentBatches in the same plan
+    learner_group = True
 
     def rollout_env(self):
         if not self.config.central_critic:

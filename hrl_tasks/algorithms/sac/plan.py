@@ -34,6 +34,7 @@ class SAC(ShardedReplay, Algorithm):
     policy_class = SACPolicy
     policy_config_class = SACPolicyConfig
     config_class = SACConfig
+    learner_group = True
 
     def build_plan(self, workers, ctx):
         cfg = self.config
@@ -104,6 +105,8 @@ class UniformUntilLearning:
         uniform = self.ctx.counters[STEPS_SAMPLED] < self.learning_starts
         if uniform != self.sent:
             SetUniformActions(uniform)(self.workers.local_worker)
+            if self.workers.learner_group is not None:  # their state is the checkpoint's
+                self.workers.learner_group.queue("set_uniform_actions", uniform)
             self.send(self.workers, uniform)
             self.sent = uniform
         if sync:
@@ -125,8 +128,8 @@ class UpdateTargets:
         self.workers, self.ctx = workers, ctx
 
     def __call__(self, item):
-        policy = self.workers.local_worker.policy
-        if policy.target_due():
-            policy.update_target()
+        learner = self.workers.learner
+        if learner.target_due():
+            learner.update_target()
             self.ctx.counters["target_updates"] += 1
         return item
