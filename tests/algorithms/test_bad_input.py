@@ -34,7 +34,9 @@ def test_a_learner_group_where_there_can_be_none_fails_before_a_cluster_starts()
         DQN({**TINY, "num_learners": 2})
     with pytest.raises(ConfigError, match="num_learners is for single-agent envs"):
         PPO({**TINY, "env": "tictactoe_v3", "num_learners": 2})
-    with pytest.raises(ConfigError, match=r"PPOConfig.learner_resources must be dict \| None, got .GPU."):
+    with pytest.raises(
+        ConfigError, match=r"PPOConfig.learner_resources must be dict \| None, got .GPU."
+    ):
         PPO({**TINY, "num_learners": 2, "learner_resources": "GPU"})
     assert child_processes() <= before
 
