@@ -1,4 +1,4 @@
-"""SAC and TD3 on MuJoCo against Stable-Baselines3, the same replay ratio on both sides.
+"""SAC, TD3 and PPO on MuJoCo against Stable-Baselines3, rl-zoo's settings on both sides.
 
 Each run trains for ``--steps`` env steps (200,000 by default) with rl-zoo's
 HalfCheetah settings (learning from 10,000 uniformly random steps on; one gradient
@@ -9,9 +9,17 @@ included. The two sides alternate seed by seed, so that a machine whose speed
 drifts slows both alike. Prints one JSON line and draws the curves (mean return
 of the last 10 training episodes against env steps) into docs/learning/.
 
+PPO (``--algorithm ppo``: Hopper-v5, 500,000 steps by default) takes rl-zoo's
+Hopper settings: one env, 512 steps per update, 5 epochs of minibatches of 32,
+ReLU (256, 256) networks, log-std from -2, observations and rewards normalized by
+running statistics (Stable-Baselines3's ``VecNormalize``; ``normalize_observations``
+and ``normalize_rewards`` here). Stable-Baselines3 initializes those networks with
+torch's default (``ortho_init=False``), hrl_tasks orthogonally, as CleanRL.
+
 Needs ``pip install -e ".[bench,mujoco]"``.
 
     python bench/continuous.py [--algorithm sac] [--env HalfCheetah-v5] [--seeds 0 1]
+    python bench/continuous.py --algorithm ppo --seeds 0
 """
 
 import argparse
@@ -32,7 +40,20 @@ RL_ZOO = {  # rl-zoo's HalfCheetah settings, named as each library names them
                     "policy_kwargs": {"net_arch": [400, 300]}},
             "hrl": {"learning_starts": 10_000, "lr": 1e-3, "train_batch_size": 256,
                     "hidden": (400, 300)}},
+    "ppo": {"sb3": {"batch_size": 32, "n_steps": 512, "gamma": 0.999,
+                    "learning_rate": 9.80828e-05, "ent_coef": 0.00229519, "clip_range": 0.2,
+                    "n_epochs": 5, "gae_lambda": 0.99, "max_grad_norm": 0.7,
+                    "vf_coef": 0.835671},
+            "hrl": {"num_workers": 1, "num_envs_per_worker": 1, "rollout_fragment_length": 512,
+                    "train_batch_size": 512, "minibatch_size": 32, "num_sgd_iter": 5,
+                    "gamma": 0.999, "lr": 9.80828e-05, "ent_coef": 0.00229519, "clip": 0.2,
+                    "lam": 0.99, "grad_clip": 0.7, "vf_coef": 0.835671, "hidden": (256, 256),
+                    "activation": "relu", "log_std_init": -2.0,
+                    "normalize_observations": True, "normalize_rewards": True}},
 }  # fmt: skip
+DEFAULTS = {"sac": ("HalfCheetah-v5", 200_000), "td3": ("HalfCheetah-v5", 200_000),
+            "ppo": ("Hopper-v5", 500_000)}  # fmt: skip
+"""Each algorithm's env and steps when the command line names none."""
 
 
 def hrl_run(algorithm: str, env: str, seed: int, steps: int, settings: dict) -> dict:
@@ -77,9 +98,20 @@ def sb3_run(algorithm: str, env: str, seed: int, steps: int, settings: dict) -> 
     extra = {}
     if algorithm == "td3":
         extra["action_noise"] = NormalActionNoise(np.zeros(6), 0.1 * np.ones(6))
+    if algorithm == "ppo":  # rl-zoo's `normalize: true` and policy_kwargs
+        import torch
+        from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        env = VecNormalize(make_vec_env(env, n_envs=1, seed=seed), gamma=settings["gamma"])
+        extra["policy_kwargs"] = {"log_std_init": -2, "ortho_init": False,
+                                  "activation_fn": torch.nn.ReLU,
+                                  "net_arch": {"pi": [256, 256], "vf": [256, 256]}}  # fmt: skip
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings, **extra)
     model.learn(total_timesteps=steps, callback=Curve())
     trained_s = time.perf_counter() - start
+    if algorithm == "ppo":
+        model.get_env().training = False  # statistics frozen, as the learner's copy is here
     evaluation, _ = evaluate_policy(model, model.get_env(), n_eval_episodes=10, deterministic=True)
     returns = [e["r"] for e in list(model.ep_info_buffer)[-WINDOW:]]
     return {"seconds": trained_s, "env_steps": int(model.num_timesteps),
@@ -118,13 +150,15 @@ def main():
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--algorithm", choices=sorted(RL_ZOO), default="sac")
-    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--env", help="default: HalfCheetah-v5 (SAC, TD3), Hopper-v5 (PPO)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--steps", type=int, default=200_000)
+    parser.add_argument("--steps", type=int, help="default: 200,000 (SAC, TD3), 500,000 (PPO)")
     parser.add_argument("--sides", nargs="+", choices=["hrl_tasks", "sb3"],
                         default=["hrl_tasks", "sb3"])  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("docs/learning"))
     args = parser.parse_args()
+    args.env = args.env or DEFAULTS[args.algorithm][0]
+    args.steps = args.steps or DEFAULTS[args.algorithm][1]
     import hrl_tasks.algorithms  # noqa: F401  (imports are not timed, on either side)
 
     if "sb3" in args.sides:

@@ -26,11 +26,15 @@ import torch
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
+from hrl_tasks.errors import ConfigError
 from hrl_tasks.policies.distributions import ActionDistribution, make_action_dist
 from hrl_tasks.policies.models import ActorCritic, ObsNormalizer, make_encoder
 from hrl_tasks.policies.numpy_actor_critic import NumpyActorCritic
 from hrl_tasks.policies.policy import Policy
 from hrl_tasks.policies.torch_policy import TorchPolicy
+
+TORCH_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+"""A config's ``activation`` -> the torch module (`NumpyActorCritic.ACTIVATIONS` the numpy one)."""
 
 
 def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -54,6 +58,25 @@ class ActorCriticPolicy(TorchPolicy):
 
     reads_next_obs = False  # it learns from next_values, which the rollout worker computes
 
+    def validate(self) -> None:
+        """Raises ConfigError for an ``activation`` that is not a name of `TORCH_ACTIVATIONS`."""
+        super().validate()
+        if self.activation not in TORCH_ACTIVATIONS:
+            raise ConfigError(
+                f"{type(self.config).__name__}.activation must be one of "
+                f"{', '.join(map(repr, TORCH_ACTIVATIONS))}, got {self.activation!r}"
+            )
+
+    @property
+    def activation(self) -> str:
+        """Between hidden layers: a config's ``activation`` (PPO's), else ``"tanh"``."""
+        return getattr(self.config, "activation", "tanh")
+
+    @property
+    def reward_normalization_gamma(self) -> float | None:
+        """``gamma`` with a config's ``normalize_rewards`` (PPO's), else None."""
+        return self.config.gamma if getattr(self.config, "normalize_rewards", False) else None
+
     def standardize(self, x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
         """`normalize`, with the statistics of the whole batch in a learner group."""
         if self.data_parallel is None:
@@ -73,7 +96,7 @@ class ActorCriticPolicy(TorchPolicy):
 
     def make_model(self) -> nn.Module:
         encoder, feature_dim = make_encoder(self.observation_space)
-        head = make_action_dist(self.action_space)
+        head = make_action_dist(self.action_space, getattr(self.config, "log_std_init", 0.0))
         normalizer = (
             ObsNormalizer(self.observation_space.shape) if self.normalizes_observations else None
         )
@@ -82,7 +105,7 @@ class ActorCriticPolicy(TorchPolicy):
             feature_dim,
             head,
             self.config.hidden,
-            nn.Tanh,
+            TORCH_ACTIVATIONS[self.activation],
             self.config.shared_trunk,
             mask_size=int(getattr(self.observation_space, "mask_size", 0)),
             actor_inputs=int(getattr(self.observation_space, "own_size", 0)),
@@ -105,8 +128,10 @@ class ActorCriticPolicy(TorchPolicy):
         if not isinstance(self.model.encoder, nn.Flatten):
             return super().inference_copy()
         return NumpyActorCritic(
-            self.observation_space, self.action_space, self.get_weights(), self.postprocessor()
-        )
+            self.observation_space, self.action_space, self.get_weights(), self.postprocessor(),
+            activation=self.activation,
+            reward_normalization_gamma=self.reward_normalization_gamma,
+        )  # fmt: skip
 
     @torch.no_grad()
     def compute_actions(

@@ -48,6 +48,8 @@ class NumpyActorCritic(Policy):
             applies (torch-free and picklable, e.g. ``partial(add_gae, ...)``);
             None returns fragments unchanged.
         seed: Seed of the generator for sampling; None draws one.
+        activation: Between hidden layers: ``"tanh"`` or ``"relu"`` (the torch model's).
+        reward_normalization_gamma: The torch policy's (`Policy.reward_normalization_gamma`).
 
     Raises:
         ValueError: If `weights` do not describe an actor and a critic that fit the spaces.
@@ -67,8 +69,15 @@ class NumpyActorCritic(Policy):
         weights: dict[str, np.ndarray],
         postprocess: Callable[[SampleBatch], SampleBatch] | None = None,
         seed: int | None = None,
+        activation: str = "tanh",
+        reward_normalization_gamma: float | None = None,
     ) -> None:
         super().__init__(observation_space, action_space, config=None)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.activation = activation
+        self._activate = ACTIVATIONS[activation]
+        self.reward_normalization_gamma = reward_normalization_gamma
         if not isinstance(action_space, gym.spaces.Discrete | gym.spaces.Box):
             raise UnsupportedSpaceError(f"unsupported action space {action_space!r}")
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -121,8 +130,8 @@ class NumpyActorCritic(Policy):
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         features = self._features(obs)
         own = features[..., : self.actor_inputs] if self.actor_inputs else features
-        head = _mlp(own, self._actor)
-        values = _mlp(features, self._critic)[..., 0]
+        head = _mlp(own, self._actor, self._activate)
+        values = _mlp(features, self._critic, self._activate)[..., 0]
         if self.mask_size:  # as the torch model's apply_mask: illegal actions get no probability
             head = np.where(np.asarray(obs)[..., -self.mask_size :] > 0.5, head, np.float32(MASKED))
         if self.discrete:
@@ -133,7 +142,7 @@ class NumpyActorCritic(Policy):
         return actions.astype(self.action_space.dtype, copy=False), extras
 
     def compute_values(self, obs: np.ndarray) -> np.ndarray:
-        return _mlp(self._features(obs), self._critic)[..., 0]
+        return _mlp(self._features(obs), self._critic, self._activate)[..., 0]
 
     def _features(self, obs: np.ndarray) -> np.ndarray:
         obs = np.asarray(obs)
@@ -147,7 +156,7 @@ class NumpyActorCritic(Policy):
             features = np.clip((features - mean) / std, -10.0, 10.0)
         features = features.reshape(*obs.shape[:n_lead], -1)
         for weight, bias in self._trunk:
-            features = np.tanh(features @ weight + bias)
+            features = self._activate(features @ weight + bias)
         return features
 
     def _categorical(self, logits: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -234,10 +243,18 @@ def _linear_layers(weights: dict[str, np.ndarray], prefix: str) -> Layers:
     return [(weight, bias) for _, weight, bias in sorted(layers, key=lambda layer: layer[0])]
 
 
-def _mlp(x: np.ndarray, layers: Layers) -> np.ndarray:
-    """Linear layers with tanh between them (none after the last)."""
+def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    return np.maximum(x, 0.0, out=x if out is None else out)
+
+
+ACTIVATIONS = {"tanh": np.tanh, "relu": _relu}
+"""Activation name -> an in-place-capable numpy function (the torch model's)."""
+
+
+def _mlp(x: np.ndarray, layers: Layers, activate=np.tanh) -> np.ndarray:
+    """Linear layers with ``activate`` between them (none after the last)."""
     for i, (weight, bias) in enumerate(layers):
         x = x @ weight + bias
         if i < len(layers) - 1:
-            np.tanh(x, out=x)
+            activate(x, out=x)
     return x

@@ -48,6 +48,12 @@ class Policy(abc.ABC):
     the column from its batches when not: once ``next_values`` are computed,
     actor-critics never read it, and it is as large as ``obs`` (an Atari frame stack)."""
 
+    reward_normalization_gamma: float | None = None
+    """Set (to the discount) when the policy learns from rewards divided by the running
+    standard deviation of the discounted return (Stable-Baselines3's
+    ``VecNormalize(norm_reward=True)``): a rollout worker then scales the rewards of
+    its batches (`hrl_tasks.rollout.reward_scaling`); episode returns stay the env's."""
+
     normalizes_observations = False
     """Whether the policy standardizes observations by running statistics: a rollout
     worker then reports those of what it saw (``metrics["obs_stats"]``), and the

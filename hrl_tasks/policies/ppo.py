@@ -58,6 +58,14 @@ class PPOConfig:
     """Hidden widths after the encoder (use () on top of a CNN)."""
     shared_trunk: bool = False
     """Share the hidden layers between actor and critic (CleanRL keeps them separate)."""
+    activation: str = "tanh"
+    """Between hidden layers: ``"tanh"`` (CleanRL's) or ``"relu"`` (rl-zoo's MuJoCo settings)."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of continuous actions (rl-zoo's MuJoCo settings: -2)."""
+    normalize_rewards: bool = False
+    """Divide rewards by the running standard deviation of the discounted return, on
+    each rollout worker (Stable-Baselines3's ``VecNormalize(norm_reward=True)``, which
+    rl-zoo's MuJoCo settings use); reported returns stay the env's."""
     normalize_observations: bool = False
     """Standardize observations by running statistics gathered on the rollout workers
     (Stable-Baselines3's ``VecNormalize``; rl-zoo's MuJoCo settings), kept in the

@@ -47,6 +47,7 @@ from hrl_tasks.data.running_stats import RunningStats
 from hrl_tasks.envs.make import EnvError, EnvLike, env_name, make_env
 from hrl_tasks.policies import Policy
 from hrl_tasks.rollout.malloc import ROLLOUT_MMAP_THRESHOLD, limit_arenas, map_blocks_from
+from hrl_tasks.rollout.reward_scaling import RewardScaler
 
 PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
 EPS_ID_BITS = 40  # eps_id = worker_index << 40 | counter
@@ -193,6 +194,7 @@ class RolloutWorker(WorkerCalls):
         self._errors_seen = 0
         self._totals = {"env_steps": 0, "episodes": 0, "env_errors": 0}
         self._unreported: dict[str, list] = {"episode_returns": [], "episode_lengths": []}
+        self._reward_scaler: RewardScaler | None = None  # with reward normalization
 
     def _make_policy(self, policy_factory_or_policy: Policy | PolicyFactory) -> Policy:
         if isinstance(policy_factory_or_policy, Policy):
@@ -246,6 +248,12 @@ class RolloutWorker(WorkerCalls):
         for t in range(steps):
             self._step(t, steps, columns, metrics)
         self._check_finite(columns)
+        gamma = getattr(self.policy, "reward_normalization_gamma", None)
+        if gamma is not None:  # episode returns (metrics) were counted on the env's rewards
+            if self._reward_scaler is None:
+                self._reward_scaler = RewardScaler(self.num_envs, gamma)
+            ended = columns[SampleBatch.TERMINATEDS] | columns[SampleBatch.TRUNCATEDS]
+            columns[SampleBatch.REWARDS] = self._reward_scaler(columns[SampleBatch.REWARDS], ended)
         if self.policy.normalizes_observations:  # what the learner's statistics merge
             shape = self.policy.observation_space.shape
             metrics["obs_stats"] = RunningStats.of(columns[SampleBatch.OBS], shape).state()

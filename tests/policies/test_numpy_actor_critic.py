@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from hrl_tasks.data import decode, encode
+from hrl_tasks.errors import ConfigError
 from hrl_tasks.policies import (
     IMPALAConfig,
     IMPALAPolicy,
@@ -23,6 +24,10 @@ POLICIES = {
     "ppo-shared-trunk": lambda: PPOPolicy(
         *cartpole_spaces(), PPOConfig(seed=0, shared_trunk=True, hidden=(32, 16))
     ),
+    "ppo-relu-rl-zoo": lambda: PPOPolicy(
+        *pendulum_spaces(),
+        PPOConfig(seed=0, activation="relu", log_std_init=-2.0, hidden=(32, 32), shared_trunk=True),
+    ),  # fmt: skip
     "pg-no-critic": lambda: PGPolicy(*cartpole_spaces(), PGConfig(seed=0, use_critic=False)),
     "impala-continuous": lambda: IMPALAPolicy(*pendulum_spaces(), IMPALAConfig(seed=0)),
 }
@@ -167,3 +172,16 @@ def test_image_observations_keep_a_torch_copy():
     np.testing.assert_array_equal(
         copy.compute_actions(obs, explore=False)[0], policy.compute_actions(obs, explore=False)[0]
     )
+
+
+def test_rl_zoo_settings_reach_the_copy_and_a_wrong_activation_is_named():
+    policy = POLICIES["ppo-relu-rl-zoo"]()
+    np.testing.assert_array_equal(policy.model.dist_head.log_std.detach().numpy(), [-2.0])
+    copy = policy.inference_copy()
+    assert copy.activation == "relu" and copy.reward_normalization_gamma is None
+    rewarded = PPOPolicy(*pendulum_spaces(), PPOConfig(seed=0, normalize_rewards=True, gamma=0.9))
+    assert rewarded.inference_copy().reward_normalization_gamma == 0.9
+    with pytest.raises(
+        ConfigError, match="PPOConfig.activation must be one of 'tanh', 'relu', got 'gelu'"
+    ):
+        PPOPolicy(*pendulum_spaces(), PPOConfig(activation="gelu"))
