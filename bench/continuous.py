@@ -78,13 +78,17 @@ def hrl_run(algorithm: str, env: str, seed: int, steps: int, settings: dict) -> 
             "time_s": timers, "curve": curve}  # fmt: skip
 
 
-def sb3_run(algorithm: str, env: str, seed: int, steps: int, settings: dict) -> dict:
+def sb3_run(algorithm: str, env: str, seed: int, steps: int, settings: dict, threads: int) -> dict:
     import stable_baselines3
+    import torch
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.noise import NormalActionNoise
 
     curve = []
+    # torch's threads as a Stable-Baselines3 user has them (hrl_tasks' run, in this
+    # process, set the driver's to its learner_threads).
+    torch.set_num_threads(threads)
 
     class Curve(BaseCallback):
         def _on_step(self) -> bool:
@@ -99,7 +103,6 @@ def sb3_run(algorithm: str, env: str, seed: int, steps: int, settings: dict) -> 
     if algorithm == "td3":
         extra["action_noise"] = NormalActionNoise(np.zeros(6), 0.1 * np.ones(6))
     if algorithm == "ppo":  # rl-zoo's `normalize: true` and policy_kwargs
-        import torch
         from stable_baselines3.common.env_util import make_vec_env
         from stable_baselines3.common.vec_env import VecNormalize
 
@@ -159,6 +162,9 @@ def main():
     args = parser.parse_args()
     args.env = args.env or DEFAULTS[args.algorithm][0]
     args.steps = args.steps or DEFAULTS[args.algorithm][1]
+    import torch
+
+    threads = torch.get_num_threads()  # torch's default here, before hrl_tasks sets its own
     import hrl_tasks.algorithms  # noqa: F401  (imports are not timed, on either side)
 
     if "sb3" in args.sides:
@@ -172,7 +178,7 @@ def main():
             report_run("hrl_tasks", seed, runs["hrl_tasks", seed])
         if "sb3" in args.sides:
             runs["sb3", seed] = sb3_run(args.algorithm, args.env, seed, args.steps,
-                                        settings["sb3"])  # fmt: skip
+                                        settings["sb3"], threads)  # fmt: skip
             report_run("sb3", seed, runs["sb3", seed])
     name = f"{args.algorithm}-{args.env.split('-')[0].lower()}"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -195,7 +201,7 @@ def main():
         "bench": "continuous", "date": time.strftime("%Y-%m-%d"), "algorithm": args.algorithm,
         "env": args.env, "steps": args.steps, "seeds": args.seeds,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "hrl_tasks": ours, "stable_baselines3": theirs, "curve": str(args.out / f"{name}.png"),
+        "hrl_tasks": ours, "stable_baselines3": theirs, "sb3_torch_threads": threads, "curve": str(args.out / f"{name}.png"),
     }  # fmt: skip
     if ours and theirs:
         figures["seconds_ratio_hrl_over_sb3"] = round(
