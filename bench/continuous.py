@@ -7,7 +7,10 @@ exploration noise 0.1), then plays 10 episodes with deterministic actions. The
 wall time is the whole run as a user waits for it, the cluster's start-up
 included. The two sides alternate seed by seed, so that a machine whose speed
 drifts slows both alike. Prints one JSON line and draws the curves (mean return
-of the last 10 training episodes against env steps) into docs/learning/.
+of the last 10 training episodes against env steps) into docs/learning/. Each run is
+kept as it ends in ``docs/learning/<algorithm>-<env>-<steps>-runs.jsonl``, dated with
+its commit; the figures and the plot are of every run kept there (the latest of each
+side and seed), so that runs made on different days make one comparison.
 
 PPO (``--algorithm ppo``: Hopper-v5, 500,000 steps by default) takes rl-zoo's
 Hopper settings: one env, 512 steps per update, 5 epochs of minibatches of 32,
@@ -26,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,11 +75,10 @@ def hrl_run(algorithm: str, env: str, seed: int, steps: int, settings: dict) -> 
     )  # fmt: skip
     trained_s = time.perf_counter() - start
     evaluation = algo.evaluate(episodes=10)["evaluation_return_mean"]
-    timers = {k: round(v, 1) for k, v in result.get("time_s", {}).items()}
     algo.stop()
     return {"seconds": trained_s, "env_steps": result["env_steps_sampled"],
             "evaluation_return": evaluation, "train_return": result["episode_return_mean"],
-            "time_s": timers, "curve": curve}  # fmt: skip
+            "curve": curve}  # fmt: skip
 
 
 def sb3_run(algorithm: str, env: str, seed: int, steps: int, settings: dict, threads: int) -> dict:
@@ -142,10 +145,27 @@ def plot(runs: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def report_run(side: str, seed: int, run: dict) -> None:
-    """One line on stderr as each run ends, so that a long bench stopped midway keeps its runs."""
-    brief = {k: v for k, v in run.items() if k != "curve"}
-    print(json.dumps({"side": side, "seed": seed, **brief}), file=sys.stderr, flush=True)
+def keep_run(path: Path, side: str, seed: int, run: dict) -> None:
+    """Appends the run (its curve too) to ``path`` as it ends, dated with the commit, so
+    that runs made on different days, or by a bench stopped midway, make one figure."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip()  # fmt: skip
+    line = {"side": side, "seed": seed, "date": time.strftime("%Y-%m-%d"), "commit": commit,
+            **run}  # fmt: skip
+    with path.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    brief = {k: v for k, v in line.items() if k != "curve"}
+    print(json.dumps(brief), file=sys.stderr, flush=True)
+
+
+def kept_runs(path: Path) -> dict:
+    """The latest run of each (side, seed) in ``path``."""
+    runs = {}
+    if path.exists():
+        for text in path.read_text().splitlines():
+            line = json.loads(text)
+            runs[line["side"], line["seed"]] = line
+    return runs
 
 
 def main():
@@ -170,38 +190,38 @@ def main():
     if "sb3" in args.sides:
         import stable_baselines3  # noqa: F401
     settings = RL_ZOO[args.algorithm]
-    runs = {}
-    for seed in args.seeds:
-        if "hrl_tasks" in args.sides:
-            runs["hrl_tasks", seed] = hrl_run(args.algorithm, args.env, seed, args.steps,
-                                              settings["hrl"])  # fmt: skip
-            report_run("hrl_tasks", seed, runs["hrl_tasks", seed])
-        if "sb3" in args.sides:
-            runs["sb3", seed] = sb3_run(args.algorithm, args.env, seed, args.steps,
-                                        settings["sb3"], threads)  # fmt: skip
-            report_run("sb3", seed, runs["sb3", seed])
     name = f"{args.algorithm}-{args.env.split('-')[0].lower()}"
     args.out.mkdir(parents=True, exist_ok=True)
+    kept = args.out / f"{name}-{args.steps}-runs.jsonl"
+    for seed in args.seeds:
+        if "hrl_tasks" in args.sides:
+            run = hrl_run(args.algorithm, args.env, seed, args.steps, settings["hrl"])
+            keep_run(kept, "hrl_tasks", seed, run)
+        if "sb3" in args.sides:
+            run = sb3_run(args.algorithm, args.env, seed, args.steps, settings["sb3"], threads)
+            keep_run(kept, "sb3", seed, {**run, "torch_threads": threads})
+    runs = kept_runs(kept)  # with those of earlier days
     plot(runs, args.out / f"{name}.png", f"{args.algorithm.upper()} on {args.env}")
 
     def side(label):
         mine = [r for (s, _), r in runs.items() if s == label]
         if not mine:
             return None
-        return {"seconds": [round(r["seconds"], 1) for r in mine],
+        return {"seeds": [s for (label_, s) in runs if label_ == label],
+                "dates": [f"{r['date']} ({r['commit']})" for r in mine],
+                "seconds": [round(r["seconds"], 1) for r in mine],
                 "evaluation_return": [round(r["evaluation_return"], 1) for r in mine],
                 "train_return": [round(r["train_return"], 1) for r in mine],
                 "mean_evaluation_return": round(float(np.mean([r["evaluation_return"]
                                                                for r in mine])), 1),
-                "mean_seconds": round(float(np.mean([r["seconds"] for r in mine])), 1),
-                **({"time_s": [r["time_s"] for r in mine]} if "time_s" in mine[0] else {})}  # fmt: skip
+                "mean_seconds": round(float(np.mean([r["seconds"] for r in mine])), 1)}  # fmt: skip
 
     ours, theirs = side("hrl_tasks"), side("sb3")
     figures = {
         "bench": "continuous", "date": time.strftime("%Y-%m-%d"), "algorithm": args.algorithm,
         "env": args.env, "steps": args.steps, "seeds": args.seeds,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "hrl_tasks": ours, "stable_baselines3": theirs, "sb3_torch_threads": threads, "curve": str(args.out / f"{name}.png"),
+        "hrl_tasks": ours, "stable_baselines3": theirs, "curve": str(args.out / f"{name}.png"),
     }  # fmt: skip
     if ours and theirs:
         figures["seconds_ratio_hrl_over_sb3"] = round(
