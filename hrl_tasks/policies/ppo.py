@@ -86,6 +86,7 @@ class PPOConfig:
         "target_kl": "> 0",
         "grad_clip": "> 0",
         "hidden": ">= 1",
+        "log_std_init": "[-20, 5]",
         "seed": "[0, 2**63)",
     }
     """Each numeric key's range (None, where a key allows it, is always valid), checked

@@ -85,12 +85,12 @@ def test_a_learner_killed_while_the_group_learns_costs_nothing(three_workers):
     alone, driver = make(), make()
     group = LearnerGroup(three_workers, driver, 2, resources={"CPU": 1})
     try:
-        batch = batch_for(make(), fragments=16)  # 256 rows, 320 minibatch steps per update
+        batch = batch_for(make(), fragments=8)  # 128 rows, 160 minibatch steps per update
         group.learn_on_batch(batch)
         alone.learn_on_batch(batch)
         victim = group.handles[1]
         pid = three_workers.client.run(os.getpid, workers=[victim.address])[victim.address]
-        killer = threading.Timer(0.2, os.kill, (pid, signal.SIGKILL))
+        killer = threading.Timer(0.1, os.kill, (pid, signal.SIGKILL))
         killer.start()
         for _ in range(3):  # the kill lands in the first update, or fails the next one
             group.learn_on_batch(batch)
@@ -128,7 +128,7 @@ def test_sac_learns_checkpoints_and_resumes_with_two_learners(tmp_path):
                 "learning_starts": 64, "train_batch_size": 32, "training_intensity": 8,
                 "hidden": (32, 32), "min_steps_per_report": 64, "seed": 6, "num_learners": 2}  # fmt: skip
     with SAC(settings) as algo:
-        for _ in range(3):
+        for _ in range(2):
             result = algo.train()
         assert result["env_steps_trained"] > 0
         path = algo.save(tmp_path / "sac.hrl")  # pulls the learners' state
