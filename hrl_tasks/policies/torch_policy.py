@@ -251,6 +251,30 @@ class TorchPolicy(Policy):
         self.set_rng_state(state["rng"])
         self.num_grad_updates = int(state["num_grad_updates"])
 
+    def learning_snapshot(self) -> tuple:
+        """What an update changes, kept as tensor copies (cheaper than `get_state`'s
+        numpy): the model's tensors, the optimizer's moments, the generator, the update
+        count. A learner group rolls a failed update back with
+        `restore_learning_snapshot`."""
+        optimizer = self.optimizer  # built now, with any optimizer state loaded and waiting
+        with torch.no_grad():
+            return (
+                [t.clone() for t in self.model.state_dict().values()],
+                {i: {k: v.clone() for k, v in s.items()} for i, s in optimizer.state.items()},
+                self.generator.get_state(),
+                self.num_grad_updates,
+            )
+
+    def restore_learning_snapshot(self, snapshot: tuple) -> None:
+        """Puts back what `learning_snapshot` kept."""
+        tensors, optimizer_state, rng, num_grad_updates = snapshot
+        with torch.no_grad():
+            for tensor, saved in zip(self.model.state_dict().values(), tensors, strict=True):
+                tensor.copy_(saved)
+        self.optimizer.state = optimizer_state
+        self.generator.set_state(rng)
+        self.num_grad_updates = num_grad_updates
+
     def get_rng_state(self) -> np.ndarray:
         return self.generator.get_state().numpy().copy()
 

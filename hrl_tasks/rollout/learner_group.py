@@ -32,6 +32,7 @@ import numpy as np
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.data_parallel import DataParallel, split_rows
+from hrl_tasks.rollout.malloc import keep_heap_for_learning
 from hrl_tasks.scheduler.errors import WorkerLostError
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class Learner:
     def __init__(
         self, policy_class, observation_space, action_space, config, state=None, num_threads=1
     ):
+        keep_heap_for_learning()
         if num_threads is not None:
             import torch
 
@@ -100,14 +102,14 @@ class Learner:
         if group is None:
             raise LearnerGroupError("this learner has not joined a group")
         start = time.perf_counter()
-        before = self.policy.get_state()
+        before = self.policy.learning_snapshot()
         self.snapshot_s += time.perf_counter() - start
         group.set_share(share, total_rows)
         start = time.perf_counter()
         try:
             info = self.policy.learn_on_batch(shard)
         except BaseException:
-            self.policy.set_state(before)
+            self.policy.restore_learning_snapshot(before)
             raise
         finally:
             group.set_share(None, 0)

@@ -144,3 +144,25 @@ def test_combine_info_weights_scalars_by_rows_and_joins_arrays():
     out = combine_info(infos, [2, 1])
     assert out["loss"] == pytest.approx(2.0)
     np.testing.assert_array_equal(out["td_error"], [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("name", ["ppo", "sac", "td3"])
+def test_a_learning_snapshot_puts_back_what_an_update_changed(name):
+    policy = CASES[name]()
+    batch = batch_for(name, CASES[name]())
+    policy.learn_on_batch(batch)  # moments to keep
+    before = policy.get_state()
+    snapshot = policy.learning_snapshot()
+    policy.learn_on_batch(batch)
+    policy.restore_learning_snapshot(snapshot)
+    after = policy.get_state()
+    for key in before["weights"]:
+        np.testing.assert_array_equal(after["weights"][key], before["weights"][key])
+    np.testing.assert_array_equal(after["rng"], before["rng"])
+    assert after["num_grad_updates"] == before["num_grad_updates"]
+    again, twin = policy.learn_on_batch(batch), CASES[name]()
+    twin.set_state(before)
+    expected = twin.learn_on_batch(batch)  # the optimizer's moments were put back too
+    assert again["total"] == pytest.approx(expected["total"])
+    for key, value in twin.get_weights().items():
+        np.testing.assert_array_equal(policy.get_weights()[key], value)
