@@ -5,7 +5,9 @@ from many threads (the searches of the tasks running in its process, or calls
 to it as a stateful worker). While one forward pass runs, new requests queue;
 when it ends, one waiting caller takes every queued request and runs them as
 one batch. No timer: a lone caller is served at once, many callers batch
-themselves.
+themselves. With ``cache_size`` it also keeps the answers for the positions it
+saw last (a transposition cache: the same position reached by another move
+order, or searched again by the next move's search, costs no forward pass).
 
 What a search task needs to evaluate leaves travels as a small picklable spec,
 resolved where the task runs:
@@ -39,6 +41,8 @@ class BatchingEvaluator:
         version: A label of the weights; `load` with another version replaces them.
         max_batch: Rows per forward pass at most.
         threads: Torch threads for the forward passes.
+        cache_size: Positions whose answers are kept for the weights of this
+            version, the oldest dropped first (0: none).
     """
 
     thread_safe = True  # calls to it as a stateful worker run at once, to batch
@@ -50,6 +54,7 @@ class BatchingEvaluator:
         version: Any = None,
         max_batch: int = 256,
         threads: int = 1,
+        cache_size: int = 0,
     ):
         import torch
 
@@ -62,6 +67,9 @@ class BatchingEvaluator:
         self.running = False
         self.batch_rows: Counter[int] = Counter()
         self.batch_requests: Counter[int] = Counter()
+        self.cache_size = cache_size
+        self.cache: dict[bytes, tuple[np.ndarray, float]] = {}
+        self.cache_hits = self.cache_misses = 0
         if weights is not None:
             self.load(weights, version)
 
@@ -72,10 +80,50 @@ class BatchingEvaluator:
                 self.cond.wait()
             self.net.set_weights(weights)
             self.version = version
+            self.cache.clear()
 
     def predict(self, observations: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(logits, values)`` for a batch of observations, batched with other callers'."""
-        request = _Request(np.asarray(observations, dtype=np.float32), np.asarray(masks))
+        """``(logits, values)`` for a batch of observations, batched with other callers'
+        (positions in the cache are answered from it)."""
+        observations = np.asarray(observations, dtype=np.float32)
+        if not self.cache_size:
+            return self._predict(observations, masks)
+        keys = [row.tobytes() for row in observations]
+        with self.cond:
+            version = self.version
+            found = [self.cache.get(key) for key in keys]
+        missing: dict[bytes, int] = {}  # each position asked of the network once
+        for i, (key, answer) in enumerate(zip(keys, found, strict=True)):
+            if answer is None:
+                missing.setdefault(key, i)
+        if missing:
+            rows = list(missing.values())
+            logits, values = self._predict(
+                observations[rows], None if masks is None else np.asarray(masks)[rows]
+            )
+            with self.cond:
+                for row, key in enumerate(missing):
+                    missing[key] = (logits[row], values[row])
+                    if self.version == version:  # not an answer of weights since replaced
+                        self._remember(key, missing[key])
+            found = [
+                missing[key] if answer is None else answer
+                for key, answer in zip(keys, found, strict=True)
+            ]
+        with self.cond:
+            self.cache_misses += len(missing)
+            self.cache_hits += len(keys) - len(missing)
+        return np.stack([f[0] for f in found]), np.array([f[1] for f in found])
+
+    def _remember(self, key: bytes, answer: tuple[np.ndarray, float]) -> None:
+        if len(self.cache) >= self.cache_size:
+            del self.cache[next(iter(self.cache))]  # the oldest
+        self.cache[key] = answer
+
+    def _predict(
+        self, observations: np.ndarray, masks: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        request = _Request(observations, masks)
         with self.cond:
             self.queue.append(request)
             while request.result is None and request.error is None:
@@ -95,10 +143,12 @@ class BatchingEvaluator:
             raise request.error
         return request.result
 
-    def stats(self) -> dict[str, dict[int, int]]:
-        """How many forward passes had each number of rows, and of requests."""
+    def stats(self) -> dict[str, Any]:
+        """How many forward passes had each number of rows, and of requests; and the
+        positions answered from the cache (``cache_hits``) and by the network."""
         with self.cond:
-            return {"rows": dict(self.batch_rows), "requests": dict(self.batch_requests)}
+            return {"rows": dict(self.batch_rows), "requests": dict(self.batch_requests),
+                    "cache_hits": self.cache_hits, "cache_misses": self.cache_misses}  # fmt: skip
 
     def _take(self) -> list[_Request]:
         batch, rows = [], 0
@@ -157,6 +207,7 @@ class NetworkLeaves:
 
     spec: PolicyValueSpec
     version: Any = 0
+    cache_size: int = 0  # positions the process's evaluator keeps answers for
 
     def resolve(self, game: Game, rng: np.random.Generator, weights: Any = None) -> Evaluate:
         return NetworkEvaluator(game, self.evaluator(weights).predict)
@@ -169,8 +220,10 @@ class NetworkLeaves:
         """
         from hrl_tasks.scheduler import worker_local
 
-        key = ("hrl_tasks.planning.evaluator", self.spec)
-        evaluator = worker_local(key, lambda: BatchingEvaluator(self.spec))
+        key = ("hrl_tasks.planning.evaluator", self.spec, self.cache_size)
+        evaluator = worker_local(
+            key, lambda: BatchingEvaluator(self.spec, cache_size=self.cache_size)
+        )
         if evaluator.version != self.version:
             if weights is None:
                 raise ValueError(f"no weights of version {self.version!r} for the evaluator")

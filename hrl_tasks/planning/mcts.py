@@ -1,4 +1,4 @@
-"""Monte Carlo tree search: PUCT (AlphaZero) and UCT with random rollouts.
+"""Monte Carlo tree search: PUCT (AlphaZero), Gumbel AlphaZero, and UCT with random rollouts.
 
 The search is pure: a game, a state and an evaluator in, visit counts out.
 Parallelism is how sub-trees are handed to tasks (`hrl_tasks.planning.parallel`),
@@ -15,7 +15,11 @@ games use values in [-1, 1]; single-player models (returns of any scale) are
 compared after min-max normalisation over the tree (as MuZero does).
 
     result = search(game, state, RolloutEvaluator(game), SearchConfig(simulations=200), rng)
-    action = select_action(result.visits, temperature=0.0, rng=rng)
+    action = result.choose(temperature=0.0, rng=rng)
+    target = result.policy_target  # what a network learns from
+
+With ``rule="gumbel"`` the root compares Gumbel-sampled actions by sequential
+halving and the search itself picks the move (`hrl_tasks.planning.gumbel`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hrl_tasks.planning import gumbel
 from hrl_tasks.planning.game import Game, State
 
 Evaluate = Callable[[Sequence[State]], tuple[np.ndarray, np.ndarray]]
@@ -39,14 +44,20 @@ class SearchConfig:
     Args:
         simulations: Leaf evaluations (or terminal visits) per search, the
             root's own evaluation included.
-        rule: ``"puct"`` (AlphaZero: priors guide the search) or ``"uct"``
-            (UCB1 on visit counts; priors ignored).
+        rule: ``"puct"`` (AlphaZero: priors guide the search), ``"gumbel"``
+            (Gumbel AlphaZero: sequential halving over Gumbel-sampled root
+            actions, the improved policy below; the search picks the move and
+            learns from completed Q-values) or ``"uct"`` (UCB1 on visit counts;
+            priors ignored).
         c_puct: PUCT's exploration weight.
         c_uct: UCB1's exploration weight.
         dirichlet_alpha: Concentration of the noise mixed into the root's priors.
         dirichlet_fraction: Weight of that noise; 0 turns it off (evaluation play).
         batch_size: Leaves collected (with virtual loss) before one evaluation call.
         virtual_loss: Visits, each counted as a loss, put on a pending edge.
+        gumbel_actions: Gumbel: the most root actions sequential halving compares.
+        c_visit: Gumbel: ``sigma(q) = (c_visit + max visits) * c_scale * q``.
+        c_scale: Gumbel: as above.
     """
 
     simulations: int = 800
@@ -57,10 +68,17 @@ class SearchConfig:
     dirichlet_fraction: float = 0.25
     batch_size: int = 8
     virtual_loss: float = 1.0
+    gumbel_actions: int = 16
+    c_visit: float = 50.0
+    c_scale: float = 0.1
+
+    RULES = ("puct", "gumbel", "uct")
 
     def __post_init__(self):
-        if self.rule not in ("puct", "uct"):
-            raise ValueError(f"rule must be 'puct' or 'uct', got {self.rule!r}")
+        if self.rule not in self.RULES:
+            raise ValueError(f"rule must be one of {self.RULES}, got {self.rule!r}")
+        if self.gumbel_actions < 1:
+            raise ValueError(f"gumbel_actions must be at least 1, got {self.gumbel_actions}")
         if self.simulations < 1 or self.batch_size < 1:
             raise ValueError(
                 f"simulations and batch_size must be at least 1, got {self.simulations} "
@@ -87,6 +105,23 @@ class SearchResult:
     legal: np.ndarray | None = None
     to_play: int = 0
     bounds: MinMax | None = None  # single-player value range seen
+    action: int | None = None  # the search's own pick (Gumbel), else None
+    improved_policy: np.ndarray | None = None  # Gumbel's policy target, else None
+
+    @property
+    def policy_target(self) -> np.ndarray:
+        """What the network learns from: Gumbel's improved policy, else the visit counts
+        normalised."""
+        if self.improved_policy is not None:
+            return self.improved_policy
+        return visit_policy(self.visits)
+
+    def choose(self, temperature: float, rng: np.random.Generator) -> int:
+        """The move: the search's own pick where it made one (Gumbel: its Gumbel noise
+        is the exploration, so ``temperature`` is not used), else `select_action`."""
+        if self.action is not None:
+            return self.action
+        return select_action(self.visits, temperature, rng)
 
     @property
     def q(self) -> np.ndarray:
@@ -100,7 +135,7 @@ class Node:
     """A state in the tree with the statistics of its outgoing edges."""
 
     __slots__ = ("state", "to_play", "mask", "prior", "visits", "value_sums", "children",
-                 "expanded", "terminal")  # fmt: skip
+                 "expanded", "terminal", "value")  # fmt: skip
 
     def __init__(self, game: Game, state: State):
         self.state = state
@@ -113,12 +148,21 @@ class Node:
         self.value_sums = np.zeros(n)
         self.children: dict[int, Node] = {}
         self.expanded = False
+        self.value = 0.0  # the evaluator's value of this state, for its mover
 
-    def expand(self, prior: np.ndarray) -> None:
+    def expand(self, prior: np.ndarray, value: float = 0.0) -> None:
         prior = np.where(self.mask, prior, 0.0)
         total = prior.sum()
         self.prior = prior / total if total > 0 else self.mask / self.mask.sum()
+        self.value = value
         self.expanded = True
+
+    def gumbel_terms(self, config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
+        """Gumbel's view of this node: its logits and ``sigma(completed Q)``."""
+        completed = gumbel.completed_q(self.value, self.prior, self.visits, self.value_sums,
+                                       self.mask)  # fmt: skip
+        transformed = gumbel.sigma(completed, self.visits, config.c_visit, config.c_scale)
+        return gumbel.logits_of(self.prior, self.mask), transformed
 
     def child(self, game: Game, action: int) -> Node:
         node = self.children.get(action)
@@ -152,7 +196,11 @@ def value_vector(game: Game, player: int, value: float) -> np.ndarray:
 
 
 def select_edge(node: Node, config: SearchConfig, bounds: MinMax | None) -> int:
-    """The action a simulation takes at ``node`` (PUCT or UCB1)."""
+    """The action a simulation takes at ``node`` (PUCT, Gumbel's interior rule, or UCB1)."""
+    if config.rule == "gumbel":
+        logits, transformed = node.gumbel_terms(config)
+        policy = gumbel.improved_policy(logits, transformed, node.mask)
+        return gumbel.interior_action(policy, node.visits, node.mask)
     visits = node.visits
     q = np.divide(node.value_sums, visits, out=np.zeros_like(visits), where=visits > 0)
     total = visits.sum()
@@ -218,16 +266,17 @@ def search(
                             legal=root.mask, to_play=root.to_play)  # fmt: skip
     priors, values = evaluate([state])
     batch_sizes.append(1)
-    root.expand(priors[0])
+    root.expand(priors[0], float(values[0]))
     if root_noise:
         add_root_noise(root, config, rng)
+    halving = SequentialHalving(root, config, budget, rng, root_noise)
     total += value_vector(game, root.to_play, float(values[0]))
     done = 1
     while done < budget:
         pending: list[tuple[list[tuple[Node, int]], Node]] = []
         waiting: set[int] = set()
         while done + len(pending) < budget and len(pending) < config.batch_size:
-            path, leaf = descend(game, root, config, bounds)
+            path, leaf = descend(game, root, config, bounds, halving)
             if leaf.terminal:
                 vector = np.asarray(game.returns(leaf.state), dtype=float)
                 backup(path, vector, 0.0, bounds)
@@ -244,22 +293,61 @@ def search(
         priors, values = evaluate([leaf.state for _, leaf in pending])
         batch_sizes.append(len(pending))
         for (path, leaf), prior, value in zip(pending, priors, values, strict=True):
-            leaf.expand(prior)
+            leaf.expand(prior, float(value))
             vector = value_vector(game, leaf.to_play, float(value))
             backup(path, vector, config.virtual_loss, bounds)
             total += vector
         done += len(pending)
+    action, improved = halving.finish(root) if halving.active else (None, None)
     return SearchResult(root.visits, root.value_sums, total, done, batch_sizes, root.prior,
-                        root.mask, root.to_play, bounds)  # fmt: skip
+                        root.mask, root.to_play, bounds, action, improved)  # fmt: skip
+
+
+class SequentialHalving:
+    """The root of a Gumbel search: its Gumbel noise, drawn once (zeros without root
+    noise: evaluation play), and the visits each simulation's root action should have.
+    Inactive (``active`` False) for the other rules."""
+
+    def __init__(self, root: Node, config: SearchConfig, budget: int,
+                 rng: np.random.Generator, noise: bool):  # fmt: skip
+        self.active = config.rule == "gumbel"
+        self.config = config
+        if not self.active:
+            return
+        size = len(root.mask)
+        self.gumbel = rng.gumbel(size=size) if noise else np.zeros(size)
+        considered = min(config.gumbel_actions, int(root.mask.sum()))
+        self.schedule = gumbel.considered_visits(considered, max(1, budget - 1))
+
+    def select(self, root: Node) -> int:
+        """The root action of the next simulation (virtual visits of a batch count)."""
+        index = min(int(round(root.visits.sum())), len(self.schedule) - 1)
+        logits, transformed = root.gumbel_terms(self.config)
+        return gumbel.root_action(self.gumbel, logits, transformed, root.visits,
+                                  self.schedule[index], root.mask)  # fmt: skip
+
+    def finish(self, root: Node) -> tuple[int, np.ndarray]:
+        """The move (the best of the last round's actions) and the improved policy target."""
+        logits, transformed = root.gumbel_terms(self.config)
+        action = gumbel.final_action(self.gumbel, logits, transformed, root.visits, root.mask)
+        return action, gumbel.improved_policy(logits, transformed, root.mask)
 
 
 def descend(
-    game: Game, root: Node, config: SearchConfig, bounds: MinMax | None
+    game: Game,
+    root: Node,
+    config: SearchConfig,
+    bounds: MinMax | None,
+    halving: SequentialHalving | None = None,
 ) -> tuple[list[tuple[Node, int]], Node]:
-    """Follows the selection rule from the root to an unexpanded or terminal node."""
+    """Follows the selection rule from the root to an unexpanded or terminal node
+    (the root's own rule from ``halving`` where it is active)."""
     path, node = [], root
     while node.expanded and not node.terminal:
-        action = select_edge(node, config, bounds)
+        if node is root and halving is not None and halving.active:
+            action = halving.select(root)
+        else:
+            action = select_edge(node, config, bounds)
         path.append((node, action))
         node = node.child(game, action)
     return path, node

@@ -129,3 +129,56 @@ def test_an_evaluation_game_past_its_time_gives_up_at_its_next_move():
         outcome = evaluation_game(game, leaves, weights, config, "random", 1, 0, 60.0)
     assert late is None
     assert outcome in (-1.0, 0.0, 1.0)
+
+
+def test_a_gumbel_self_play_game_learns_from_the_improved_policy_and_moves_by_the_search():
+    from hrl_tasks.algorithms.alphazero.selfplay import self_play_game
+    from hrl_tasks.planning.evaluator import NetworkLeaves
+    from hrl_tasks.planning.mcts import SearchConfig
+    from hrl_tasks.policies.policy_value import PolicyValueSpec
+
+    game, config = TicTacToe(), SearchConfig(simulations=8, rule="gumbel", batch_size=4)
+    spec = PolicyValueSpec(game.observation_shape, game.num_actions, channels=8, blocks=1)
+    leaves, weights = NetworkLeaves(spec, version=1), spec.build().get_weights()
+    with hrl_tasks.SyncEngine():
+        record = self_play_game(game, leaves, weights, config, None, 4, seed=0)
+    policy, mask = record["policy"], record["mask"]
+    np.testing.assert_allclose(policy.sum(axis=1), 1.0, rtol=1e-5)
+    assert (policy[~mask] == 0).all()
+    # the improved policy, not visit counts: 7 simulations over up to 9 actions would
+    # leave most entries 0 and the rest multiples of 1/7
+    assert (policy[mask] > 0).all()
+    assert record["simulations"] == 8 * record["moves"]
+
+
+def test_gumbel_is_refused_with_split_searches_and_an_unknown_rule_is_named():
+    from hrl_tasks.algorithms import AlphaZeroConfig, ConfigError
+
+    with pytest.raises(ConfigError, match="split_min must be 0") as bad:
+        AlphaZeroConfig.from_dict({"search_rule": "gumbel", "split_min": 400})
+    assert "\n" not in str(bad.value)
+    with pytest.raises(ConfigError, match="'puct' or 'gumbel', got 'uct'"):
+        AlphaZeroConfig.from_dict({"search_rule": "uct"})
+    AlphaZeroConfig.from_dict({"search_rule": "gumbel", "simulations": 16})
+
+
+def test_playout_cap_randomization_keeps_only_the_positions_searched_in_full():
+    from hrl_tasks.algorithms.alphazero.selfplay import self_play_game
+    from hrl_tasks.planning.evaluator import NetworkLeaves
+    from hrl_tasks.planning.mcts import SearchConfig
+    from hrl_tasks.policies.policy_value import PolicyValueSpec
+
+    game = TicTacToe()
+    full, fast = SearchConfig(simulations=24), SearchConfig(simulations=4, dirichlet_fraction=0)
+    spec = PolicyValueSpec(game.observation_shape, game.num_actions, channels=8, blocks=1)
+    leaves, weights = NetworkLeaves(spec, version=1), spec.build().get_weights()
+    records = []
+    with hrl_tasks.SyncEngine():
+        for seed in range(6):
+            records.append(self_play_game(game, leaves, weights, full, None, 4, seed, fast, 0.5))
+    for record in records:
+        kept = record["positions"]
+        assert len(record["obs"]) == len(record["policy"]) == len(record["value"]) == kept
+        assert record["simulations"] == 24 * kept + 4 * (record["moves"] - kept)
+    kept = sum(r["positions"] for r in records)
+    assert 0 < kept < sum(r["moves"] for r in records)

@@ -50,3 +50,27 @@ def test_new_weights_replace_the_old_ones_between_passes():
     evaluator.load(second, "b")
     assert evaluator.version == "b"
     assert not np.allclose(before, evaluator.predict(observations, None)[1])
+
+
+def test_the_cache_answers_as_the_network_would_and_forgets_with_new_weights():
+    torch.manual_seed(0)
+    first, second = SPEC.build().get_weights(), SPEC.build().get_weights()
+    cached = BatchingEvaluator(SPEC, first, version="a", cache_size=3)
+    plain = BatchingEvaluator(SPEC, first, version="a")
+    rng = np.random.default_rng(1)
+    positions = rng.integers(0, 2, size=(6, 6, 7, 2)).astype(np.float32)
+    batch = positions[[0, 1, 0, 2]]  # a repeat inside one batch is asked of the network once
+    for evaluator_input in (batch, positions[[2, 1, 3]]):
+        logits, values = cached.predict(evaluator_input, None)
+        expected_logits, expected_values = plain.predict(evaluator_input, None)
+        np.testing.assert_allclose(logits, expected_logits, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(values, expected_values, rtol=1e-5, atol=1e-6)
+    stats = cached.stats()
+    assert (stats["cache_hits"], stats["cache_misses"]) == (3, 4)  # the repeat; then 2 and 1
+    assert len(cached.cache) == 3  # the oldest dropped
+    cached.load(second, "b")
+    assert not cached.cache
+    reference = SPEC.build()
+    reference.set_weights(second)
+    np.testing.assert_allclose(cached.predict(positions[:1], None)[1],
+                               reference.predict(positions[:1], None)[1], rtol=1e-5, atol=1e-6)  # fmt: skip

@@ -17,6 +17,20 @@ class AlphaZeroConfig(AlgorithmConfig):
     """Self-play games per iteration, run at once as tasks."""
     simulations: int = 100
     """Search simulations per self-play move."""
+    search_rule: str = "puct"
+    """puct (AlphaZero) or gumbel (Gumbel AlphaZero: sequential halving at the root, the
+    policy learned from completed Q-values; useful with few simulations, 8-32)."""
+    gumbel_actions: int = 16
+    """Gumbel: the most root actions sequential halving compares."""
+    full_search_fraction: float = 1.0
+    """Playout-cap randomization (KataGo): the share of self-play moves searched in full
+    (``simulations``, root noise) and trained on; the others take ``fast_simulations``
+    without noise and are not kept. 1.0: every move in full."""
+    fast_simulations: int | None = None
+    """Simulations of the moves not searched in full (default: simulations // 4, at least 2)."""
+    evaluator_cache: int = 0
+    """Positions each worker's network evaluator keeps answers for, per weights version
+    (a transposition cache; 0: none)."""
     evaluation_simulations: int | None = None
     """Simulations per move in evaluation games and compute_single_action (default: simulations)."""
     c_puct: float = 1.5
@@ -58,6 +72,10 @@ class AlphaZeroConfig(AlgorithmConfig):
     BOUNDS: ClassVar[dict[str, str]] = {
         "games_per_iteration": ">= 1",
         "simulations": ">= 2",
+        "gumbel_actions": ">= 1",
+        "full_search_fraction": "(0, 1]",
+        "fast_simulations": ">= 2",
+        "evaluator_cache": ">= 0",
         "evaluation_simulations": ">= 1",
         "c_puct": "> 0",
         "dirichlet_alpha": "> 0",
@@ -84,6 +102,15 @@ class AlphaZeroConfig(AlgorithmConfig):
         from hrl_tasks.planning.games import make_game
         from hrl_tasks.planning.opponents import check_opponent
 
+        if self.search_rule not in ("puct", "gumbel"):
+            raise ConfigError(
+                f"AlphaZeroConfig.search_rule must be 'puct' or 'gumbel', got {self.search_rule!r}"
+            )
+        if self.search_rule == "gumbel" and self.split_min > 0:
+            raise ConfigError(
+                "AlphaZeroConfig.search_rule='gumbel' searches each move in one task: "
+                f"split_min must be 0 with it, got {self.split_min}"
+            )
         if not isinstance(self.env, str):
             return  # a creator function: its game is known once it is built
         try:

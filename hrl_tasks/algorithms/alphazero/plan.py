@@ -34,7 +34,7 @@ from hrl_tasks.data.replay import ReplayBuffer
 from hrl_tasks.data.rng import generator_from_state, generator_state
 from hrl_tasks.planning.evaluator import NetworkLeaves
 from hrl_tasks.planning.games import make_game
-from hrl_tasks.planning.mcts import NetworkEvaluator, SearchConfig, search, select_action
+from hrl_tasks.planning.mcts import NetworkEvaluator, SearchConfig, search
 from hrl_tasks.planning.parallel import ParallelConfig
 from hrl_tasks.planning.symmetry import symmetries
 from hrl_tasks.policies.policy_value import PolicyValueSpec, policy_value_loss
@@ -86,12 +86,19 @@ class AlphaZero(Algorithm):
         self.counters: Counter[str] = Counter()
         self.iteration, self.time_total_s = 0, 0.0
         self.search_config = SearchConfig(
-            simulations=cfg.simulations, c_puct=cfg.c_puct, dirichlet_alpha=cfg.dirichlet_alpha,
-            dirichlet_fraction=cfg.dirichlet_fraction, batch_size=cfg.search_batch_size,
+            simulations=cfg.simulations, rule=cfg.search_rule, c_puct=cfg.c_puct,
+            dirichlet_alpha=cfg.dirichlet_alpha, dirichlet_fraction=cfg.dirichlet_fraction,
+            batch_size=cfg.search_batch_size, gumbel_actions=cfg.gumbel_actions,
         )  # fmt: skip
+        self.fast_config = None  # playout-cap randomization's cheap searches
+        if cfg.full_search_fraction < 1.0:
+            fast = cfg.fast_simulations or max(2, cfg.simulations // 4)
+            self.fast_config = SearchConfig(**{**self.search_config.__dict__,
+                                               "simulations": fast, "dirichlet_fraction": 0.0})  # fmt: skip
         self.evaluation_config = SearchConfig(
-            simulations=cfg.evaluation_simulations or cfg.simulations, c_puct=cfg.c_puct,
-            dirichlet_fraction=0.0, batch_size=cfg.search_batch_size,
+            simulations=cfg.evaluation_simulations or cfg.simulations, rule=cfg.search_rule,
+            c_puct=cfg.c_puct, dirichlet_fraction=0.0, batch_size=cfg.search_batch_size,
+            gumbel_actions=cfg.gumbel_actions,
         )  # fmt: skip
         self.parallel = ParallelConfig(split_min=cfg.split_min) if cfg.split_min > 0 else None
 
@@ -112,7 +119,7 @@ class AlphaZero(Algorithm):
         start = time.perf_counter()
         cfg = self.config
         version = self.counters["updates"]
-        leaves = NetworkLeaves(self.spec, version)
+        leaves = NetworkLeaves(self.spec, version, cfg.evaluator_cache)
         weights = self.engine.put(self.net.get_weights())
         games = self.pending or self.submit_games(leaves, weights)
         evaluate = cfg.evaluation_interval and (self.iteration + 1) % cfg.evaluation_interval == 0
@@ -134,6 +141,7 @@ class AlphaZero(Algorithm):
         return [
             self.engine.submit(self_play_game, self.game, leaves, weights, self.search_config,
                                self.parallel, cfg.temperature_moves, int(self.rng.integers(2**62)),
+                               self.fast_config, cfg.full_search_fraction,
                                name="self-play", retries=3)
             for _ in range(cfg.games_per_iteration)
         ]  # fmt: skip
@@ -165,13 +173,18 @@ class AlphaZero(Algorithm):
         return summary
 
     def store(self, record: dict[str, Any]) -> None:
-        """Adds a game's positions, and their symmetric copies, to the buffer."""
-        obs, mask, policy = symmetries(self.game, record["obs"], record["mask"], record["policy"])
-        copies = len(obs) // len(record["value"])
-        value = np.tile(record["value"], copies)
-        self.buffer.add(SampleBatch({"obs": obs, "mask": mask, "policy": policy, "value": value}))
+        """Adds a game's searched positions, and their symmetric copies, to the buffer."""
+        if record["positions"]:
+            obs, mask, policy = symmetries(self.game, record["obs"], record["mask"],
+                                           record["policy"])  # fmt: skip
+            value = np.tile(record["value"], len(obs) // len(record["value"]))
+            self.buffer.add(SampleBatch({"obs": obs, "mask": mask, "policy": policy,
+                                         "value": value}))  # fmt: skip
         self.counters["games"] += 1
         self.counters["positions"] += record["moves"]
+        self.counters["trained_positions"] += record["positions"]
+        self.counters["leaf_batches"] += sum(record["batch_sizes"].values())
+        self.counters["leaves"] += sum(k * n for k, n in record["batch_sizes"].items())
         self.counters["simulations"] += record["simulations"]
         self.counters["search_s"] += record["search_s"]
         self.counters["first_player_wins"] += int(record["returns"][0] > 0)
@@ -212,6 +225,8 @@ class AlphaZero(Algorithm):
             "updates": c["updates"],
             "self_play_games_per_s": games / max(seconds, 1e-9),
             "simulations_per_s": c["simulations"] / max(c["search_s"], 1e-9),
+            "positions_per_s": c["trained_positions"] / max(self.time_total_s, 1e-9),
+            "leaf_batch_mean": c["leaves"] / max(1, c["leaf_batches"]),
             "game_length_mean": float(np.mean([r["moves"] for r in finished])),
             "first_player_win_rate": c["first_player_wins"] / max(1, c["games"]),
             "draw_rate": c["draws"] / max(1, c["games"]),
@@ -232,11 +247,12 @@ class AlphaZero(Algorithm):
         evaluate = NetworkEvaluator(self.game, self.net.predict)
         result = search(self.game, state, evaluate, self.evaluation_config, self.rng,
                         root_noise=False)  # fmt: skip
-        return select_action(result.visits, 1.0 if explore else 0.0, self.rng)
+        return result.choose(1.0 if explore else 0.0, self.rng)
 
     def evaluate(self, episodes: int | None = None) -> dict:
         """Evaluation games now, against every opponent of the config."""
-        leaves = NetworkLeaves(self.spec, ("evaluate", self.counters["updates"]))
+        leaves = NetworkLeaves(self.spec, ("evaluate", self.counters["updates"]),
+                               self.config.evaluator_cache)  # fmt: skip
         weights = self.engine.put(self.net.get_weights())
         return self.summarize_matches(self.submit_matches(leaves, weights))
 

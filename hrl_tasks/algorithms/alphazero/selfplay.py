@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from hrl_tasks.planning.game import Game
-from hrl_tasks.planning.mcts import SearchConfig, search, select_action, visit_policy
+from hrl_tasks.planning.mcts import SearchConfig, search
 from hrl_tasks.planning.opponents import parse_opponent
 from hrl_tasks.planning.parallel import ParallelConfig, parallel_search
 
@@ -47,9 +47,16 @@ def self_play_game(
     parallel: ParallelConfig | None,
     temperature_moves: int,
     seed: int,
+    fast: SearchConfig | None = None,
+    full_fraction: float = 1.0,
 ) -> dict[str, Any]:
-    """Plays one game against itself; every position with its search policy and
-    the game's outcome from the view of the player who moved there."""
+    """Plays one game against itself; every position searched in full with its
+    search policy and the game's outcome from the view of the player who moved there.
+
+    With ``fast`` (playout-cap randomization, KataGo): each move is searched in full
+    (``config``, root noise) with probability ``full_fraction``, else by the cheaper
+    ``fast`` search without noise, and only full searches' positions are kept.
+    """
     rng = np.random.default_rng(seed)
     if parallel is not None and isinstance(weights, dict):
         from hrl_tasks.scheduler import current_engine
@@ -57,24 +64,35 @@ def self_play_game(
         weights = current_engine().put(weights)  # once per game for its sub-tree tasks
     state = game.initial_state()
     observations, masks, policies, players = [], [], [], []
-    simulations, batch_sizes, start = 0, Counter(), time.perf_counter()
+    moves, simulations, batch_sizes, start = 0, 0, Counter(), time.perf_counter()
     while not game.is_terminal(state):
-        result = searched_move(game, state, leaves, weights, config, parallel, rng, True)
-        observations.append(game.observation(state))
-        masks.append(game.legal_mask(state))
-        policies.append(visit_policy(result.visits))
-        players.append(game.to_play(state))
+        full = fast is None or rng.random() < full_fraction
+        if full:
+            result = searched_move(game, state, leaves, weights, config, parallel, rng, True)
+            observations.append(game.observation(state))
+            masks.append(game.legal_mask(state))
+            policies.append(result.policy_target)
+            players.append(game.to_play(state))
+        else:
+            result = searched_move(game, state, leaves, weights, fast, None, rng, False)
+        moves += 1
         simulations += result.simulations
         batch_sizes.update(result.batch_sizes)
-        temperature = 1.0 if len(players) <= temperature_moves else 0.0
-        state = game.step(state, select_action(result.visits, temperature, rng))
+        temperature = 1.0 if moves <= temperature_moves else 0.0
+        state = game.step(state, result.choose(temperature, rng))
     returns = np.asarray(game.returns(state), dtype=np.float32)
+    shape = tuple(game.observation_shape)
     return {
-        "obs": np.stack(observations).astype(np.int8),
-        "mask": np.stack(masks),
-        "policy": np.stack(policies).astype(np.float32),
-        "value": returns[np.asarray(players)],
-        "moves": len(players),
+        "obs": np.stack(observations).astype(np.int8)
+        if observations
+        else np.zeros((0, *shape), np.int8),
+        "mask": np.stack(masks) if masks else np.zeros((0, game.num_actions), bool),
+        "policy": np.stack(policies).astype(np.float32)
+        if policies
+        else np.zeros((0, game.num_actions), np.float32),
+        "value": returns[np.asarray(players, dtype=int)],
+        "moves": moves,
+        "positions": len(players),
         "returns": returns,
         "simulations": simulations,
         "search_s": time.perf_counter() - start,
@@ -104,7 +122,7 @@ def evaluation_game(
             return None
         if game.to_play(state) == agent_player:
             result = searched_move(game, state, leaves, weights, config, None, rng, False)
-            action = select_action(result.visits, 0.0, rng)
+            action = result.choose(0.0, rng)
         else:
             action = rival.act(game, state, rng)
         state = game.step(state, action)

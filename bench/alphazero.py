@@ -1,0 +1,150 @@
+"""AlphaZero at Connect Four: timed training, then matches, for one or more settings.
+
+Each arm trains on the embedded 2-worker cluster for ``--minutes`` with no evaluation
+games in that time (the minutes are self-play and learning only), saving a checkpoint
+every ``--curve-every`` minutes. After training, each checkpoint plays
+``--curve-games`` games against each opponent (the curve), and the last plays
+``--games`` fresh games against each (the result), all as tasks on the same cluster,
+the agent moving first in half of them and searching ``evaluation_simulations``
+(1,000) a move without noise. Scores count a win 1 and a draw 1/2.
+
+The arms differ in one thing each (``ARMS``), so that a table of them says what
+mattered. Each arm's line records its throughput as well: simulations per second of
+search, positions trained per second of training, the mean leaves per network call.
+
+Prints one JSON line per arm and writes ``docs/learning/alphazero-connect4-<arm>.png``
+(score against each opponent over training time) and the last checkpoint to
+``--out``. Long: an arm of 20 minutes with 50-game matches takes about 40 minutes.
+
+    python bench/alphazero.py --arms gumbel --minutes 60 --games 100
+    python bench/alphazero.py --arms puct gumbel gumbel-cap --minutes 20 --games 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+BASE = {
+    "env": "connect_four_v3", "num_workers": 2, "channels": 64, "blocks": 3,
+    "games_per_iteration": 8, "temperature_moves": 10, "updates_per_iteration": 60,
+    "evaluation_interval": 0, "evaluation_simulations": 1000, "evaluation_time_s": 3600,
+}  # fmt: skip
+
+ARMS = {
+    # the documented 2026-11-23 run's search: PUCT, 200 simulations a self-play move
+    "puct": {"simulations": 200},
+    # Gumbel AlphaZero: sequential halving at the root, the policy from completed Q
+    "gumbel": {"search_rule": "gumbel", "simulations": 32},
+    # ... with playout-cap randomization: a quarter of the moves in full (64), the rest 16
+    "gumbel-cap": {"search_rule": "gumbel", "simulations": 64, "full_search_fraction": 0.25,
+                   "fast_simulations": 16},
+    # ... with a transposition cache in each worker's evaluator
+    "gumbel-cache": {"search_rule": "gumbel", "simulations": 32, "evaluator_cache": 100_000},
+    # ... with two games at once per worker process sharing its evaluator
+    "gumbel-threads": {"search_rule": "gumbel", "simulations": 32, "threads_per_worker": 2,
+                       "games_per_iteration": 16},
+}  # fmt: skip
+
+OPPONENTS = ("random", "uct-1000", "alphabeta-4")
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def train_arm(arm: str, config: dict, minutes: float, curve_every: float, out: Path) -> dict:
+    """Trains for ``minutes``; returns the last result and the checkpoints by minute."""
+    from hrl_tasks.algorithms import AlphaZero
+
+    algo = AlphaZero(config)
+    checkpoints, last, start = [], {}, time.perf_counter()
+    next_save = curve_every * 60
+    try:
+        while (elapsed := time.perf_counter() - start) < minutes * 60:
+            if elapsed >= next_save:
+                checkpoints.append((elapsed / 60, algo.save(out / f"{arm}-{len(checkpoints)}.hrl")))
+                next_save += curve_every * 60
+            last = algo.train()
+        checkpoints.append(((time.perf_counter() - start) / 60, algo.save(out / f"{arm}.hrl")))
+    finally:
+        algo.stop()
+    return {"last": last, "checkpoints": checkpoints}
+
+
+def play(checkpoint: Path, games: int) -> dict[str, float]:
+    """``games`` evaluation games of a checkpoint against each opponent, on a new cluster."""
+    import hrl_tasks
+
+    with hrl_tasks.Engine.local(n_workers=2, threads_per_worker=1) as engine:
+        algo = hrl_tasks.load(checkpoint, engine=engine,
+                              config={"evaluation_games": games, "opponents": OPPONENTS})  # fmt: skip
+        try:
+            return algo.evaluate()
+        finally:
+            algo.stop()
+
+
+def run_arm(arm: str, args) -> dict:
+    from hrl_tasks.plotting import plot_win_rates
+
+    config = {**BASE, **ARMS[arm], "seed": args.seed}
+    start = time.perf_counter()
+    trained = train_arm(arm, config, args.minutes, args.curve_every, args.out)
+    curve = []
+    for k, (minute, path) in enumerate(trained["checkpoints"][:-1]):
+        curve.append({"time_total_s": minute * 60, "evaluations": k + 1,
+                      **play(path, args.curve_games)})  # fmt: skip
+    minute, final_path = trained["checkpoints"][-1]
+    final = play(final_path, args.games)
+    curve.append({"time_total_s": minute * 60, "evaluations": len(curve) + 1, **final})
+    plot = plot_win_rates(curve, Path("docs/learning") / f"alphazero-connect4-{arm}.png",
+                          title=f"AlphaZero, Connect Four: {arm} (seed {args.seed})")  # fmt: skip
+    last = trained["last"]
+    return {
+        "bench": "alphazero", "arm": arm, "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+        "machine": f"{platform.machine()}, 2 cores", "seed": args.seed,
+        "settings": ARMS[arm], "training_minutes": round(minute, 2),
+        "iterations": last.get("iteration"), "self_play_games": last.get("games"),
+        "moves": last.get("env_steps_sampled"), "updates": last.get("updates"),
+        "simulations_per_s": round(last.get("simulations_per_s", 0)),
+        "positions_per_s": round(last.get("positions_per_s", 0), 2),
+        "leaf_batch_mean": round(last.get("leaf_batch_mean", 0), 2),
+        "games_per_opponent": args.games,
+        "score": {o: final[f"score/{o}"] for o in OPPONENTS},
+        "won": {o: final[f"win_rate/{o}"] for o in OPPONENTS},
+        "lost": {o: final[f"loss_rate/{o}"] for o in OPPONENTS},
+        "curve": [{"minute": round(c["time_total_s"] / 60, 1),
+                   **{o: c[f"score/{o}"] for o in OPPONENTS}} for c in curve],
+        "plot": str(plot), "wall_s": round(time.perf_counter() - start, 1),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=["gumbel"])
+    parser.add_argument("--minutes", type=float, default=20.0, help="training time per arm")
+    parser.add_argument("--games", type=int, default=50, help="final games per opponent")
+    parser.add_argument("--curve-every", type=float, default=10.0, help="minutes between points")
+    parser.add_argument("--curve-games", type=int, default=10, help="games per curve point")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/bench-alphazero"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for arm in args.arms:
+        line = run_arm(arm, args)
+        print(json.dumps(line), flush=True)
+        with (args.out / "results.jsonl").open("a") as log:
+            log.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()
