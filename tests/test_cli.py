@@ -339,7 +339,7 @@ def test_ctrl_c_ends_a_run_within_ten_seconds_whatever_it_waits_on(tmp_path):
     for line in process.stdout:  # the cluster is up and the first iteration under way
         if line.startswith("writing to"):
             break
-    time.sleep(3)
+    time.sleep(1.5)
     process.send_signal(signal.SIGINT)
     interrupted = time.monotonic()
     try:

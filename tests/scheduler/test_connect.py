@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +53,7 @@ def start_external_cluster(tmp_path, worker_path):
             dask_command("scheduler", "--port", "0", "--dashboard-address", ":0",
                          "--scheduler-file", str(scheduler_file)),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+            start_new_session=True,
         )
     ]  # fmt: skip
     try:
@@ -65,6 +67,7 @@ def start_external_cluster(tmp_path, worker_path):
                 dask_command("worker", "--scheduler-file", str(scheduler_file),
                              "--nthreads", "1", "--resources", "CPU=1,GPU=1"),
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=worker_env,
+                start_new_session=True,  # its nanny's worker process too, for the kill below
             )
         )  # fmt: skip
         yield ExternalCluster(scheduler_file, procs[0])
@@ -72,10 +75,11 @@ def start_external_cluster(tmp_path, worker_path):
         for proc in reversed(procs):
             proc.terminate()
         for proc in procs:
-            try:
-                proc.wait(timeout=20)
+            try:  # a worker whose scheduler was killed waits for it in vain: 3 s is enough
+                proc.wait(timeout=3)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=20)
 
 
 def test_connect_runs_tasks_nested_tasks_and_objects(external_cluster):
