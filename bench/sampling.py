@@ -19,7 +19,13 @@ With ``--numpy``, everything acts with the policy's numpy inference copy (the
 plain loop too, so the ratios compare like with like) and the workers are
 called directly, as the algorithms do.
 
+With ``--recording``, only 2 workers are measured, with and without recording what
+they sample to Parquet (``record_experience``, in a temporary directory), alternating
+over 3 rounds; ``recording_ratio`` is the median with over the median without.
+CartPole is the hardest case for it: its steps cost the least to sample.
+
     python bench/sampling.py [--seconds 8] [--fragment 1024] [--small-fragment 256] [--numpy]
+    python bench/sampling.py --numpy --small-fragment 256 --recording
 """
 
 import argparse
@@ -76,11 +82,13 @@ def local_worker(seconds: float, fragment: int, numpy: bool = False) -> tuple[fl
     return steps / (time.perf_counter() - start), bytes_per_step
 
 
-def worker_set(n: int, seconds: float, fragment: int, numpy: bool = False) -> float:
+def worker_set(
+    n: int, seconds: float, fragment: int, numpy: bool = False, record: str | None = None
+) -> float:
     with hrl.Engine.local(n_workers=n, threads_per_worker=1) as engine:
         workers = WorkerSet(
             engine, "CartPole-v1", make_policy(numpy), n, ENVS, fragment, seed=0,
-            direct_calls=numpy,
+            direct_calls=numpy, record_experience=record,
         )  # fmt: skip
         ctx = FlowContext()
         batches = ParallelRollouts(workers, ctx, mode="async", num_async=2)
@@ -114,8 +122,15 @@ def main():
         help="act with the policy's numpy inference copy, everywhere (the plain loop too), "
         "and call the workers directly: the algorithms' way",
     )
+    parser.add_argument(
+        "--recording", action="store_true",
+        help="measure 2 workers with and without recording to Parquet, and only that",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)  # as rollout processes do (DESIGN.md): the faster baseline
+    if args.recording:
+        print(json.dumps(recording_overhead(args)))
+        return
     plain_before = plain_loop(args.seconds, args.numpy)
     local, bytes_per_step = local_worker(args.seconds, args.fragment, args.numpy)
     remote = {n: worker_set(n, args.seconds, args.fragment, args.numpy) for n in (1, 2, 4)}
@@ -148,6 +163,36 @@ def main():
             }
         )
     )
+
+
+def recording_overhead(args) -> dict:
+    """2 workers with and without ``record_experience``, alternating over 3 rounds."""
+    import statistics
+    import tempfile
+
+    rates: dict[str, list[float]] = {"without": [], "with": []}
+    rows = 0
+    with tempfile.TemporaryDirectory() as directory:
+        for k in range(3):
+            for side in ("without", "with") if k % 2 == 0 else ("with", "without"):
+                record = f"{directory}/round-{k}" if side == "with" else None
+                rates[side].append(worker_set(2, args.seconds, args.small_fragment, args.numpy,
+                                              record))  # fmt: skip
+        from hrl_tasks.data.experience import experience_files, read_file
+
+        rows = sum(
+            len(read_file(p)["rewards"]) for p in experience_files(f"{directory}/*/*.parquet")
+        )
+    ratio = statistics.median(rates["with"]) / statistics.median(rates["without"])
+    return {
+        "bench": "sampling_recording", "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "policy": "numpy copy, direct calls" if args.numpy else "torch",
+        "workers": 2, "steps_per_call": ENVS * args.small_fragment,
+        "steps_per_s_without": [round(r) for r in rates["without"]],
+        "steps_per_s_with": [round(r) for r in rates["with"]],
+        "rows_recorded": rows, "recording_ratio": round(ratio, 3),
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

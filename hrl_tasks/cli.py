@@ -217,6 +217,18 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     command.add_argument("--seed", type=int, help="seed of envs, weights and sampling")
     command.add_argument(
+        "--record", metavar="DIR",
+        help="write every step the rollout workers sample as Parquet files under DIR, a "
+        "path or an fsspec URL such as s3://bucket/run (record_experience; --out stays the "
+        "run's directory)",
+    )  # fmt: skip
+    command.add_argument(
+        "--train-from", metavar="DIR",
+        help="learn from experience recorded under DIR (a directory, glob or file; a path or "
+        "fsspec URL): the offline algorithms bc and marwil (experience_input); without "
+        "--env, the recording's own env",
+    )  # fmt: skip
+    command.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="any config key, e.g. --set lr=3e-4 (repeatable; see `hrl-tasks keys ALGO`)",
     )  # fmt: skip
@@ -456,9 +468,18 @@ def config_from_args(args) -> dict:
         if not sep or not key:
             raise ValueError(f"--set needs KEY=VALUE, got {item!r}")
         config[key.strip()] = parse_value(value)
-    for key, value in (("env", args.env), ("num_workers", args.num_workers), ("seed", args.seed)):
+    given = (("env", args.env), ("num_workers", args.num_workers), ("seed", args.seed),
+             ("record_experience", getattr(args, "record", None)),
+             ("experience_input", getattr(args, "train_from", None)))  # fmt: skip
+    for key, value in given:
         if value is not None:
             config[key] = value
+    if "experience_input" in config and "env" not in config:  # the recording's own env
+        from hrl_tasks.data.experience import recorded_env
+
+        env = recorded_env(config["experience_input"])
+        if env is not None:
+            config["env"] = env
     return config
 
 

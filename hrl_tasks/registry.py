@@ -27,6 +27,9 @@ ALGORITHM_PATHS: dict[str, str] = {
     "alphazero": "hrl_tasks.algorithms.alphazero:AlphaZero",
     "mpc": "hrl_tasks.algorithms.mpc:MPC",
     "composition": "hrl_tasks.algorithms.composition:Composition",
+    "bc": "hrl_tasks.algorithms.marwil:BC",
+    "marwil": "hrl_tasks.algorithms.marwil:MARWIL",
+    "cql": "hrl_tasks.algorithms.cql:CQL",
 }
 """Algorithm name -> ``module:Class``."""
 

@@ -13,9 +13,11 @@ from hrl_tasks.algorithms.apex import ApeX, ApeXConfig
 from hrl_tasks.algorithms.appo import APPO, APPOConfig
 from hrl_tasks.algorithms.checkpoint import read_checkpoint
 from hrl_tasks.algorithms.config import AlgorithmConfig
+from hrl_tasks.algorithms.cql import CQL, CQLConfig
 from hrl_tasks.algorithms.dqn import DQN, DQNConfig
 from hrl_tasks.algorithms.es import ES, ESConfig
 from hrl_tasks.algorithms.impala import IMPALA, IMPALAConfig
+from hrl_tasks.algorithms.marwil import BC, MARWIL, BCConfig, MARWILConfig
 from hrl_tasks.algorithms.mpc import MPC, MPCConfig
 from hrl_tasks.algorithms.pg import A2C, A2CConfig
 from hrl_tasks.algorithms.ppo import PPO, PPOConfig
@@ -174,6 +176,10 @@ __all__ = [
     "ApeX",
     "ApeXConfig",
     "AlgorithmConfig",
+    "BC",
+    "BCConfig",
+    "CQL",
+    "CQLConfig",
     "CheckpointError",
     "ConfigError",
     "DQN",
@@ -182,6 +188,8 @@ __all__ = [
     "ESConfig",
     "IMPALA",
     "IMPALAConfig",
+    "MARWIL",
+    "MARWILConfig",
     "MPC",
     "MPCConfig",
     "PPO",

@@ -83,7 +83,7 @@ class Algorithm(abc.ABC):
                 f"policies {sorted(map(str, policy.policies))} need a policy_mapping_fn(agent_id, "
                 "episode) -> policy id"
             )
-        self.check_learner_group(policy)
+        self.check_before_cluster(policy)
         self.owns_engine = engine is None
         self.engine = engine or Engine.local(
             n_workers=max(1, self.config.num_workers) + self.config.num_learners,
@@ -108,6 +108,7 @@ class Algorithm(abc.ABC):
                 worker_class=MultiAgentRolloutWorker
                 if isinstance(policy, PolicyMap)
                 else RolloutWorker,
+                record_experience=self.config.record_experience,
             )
             if self.config.num_learners:
                 self.workers.learner_group = LearnerGroup(
@@ -126,6 +127,16 @@ class Algorithm(abc.ABC):
             raise
         self.iteration = 0
         self.time_total_s = 0.0
+
+    def check_before_cluster(self, policy) -> None:
+        """What must hold before a cluster starts, beyond each key's own checks
+        (algorithms add theirs).
+
+        Raises:
+            ConfigError: naming what does not fit.
+        """
+        self.check_learner_group(policy)
+        self.check_recording(policy)
 
     def check_learner_group(self, policy) -> None:
         """Refuses ``num_learners`` where the learner cannot be a group.
@@ -148,6 +159,27 @@ class Algorithm(abc.ABC):
                 "num_learners is for single-agent envs: a multi-agent policy map learns in "
                 "the driver (num_learners=0)"
             )
+
+    def check_recording(self, policy) -> None:
+        """Refuses ``record_experience`` where it cannot record, before a cluster starts.
+
+        Raises:
+            ConfigError: for a multi-agent run, or without the ``offline`` extra.
+        """
+        if self.config.record_experience is None:
+            return
+        if isinstance(policy, PolicyMap):
+            raise ConfigError(
+                "record_experience records single-agent runs: a multi-agent run cannot be "
+                "recorded yet"
+            )
+        try:
+            import fsspec  # noqa: F401
+            import pyarrow  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(
+                f"record_experience needs {exc.name}: pip install 'hrl_tasks[offline]'"
+            ) from None
 
     @classmethod
     def parse_config(cls, config: AlgorithmConfig | Mapping | None, overrides: Mapping):
@@ -364,7 +396,8 @@ class Algorithm(abc.ABC):
         return metrics
 
     def evaluate(self, episodes: int | None = None) -> dict:
-        """Episodes in the driver with deterministic actions; returns their mean return."""
+        """Episodes in the driver with deterministic actions: their mean return and length,
+        and each episode's (``evaluation_returns``, ``evaluation_lengths``)."""
         episodes = episodes or self.config.evaluation_episodes
         if not self.acting_only:
             self.workers.pull_learner_weights()
@@ -390,6 +423,8 @@ class Algorithm(abc.ABC):
             "evaluation_return_mean": float(np.mean(returns)),
             "evaluation_len_mean": float(np.mean(lengths)),
             "evaluation_episodes": episodes,
+            "evaluation_returns": returns,
+            "evaluation_lengths": lengths,
         }
 
     # --- checkpoints -----------------------------------------------------------

@@ -112,6 +112,11 @@ class AlgorithmConfig:
     """Dask resources each learner holds for its life, e.g. ``{"GPU": 1}``; None:
     ``{"CPU": 1}``. A learner's update waits for its peers, so each must have a thread
     of its own: the request must not let two learners share one."""
+    record_experience: str | None = None
+    """A directory (a local path, or any fsspec URL such as ``s3://bucket/run``) where
+    every rollout worker writes the steps it samples as Parquet files, whole episodes
+    in parts of 100,000 rows or 64 MB, the rest when the run stops
+    (`hrl_tasks.data.experience`; needs the ``offline`` extra). Single-agent runs."""
     direct_calls: bool = True
     """Call the rollout workers directly instead of through the Dask scheduler:
     about 1.3 ms of the driver's CPU per call instead of 5.5 ms here. False makes

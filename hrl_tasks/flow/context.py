@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 STEPS_SAMPLED = "env_steps_sampled"
 STEPS_TRAINED = "env_steps_trained"
+ROWS_READ = "experience_rows_read"
+"""Rows of recorded experience read (`hrl_tasks.flow.offline_ops.ReadExperience`)."""
 
 
 @dataclass

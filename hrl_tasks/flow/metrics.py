@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from hrl_tasks.flow.context import STEPS_SAMPLED, STEPS_TRAINED, FlowContext
+from hrl_tasks.flow.context import ROWS_READ, STEPS_SAMPLED, STEPS_TRAINED, FlowContext
 from hrl_tasks.flow.iterators import LocalIterator
 
 
@@ -54,6 +54,8 @@ def report(ctx: FlowContext, timers_before: dict, wall_s: float, engine=None) ->
         "time_s": {k: v - timers_before.get(k, 0.0) for k, v in ctx.timers.items()},
         "info": dict(ctx.info),
     }
+    if ctx.counters.get(ROWS_READ):  # an offline plan's
+        metrics[ROWS_READ] = int(ctx.counters[ROWS_READ])
     for pid, values in ctx.policy_returns.items():
         metrics[f"policy_return_mean/{pid}"] = float(np.mean(values)) if values else float("nan")
     if engine is not None:

@@ -146,6 +146,12 @@ class ActorCriticPolicy(TorchPolicy):
     def compute_values(self, obs: np.ndarray) -> np.ndarray:
         return self.model.value(self.obs_tensor(obs)).numpy()
 
+    @torch.no_grad()
+    def action_logp(self, batch: SampleBatch) -> np.ndarray:
+        """``log pi(a|s)`` of ``batch``'s ``actions`` at its ``obs`` (float64), e.g. for
+        off-policy estimates."""
+        return self.forward_batch(batch)[2].numpy().astype(np.float64)
+
     def forward_batch(
         self, batch: SampleBatch
     ) -> tuple[ActionDistribution, torch.Tensor, torch.Tensor]:

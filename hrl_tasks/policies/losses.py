@@ -39,6 +39,30 @@ def clipped_surrogate_loss(
     return -torch.minimum(unclipped, clipped).mean()
 
 
+def cql_penalty(q_sampled: torch.Tensor, q_data: torch.Tensor, temperature: float = 1.0):
+    """CQL's conservative term (Kumar et al. 2020, CQL(H)): ``mean(T * logsumexp(Q(s, .)
+    / T) - Q(s, a_data))``, pushing Q down on the actions ``q_sampled`` covers (all
+    actions, or sampled ones with their log-densities subtracted) and up on the data's.
+
+    Args:
+        q_sampled: ``[B, K]``: Q of ``K`` actions at each state.
+        q_data: ``[B]``: Q of the recorded action at each state.
+        temperature: ``T``.
+    """
+    lse = temperature * torch.logsumexp(q_sampled / temperature, dim=-1)
+    return (lse - q_data).mean()
+
+
+def marwil_weights(advantages: torch.Tensor, norm_sq: torch.Tensor, beta: float) -> torch.Tensor:
+    """MARWIL's weights of the imitated actions: ``exp(beta * A / sqrt(norm_sq))``.
+
+    ``norm_sq`` is the moving average of squared advantages (a scalar tensor), so the
+    exponent is the advantage in units of its typical size; pass ``advantages``
+    detached (the weights scale the policy's term, they are not learned through).
+    """
+    return torch.exp(beta * advantages / torch.clamp(norm_sq, min=1e-8).sqrt())
+
+
 def value_loss(
     values: torch.Tensor,
     targets: torch.Tensor,

@@ -144,6 +144,9 @@ class RolloutWorker(WorkerCalls):
         weights: Loaded into the policy before the first call (a `WorkerSet`
             re-creates a remote worker with its latest weights this way, so
             that no call samples with the factory's initial ones).
+        record_experience: A directory (local path or fsspec URL) where the
+            worker writes what it samples as Parquet, whole episodes in parts
+            (`hrl_tasks.data.experience`); written out when the worker closes.
     """
 
     def __init__(
@@ -159,6 +162,7 @@ class RolloutWorker(WorkerCalls):
         single_thread: bool = True,
         max_env_errors: int = 3,
         weights: dict[str, np.ndarray] | None = None,
+        record_experience: str | None = None,
     ) -> None:
         if single_thread:  # before the policy is built, and again after: it may load torch
             torch_single_thread()
@@ -195,6 +199,7 @@ class RolloutWorker(WorkerCalls):
         self._totals = {"env_steps": 0, "episodes": 0, "env_errors": 0}
         self._unreported: dict[str, list] = {"episode_returns": [], "episode_lengths": []}
         self._reward_scaler: RewardScaler | None = None  # with reward normalization
+        self._recording = None if record_experience is None else self._record_to(record_experience)
 
     def _make_policy(self, policy_factory_or_policy: Policy | PolicyFactory) -> Policy:
         if isinstance(policy_factory_or_policy, Policy):
@@ -248,6 +253,8 @@ class RolloutWorker(WorkerCalls):
         for t in range(steps):
             self._step(t, steps, columns, metrics)
         self._check_finite(columns)
+        if self._recording is not None:  # as the env returned it, rewards unscaled
+            self._recording.add(columns)
         gamma = getattr(self.policy, "reward_normalization_gamma", None)
         if gamma is not None:  # episode returns (metrics) were counted on the env's rewards
             if self._reward_scaler is None:
@@ -424,5 +431,25 @@ class RolloutWorker(WorkerCalls):
         self._next_eps = int(state["next_episode_id"])
 
     def close(self) -> None:
-        """Closes the env (the engine calls this when the worker is killed)."""
-        self.env.close()
+        """Writes out what the worker records, and closes the env (the engine calls this
+        when the worker is killed)."""
+        try:
+            self.flush_experience()
+        finally:
+            self.env.close()
+
+    def flush_experience(self) -> list[str]:
+        """Writes the recorded experience still held (episodes still open are cut,
+        their last step marked truncated); returns every file this worker wrote."""
+        return [] if self._recording is None else self._recording.close()
+
+    def _record_to(self, url: str):
+        from hrl_tasks.data.experience import ExperienceRecording, PartWriter
+        from hrl_tasks.version import __version__
+
+        spaces = {"observation_space": repr(self.env.single_observation_space),
+                  "action_space": repr(self.env.single_action_space)}  # fmt: skip
+        metadata = {"env": self.env_name, "worker_index": self.worker_index,
+                    "hrl_tasks_version": __version__, **spaces}  # fmt: skip
+        prefix = f"worker-{self.worker_index}-{secrets.token_hex(4)}"  # a re-created one too
+        return ExperienceRecording(PartWriter(url, prefix, metadata))

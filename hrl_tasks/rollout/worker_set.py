@@ -102,6 +102,9 @@ class WorkerSet:
             building it again) before sampling gives up (`RolloutWorker`).
         worker_class: `RolloutWorker`, or `MultiAgentRolloutWorker` (whose
             policy is a `PolicyMap`) for multi-agent envs.
+        record_experience: A directory (a path or fsspec URL) where every worker
+            writes what it samples as Parquet (`RolloutWorker`); written out as the
+            workers stop.
 
     Attributes:
         resyncs: How often weights were re-sent to a re-created remote worker.
@@ -127,6 +130,7 @@ class WorkerSet:
         max_restarts: int = 3,
         max_env_errors: int = 3,
         worker_class: type = RolloutWorker,
+        record_experience: str | None = None,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
@@ -139,6 +143,8 @@ class WorkerSet:
             "env_config": None if env_config is None else dict(env_config),
             "max_env_errors": max_env_errors,
         }
+        if record_experience is not None:  # every worker writes what it samples
+            config["record_experience"] = str(record_experience)
         local_args = (env, policy, num_envs_per_worker, rollout_fragment_length)
         self._local = worker_class(*local_args, **config, worker_index=0, single_thread=False)
         remote = policy if remote_policy is None else remote_policy

@@ -38,6 +38,8 @@ def test_a_learner_group_where_there_can_be_none_fails_before_a_cluster_starts()
         ConfigError, match=r"PPOConfig.learner_resources must be dict \| None, got .GPU."
     ):
         PPO({**TINY, "num_learners": 2, "learner_resources": "GPU"})
+    with pytest.raises(ConfigError, match="record_experience records single-agent runs"):
+        PPO({**TINY, "env": "tictactoe_v3", "record_experience": "unused"})
     assert child_processes() <= before
 
 

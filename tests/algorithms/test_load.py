@@ -22,12 +22,44 @@ SMALL = {
 }  # fmt: skip
 
 
+OFFLINE = {"bc", "marwil", "cql"}
+"""Learn from a recording (`recording`), not from rollout workers."""
+
+
+def recording(env: str, directory) -> str:
+    """A few episodes of random actions in ``env``, written as a recording."""
+    import gymnasium as gym
+
+    from hrl_tasks.data.experience import EpisodeRecorder, PartWriter
+
+    making, writer, recorder = gym.make(env), PartWriter(str(directory), "demo"), EpisodeRecorder()
+    for episode in range(3):
+        obs, _ = making.reset(seed=episode)
+        rows, done = [], False
+        while not done:
+            action = making.action_space.sample()
+            nxt, reward, terminated, truncated, _ = making.step(action)
+            rows.append((obs, action, reward, terminated, truncated, nxt))
+            obs, done = nxt, terminated or truncated
+        names = ("obs", "actions", "rewards", "terminateds", "truncateds", "next_obs")
+        columns = {n: np.array([r[k] for r in rows])[:, None] for k, n in enumerate(names)}
+        columns["eps_id"] = np.full((len(rows), 1), episode)
+        columns["t"] = np.arange(len(rows))[:, None]
+        writer.add(recorder.add(columns))
+    writer.flush()
+    return str(directory)
+
+
 def trained_once(name: str, env: str, path):
     """One iteration of ``name`` on the in-process engine, saved at ``path``; the
     algorithm's greedy actions for some observations."""
     rng = np.random.default_rng(0)
     with hrl_tasks.SyncEngine() as engine:
         small = SMALL.get(name, {})
+        if name in OFFLINE:
+            small = {"experience_input": recording(env, path.parent / "recording"),
+                     "updates_per_iteration": 5, "train_batch_size": 32,
+                     "evaluation_episodes": 1, "hidden": (32, 32)}  # fmt: skip
         algo = ALGORITHMS[name]({"env": env, "num_workers": 1, "seed": 0, **small}, engine=engine)
         try:
             algo.train()

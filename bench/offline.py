@@ -1,0 +1,267 @@
+"""Offline learning from recorded experience: BC's return, and reading at scale.
+
+``--bc``: PPO trained on CartPole-v1 to a mean return of 475, then 50,000 steps of
+its policy recorded by a `RolloutWorker` with ``record_experience`` (sampling as the
+run did, explore on), then BC with its defaults trained from that recording until
+an evaluation of 10 greedy episodes reaches 450 or 30 iterations pass. Prints the
+recording's mean return and BC's evaluations.
+
+``--pendulum``: 100,000 recorded Pendulum-v1 transitions, half from a SAC policy
+trained to a mean return of at least -200 (explore on), half from uniform random
+actions; then BC, MARWIL and CQL trained from them with their defaults for
+``--updates`` gradient steps each, and d3rlpy 2.8's CQL on the same rows (converted to
+its ``MDPDataset``, run in its own virtual environment under ``--venv``, created on the
+first run), each scored over 10 greedy episodes. Targets: CQL >= BC + 100 and >=
+d3rlpy's CQL less 10% of its magnitude; MARWIL >= BC.
+
+``--scale``: a recording of 10 million CartPole-shaped rows (100 files of 100,000,
+written once under ``--data``), then BC trained from it for ``--minutes``: rows
+read and rows trained per second (target: read at least 2x trained, so reading
+never holds the learner back), and the driver's resident memory sampled every
+10 s, with its slope over the second half (target: at most 1 MB per 10 minutes).
+
+    python bench/offline.py --bc
+    python bench/offline.py --pendulum [--updates 20000]
+    python bench/offline.py --scale [--minutes 20] [--data /tmp/offline-10m]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip()  # fmt: skip
+
+
+def record_trained_ppo(directory: Path, steps: int, seed: int) -> dict:
+    import hrl_tasks
+    from hrl_tasks.rollout import RolloutWorker
+
+    algo, result = hrl_tasks.train("ppo", "CartPole-v1", stop={"episode_return_mean": 475},
+                                   seed=seed)  # fmt: skip
+    policy = algo.policy.inference_copy()
+    algo.stop()
+    worker = RolloutWorker("CartPole-v1", policy, num_envs=8, rollout_fragment_length=250,
+                           seed=seed + 1, record_experience=str(directory))  # fmt: skip
+    returns, sampled = [], 0
+    while sampled < steps:
+        batch, metrics = worker.sample()
+        sampled += len(batch)
+        returns += metrics["episode_returns"]
+    worker.close()
+    return {"ppo_return": result["episode_return_mean"], "recorded_steps": sampled,
+            "recorded_episode_return_mean": float(np.mean(returns))}  # fmt: skip
+
+
+def bc_run(args) -> dict:
+    import hrl_tasks
+
+    with tempfile.TemporaryDirectory() as directory:
+        recording = record_trained_ppo(Path(directory), 50_000, args.seed)
+        curve, start = [], time.perf_counter()
+        algo, last = hrl_tasks.train("bc", "CartPole-v1", experience_input=directory,
+                                     stop={"episode_return_mean": 450, "iteration": 30},
+                                     seed=args.seed, evaluation_episodes=10,
+                                     callback=lambda r: curve.append(
+                                         (r["iteration"], r["env_steps_trained"],
+                                          r["episode_return_mean"])))  # fmt: skip
+        seconds = time.perf_counter() - start
+        final = algo.evaluate(episodes=100)["evaluation_return_mean"]
+        algo.stop()
+    return {"bench": "offline_bc", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+            **recording, "bc_seconds": round(seconds, 1), "bc_iterations": last["iteration"],
+            "bc_rows_trained": last["env_steps_trained"],
+            "bc_last_evaluation": last["episode_return_mean"],
+            "bc_return_100_episodes": final, "curve": curve}  # fmt: skip
+
+
+def record_pendulum(directory: Path, steps: int, seed: int) -> dict:
+    """Half the steps by a SAC policy scoring at least -200, half uniformly random."""
+    import hrl_tasks
+    from hrl_tasks.rollout import RolloutWorker
+
+    algo, result = hrl_tasks.train("sac", "Pendulum-v1", stop={"episode_return_mean": -200},
+                                   seed=seed)  # fmt: skip
+    policy = algo.policy
+    algo.stop()
+    returns = {}
+    for kind, uniform in (("good", False), ("random", True)):
+        policy.set_uniform_actions(uniform)
+        worker = RolloutWorker("Pendulum-v1", policy, num_envs=4, rollout_fragment_length=200,
+                               seed=seed + 1, record_experience=str(directory / kind),
+                               single_thread=False)  # fmt: skip
+        sampled, episode_returns = 0, []
+        while sampled < steps // 2:
+            batch, metrics = worker.sample()
+            sampled += len(batch)
+            episode_returns += metrics["episode_returns"]
+        worker.close()
+        returns[kind] = float(np.mean(episode_returns))
+    return {"sac_return": result["episode_return_mean"], "recorded_return": returns}
+
+
+D3RLPY_SCRIPT = """
+import json, sys
+import d3rlpy, gymnasium as gym, numpy as np
+rows = np.load(sys.argv[1])
+dataset = d3rlpy.dataset.MDPDataset(rows["obs"], rows["actions"], rows["rewards"],
+                                    rows["terminateds"], timeouts=rows["timeouts"])
+cql = d3rlpy.algos.CQLConfig().create(device="cpu:0")
+cql.fit(dataset, n_steps=int(sys.argv[2]), n_steps_per_epoch=int(sys.argv[2]),
+        show_progress=False, save_interval=10**9)
+env, returns = gym.make("Pendulum-v1"), []
+for episode in range(10):
+    obs, _ = env.reset(seed=10_000 + episode)
+    total, done = 0.0, False
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(cql.predict(obs[None])[0])
+        total, done = total + reward, terminated or truncated
+    returns.append(total)
+print(json.dumps({"d3rlpy_version": d3rlpy.__version__, "return": float(np.mean(returns))}))
+"""
+
+
+def d3rlpy_cql(venv: Path, directory: Path, updates: int) -> dict:
+    """d3rlpy's CQL on the recorded rows, in its own virtual environment."""
+    import sys
+
+    from hrl_tasks.data.experience import experience_files, read_file
+
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0",
+                        "d3rlpy>=2.8,<2.9", "gymnasium>=1.1"], check=True)  # fmt: skip
+    parts = [read_file(p) for p in experience_files(f"{directory}/*/*.parquet")]
+    rows = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    arrays = directory / "rows.npz"
+    np.savez(arrays, obs=rows["obs"], actions=rows["actions"], rewards=rows["rewards"],
+             terminateds=rows["terminateds"], timeouts=rows["truncateds"])  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run([str(python), "-c", D3RLPY_SCRIPT, str(arrays), str(updates)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return {**json.loads(done.stdout.strip().splitlines()[-1]),
+            "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
+
+
+def pendulum_run(args) -> dict:
+    import hrl_tasks
+
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        recording = record_pendulum(directory, 100_000, args.seed)
+        scores = {}
+        for name in ("bc", "marwil", "cql"):
+            start = time.perf_counter()
+            per_iteration = 1000
+            algo, _ = hrl_tasks.train(name, "Pendulum-v1",
+                                      experience_input=f"{directory}/*/*.parquet",
+                                      stop={"iteration": max(1, args.updates // per_iteration)},
+                                      updates_per_iteration=per_iteration, seed=args.seed,
+                                      evaluation_interval=0)  # fmt: skip
+            result = algo.evaluate(episodes=10)
+            algo.stop()
+            scores[name] = {"return": result["evaluation_return_mean"],
+                            "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
+        scores["d3rlpy_cql"] = d3rlpy_cql(args.venv, directory, args.updates)
+    cql, bc, reference = (scores[k]["return"] for k in ("cql", "bc", "d3rlpy_cql"))
+    return {"bench": "offline_pendulum", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+            "updates": args.updates, **recording, "scores": scores,
+            "cql_minus_bc": round(cql - bc, 1),
+            "cql_vs_d3rlpy_within_10_percent": cql >= reference - 0.1 * abs(reference),
+            "marwil_minus_bc": round(scores["marwil"]["return"] - bc, 1)}  # fmt: skip
+
+
+def write_scale_data(directory: Path, files: int, rows: int, seed: int) -> None:
+    from hrl_tasks.data.experience import PartWriter
+
+    if directory.exists() and len(list(directory.glob("*.parquet"))) >= files:
+        return
+    rng = np.random.default_rng(seed)
+    writer = PartWriter(str(directory), "synthetic", {"env": "CartPole-v1"}, part_rows=rows)
+    for k in range(files):
+        ends = np.zeros(rows, bool)
+        ends[np.arange(99, rows, 100)] = True  # episodes of 100 steps
+        t = np.arange(rows) % 100
+        writer.add({
+            "obs": rng.normal(size=(rows, 4)).astype(np.float32),
+            "actions": rng.integers(2, size=rows), "rewards": np.ones(rows, np.float32),
+            "terminateds": ends, "truncateds": np.zeros(rows, bool),
+            "eps_id": k * rows // 100 + np.arange(rows) // 100, "t": t,
+            "returns_to_go": (100 - t).astype(np.float32),
+        })  # fmt: skip
+
+
+def resident_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def scale_run(args) -> dict:
+    import hrl_tasks
+
+    write_scale_data(args.data, 100, 100_000, args.seed)
+    samples, stop = [], threading.Event()
+    start = time.perf_counter()
+
+    def watch():
+        while not stop.wait(10):
+            samples.append((time.perf_counter() - start, resident_mb()))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    algo, last = hrl_tasks.train("bc", "CartPole-v1", experience_input=str(args.data),
+                                 stop={"time_total_s": args.minutes * 60}, seed=args.seed,
+                                 evaluation_interval=0, num_workers=2)  # fmt: skip
+    wall = time.perf_counter() - start
+    algo.stop()
+    stop.set()
+    half = [(t, m) for t, m in samples if t >= wall / 2]
+    slope = float(np.polyfit(*zip(*half, strict=True), 1)[0] * 600) if len(half) > 2 else None
+    read = last.get("experience_rows_read")
+    trained = last["env_steps_trained"]
+    return {"bench": "offline_scale", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+            "machine": f"{platform.machine()}, 2 cores", "rows_on_disk": 10_000_000,
+            "minutes": round(wall / 60, 2), "rows_trained_per_s": round(trained / wall),
+            "rows_read_per_s": None if read is None else round(read / wall),
+            "driver_rss_mb": [round(m, 1) for _, m in samples],
+            "driver_rss_slope_mb_per_10_min": slope}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bc", action="store_true")
+    parser.add_argument("--scale", action="store_true")
+    parser.add_argument("--pendulum", action="store_true")
+    parser.add_argument("--updates", type=int, default=20_000, help="--pendulum: per learner")
+    parser.add_argument("--venv", type=Path, default=Path("/tmp/d3rlpy-venv"))
+    parser.add_argument("--minutes", type=float, default=20.0)
+    parser.add_argument("--data", type=Path, default=Path("/tmp/offline-10m"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if not (args.bc or args.scale or args.pendulum):
+        parser.error("say --bc, --pendulum or --scale")
+    if args.bc:
+        print(json.dumps(bc_run(args)), flush=True)
+    if args.pendulum:
+        print(json.dumps(pendulum_run(args)), flush=True)
+    if args.scale:
+        print(json.dumps(scale_run(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

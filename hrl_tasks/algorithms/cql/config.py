@@ -1,0 +1,25 @@
+"""CQL's flat config: SAC's policy keys, the conservative term's, and the offline keys."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hrl_tasks.algorithms.config import AlgorithmConfig
+from hrl_tasks.algorithms.offline import OfflineConfig
+from hrl_tasks.policies.cql import CQLConfig as CQLPolicyConfig
+
+
+@dataclass
+class CQLConfig(AlgorithmConfig, CQLPolicyConfig, OfflineConfig):
+    """Every key of CQL; ``num_workers`` counts the worker processes that read the
+    experience (there are no rollout workers)."""
+
+    train_batch_size: int = 256
+    """Rows per gradient step."""
+    num_workers: int = 1
+    updates_per_iteration: int = 1000
+
+    BOUNDS: ClassVar[dict[str, str]] = {"train_batch_size": ">= 1"}
+
+    def check(self) -> None:
+        super().check()
+        self.check_offline()

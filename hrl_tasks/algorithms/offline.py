@@ -1,0 +1,156 @@
+"""What the algorithms that learn from recorded experience share: their keys, and a
+plan of batches read as tasks, gradient steps, evaluations and off-policy estimates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from hrl_tasks.algorithms.algorithm import Algorithm
+from hrl_tasks.algorithms.config import ConfigError
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.data.experience import experience_files, read_file
+from hrl_tasks.flow import StandardMetricsReporting, TrainOneStep
+from hrl_tasks.flow.iterators import LocalIterator
+from hrl_tasks.flow.offline_ops import ReadExperience
+from hrl_tasks.policies.off_policy_estimation import (
+    importance_sampling,
+    split_episodes,
+    weighted_importance_sampling,
+)
+
+ESTIMATORS = {"is": importance_sampling, "wis": weighted_importance_sampling}
+"""Off-policy estimators by the names ``off_policy_estimators`` takes."""
+
+
+@dataclass
+class OfflineConfig:
+    """Keys of the algorithms that learn from recorded experience (`ReadExperience`)."""
+
+    experience_input: str | None = None
+    """The recording to learn from: a directory of Parquet files, a glob, or one file; a
+    path or any fsspec URL (``s3://bucket/run``). Required."""
+    updates_per_iteration: int = 100
+    """Gradient steps of ``train_batch_size`` rows per iteration."""
+    shuffle_window: int = 4
+    """Files whose rows are mixed before batches are drawn."""
+    evaluation_interval: int = 1
+    """Iterations between evaluations (``evaluation_episodes`` greedy episodes in the
+    driver, reported as ``episode_return_mean``); 0: never."""
+    off_policy_estimators: tuple[str, ...] | None = None
+    """At each evaluation, the learned policy's discounted return estimated from one
+    recorded file by these: ``is`` (per-decision importance sampling), ``wis`` (its
+    weighted form); reported as ``info/estimate/<name>``. They need the behaviour
+    policy's ``logp`` in the recording. None: both where the recording has it."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "updates_per_iteration": ">= 1",
+        "shuffle_window": ">= 1",
+        "evaluation_interval": ">= 0",
+    }
+
+    def check_offline(self) -> None:
+        unknown = sorted(set(self.off_policy_estimators or ()) - set(ESTIMATORS))
+        if unknown:
+            raise ConfigError(
+                f"{type(self).__name__}.off_policy_estimators must name {sorted(ESTIMATORS)}, "
+                f"got {unknown[0]!r}"
+            )
+
+
+class OfflineAlgorithm(Algorithm):
+    """An algorithm whose batches are read from a recording (`ReadExperience`): no
+    rollout workers; ``num_workers`` worker processes read the files; the driver learns,
+    evaluates every ``evaluation_interval`` iterations and estimates off-policy."""
+
+    columns: ClassVar[tuple[str, ...]] = ("obs", "actions", "rewards", "terminateds",
+                                           "truncateds")  # fmt: skip
+    """The recorded columns the learner reads."""
+
+    def num_rollout_workers(self) -> int:
+        return 0  # the worker processes read the experience; the driver evaluates
+
+    def check_before_cluster(self, policy) -> None:
+        """Also: a recording to learn from is named.
+
+        Raises:
+            ConfigError: without ``experience_input``.
+        """
+        super().check_before_cluster(policy)
+        if self.config.experience_input is None:
+            raise ConfigError(
+                f"{type(self.config).__name__}.experience_input is required: the recording to "
+                "learn from (a directory of Parquet files written with record_experience; "
+                "hrl-tasks train ... --train-from DIR)"
+            )
+
+    def postprocess(self):
+        """What the reading task applies to each file's whole episodes (None: nothing)."""
+        return None
+
+    def learn_op(self, workers, ctx):
+        """One gradient step on a batch (plans add target updates)."""
+        return TrainOneStep(workers, ctx, sync_weights=False)
+
+    def build_plan(self, workers, ctx):
+        cfg = self.config
+        self.experience, self.estimates_made = experience_files(cfg.experience_input), 0
+        rng = np.random.default_rng(None if cfg.seed is None else cfg.seed + 1)
+        batches = ReadExperience(self.engine, self.experience, ctx, cfg.train_batch_size, rng,
+                                 columns=self.columns, postprocess=self.postprocess(),
+                                 window=cfg.shuffle_window)  # fmt: skip
+        train = batches.for_each(self.learn_op(workers, ctx))
+
+        def iterations():
+            done = 0
+            while True:
+                for _ in range(cfg.updates_per_iteration):
+                    next(train)
+                done += 1
+                if cfg.evaluation_interval and done % cfg.evaluation_interval == 0:
+                    with ctx.timer("evaluate"):
+                        result = self.evaluate()
+                    ctx.add_episodes({"episode_returns": result["evaluation_returns"],
+                                      "episode_lengths": result["evaluation_lengths"]})  # fmt: skip
+                    with ctx.timer("estimate"):
+                        ctx.info.update(self.off_policy_estimates())
+                yield None
+
+        return StandardMetricsReporting(LocalIterator(iterations(), "Offline"), ctx,
+                                        engine=self.engine)  # fmt: skip
+
+    def off_policy_estimates(self) -> dict[str, float]:
+        """The learned policy's discounted return estimated from one recorded file's
+        episodes (the next file each time) by each of ``off_policy_estimators`` (None: IS
+        and WIS where the recording has the behaviour's ``logp`` and the policy gives
+        the log-probability of an action), as ``estimate/<name>``.
+
+        Raises:
+            ConfigError: for estimators asked of a recording without ``logp``, or of a
+                policy without ``action_logp``.
+        """
+        cfg, asked = self.config, self.config.off_policy_estimators
+        names = ("is", "wis") if asked is None else tuple(asked)
+        policy = self.workers.learner
+        if not names or (asked is None and not hasattr(policy, "action_logp")):
+            return {}
+        if not hasattr(policy, "action_logp"):
+            raise ConfigError(f"{self.name} cannot give off-policy estimates: its policy gives "
+                              "no log-probability of an action; set off_policy_estimators=[]")  # fmt: skip
+        self.estimates_made += 1
+        path = self.experience[self.estimates_made % len(self.experience)]  # file after file
+        rows = self.engine.submit(read_file, path, name="read-experience").result()
+        if "logp" not in rows:
+            if asked is None:
+                return {}
+            raise ConfigError(
+                f"off_policy_estimators {list(names)} need the behaviour policy's logp, which "
+                f"{path} does not have (recordings of PPO, A2C, IMPALA and APPO do); set "
+                "off_policy_estimators=[] to train without them"
+            )
+        rows["target_logp"] = policy.action_logp(SampleBatch({"obs": rows["obs"],
+                                                              "actions": rows["actions"]}))  # fmt: skip
+        episodes = split_episodes(rows)
+        return {f"estimate/{n}": ESTIMATORS[n](episodes, cfg.gamma) for n in names}

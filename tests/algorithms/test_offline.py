@@ -1,0 +1,208 @@
+"""Recording experience from a run, and learning from it offline (BC, MARWIL)."""
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import hrl_tasks
+from hrl_tasks.algorithms import BC, MARWIL, PPO, ConfigError
+
+pytest.importorskip("pyarrow")
+
+from hrl_tasks.data.experience import (  # noqa: E402
+    EpisodeRecorder,
+    PartWriter,
+    experience_files,
+    read_experience,
+    read_file,
+)
+
+pytestmark = pytest.mark.cluster
+
+
+def all_rows(directory):
+    parts = [read_file(path) for path in experience_files(directory)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def test_a_recorded_run_holds_every_sampled_step_in_whole_episodes(tmp_path):
+    directory = tmp_path / "recorded"
+    with hrl_tasks.Engine.local(n_workers=2, threads_per_worker=1) as engine:
+        algo = PPO({"num_workers": 2, "train_batch_size": 256, "seed": 0,
+                    "record_experience": str(directory)}, engine=engine)  # fmt: skip
+        try:
+            for _ in range(3):
+                result = algo.train()
+        finally:
+            algo.stop()  # the workers write what they still hold
+    rows = all_rows(directory)
+    assert len(rows["rewards"]) >= result["env_steps_sampled"] >= 768
+    assert (rows["rewards"] == 1.0).all() and rows["obs"].shape[1:] == (4,)
+    assert rows["obs"].dtype == np.float32 and rows["actions"].dtype == np.int64
+    steps = set(zip(rows["eps_id"].tolist(), rows["t"].tolist(), strict=True))
+    assert len(steps) == len(rows["rewards"])  # each step once
+    for eps in np.unique(rows["eps_id"]):
+        mine = rows["eps_id"] == eps
+        t, ended = rows["t"][mine], rows["terminateds"][mine] | rows["truncateds"][mine]
+        np.testing.assert_array_equal(t, np.arange(len(t)) + t[0])
+        assert ended[-1] and not ended[:-1].any()
+        if t[0] == 0 and rows["terminateds"][mine][-1]:  # a whole episode: its return
+            assert rows["returns_to_go"][mine][0] == len(t)
+    assert np.isfinite(rows["logp"]).all()
+    frame = read_experience(directory)  # and as Dask data
+    assert len(frame) == len(rows["rewards"]) and "returns_to_go" in frame.columns
+
+
+def balancing_policy(obs):
+    """A controller that keeps CartPole up: push toward where the pole falls."""
+    return int(obs[2] + 0.5 * obs[3] > 0)
+
+
+def write_demonstrations(directory, episodes, seed, random_share=0.0):
+    """CartPole episodes of the controller (each step random with ``random_share``),
+    written as a user's own code would, in the documented schema."""
+    env, rng = gym.make("CartPole-v1"), np.random.default_rng(seed)
+    writer, recorder = (
+        PartWriter(str(directory), "demo", {"env": "CartPole-v1"}, 4000),
+        EpisodeRecorder(),
+    )
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        steps, done = [], False
+        while not done:
+            action = balancing_policy(obs)
+            if rng.random() < random_share:
+                action = int(rng.integers(2))
+            nxt, reward, terminated, truncated, _ = env.step(action)
+            steps.append((obs, action, reward, terminated, truncated, nxt))
+            obs, done = nxt, terminated or truncated
+        columns = {
+            "obs": np.array([s[0] for s in steps], np.float32)[:, None],
+            "actions": np.array([s[1] for s in steps])[:, None],
+            "rewards": np.array([s[2] for s in steps], np.float32)[:, None],
+            "terminateds": np.array([s[3] for s in steps])[:, None],
+            "truncateds": np.array([s[4] for s in steps])[:, None],
+            "next_obs": np.array([s[5] for s in steps], np.float32)[:, None],
+            "eps_id": np.full((len(steps), 1), episode),
+            "t": np.arange(len(steps))[:, None],
+        }
+        writer.add(recorder.add(columns))
+    writer.flush()
+    return directory
+
+
+def test_bc_learns_to_balance_from_a_controllers_demonstrations(tmp_path):
+    data = write_demonstrations(tmp_path / "demos", episodes=40, seed=0)
+    with hrl_tasks.Engine.local(n_workers=1, threads_per_worker=1) as engine:
+        algo = BC({"experience_input": str(data), "seed": 0, "updates_per_iteration": 100,
+                   "lr": 1e-3, "evaluation_episodes": 5}, engine=engine)  # fmt: skip
+        try:
+            results = [algo.train() for _ in range(4)]
+        finally:
+            algo.stop()
+    assert results[-1]["episode_return_mean"] >= 400, [r["episode_return_mean"] for r in results]
+    assert results[-1]["env_steps_trained"] == 4 * 100 * 512
+    assert results[-1]["info"]["loss_policy"] < results[0]["info"]["loss_policy"]
+
+
+def test_marwil_learns_from_mixed_demonstrations_and_checkpoints(tmp_path):
+    data = write_demonstrations(tmp_path / "mixed", episodes=30, seed=1, random_share=0.3)
+    with hrl_tasks.Engine.local(n_workers=1, threads_per_worker=1) as engine:
+        algo = MARWIL({"experience_input": str(data), "seed": 0, "updates_per_iteration": 50,
+                       "lr": 1e-3, "evaluation_episodes": 2}, engine=engine)  # fmt: skip
+        try:
+            algo.train()
+            second = algo.train()
+            path = algo.save(tmp_path / "marwil.hrl")
+        finally:
+            algo.stop()
+    assert np.isfinite(second["info"]["loss_value"]) and second["info"]["advantage_norm"] > 0
+    assert second["iteration"] == 2 and np.isfinite(second["episode_return_mean"])
+    loaded = hrl_tasks.load(path)
+    action = loaded.compute_single_action(np.zeros(4, np.float32))
+    assert action in (0, 1)
+
+
+def test_offline_keys_are_refused_clearly():
+    with pytest.raises(ConfigError, match="experience_input is required") as missing:
+        BC({})
+    assert "\n" not in str(missing.value)
+    with pytest.raises(ConfigError, match="beta must be 0"):
+        BC({"experience_input": "x", "beta": 1.0})
+
+
+def test_record_then_train_from_the_command_line(tmp_path):
+    run = [sys.executable, "-m", "hrl_tasks.cli", "train"]
+    recorded = subprocess.run(
+        [*run, "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--no-progress",
+         "--record", str(tmp_path / "rec"), "--out", str(tmp_path / "ppo")],
+        capture_output=True, text=True, timeout=150, cwd=tmp_path,
+    )  # fmt: skip
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    assert experience_files(str(tmp_path / "rec"))
+    cloned = subprocess.run(
+        [*run, "bc", "--train-from", str(tmp_path / "rec"), "--stop-iters", "2", "--no-progress",
+         "--set", "updates_per_iteration=10", "--out", str(tmp_path / "bc")],
+        capture_output=True, text=True, timeout=150, cwd=tmp_path,
+    )  # fmt: skip
+    assert cloned.returncode == 0, cloned.stderr[-3000:]
+    assert "iter=2" in cloned.stdout
+
+
+@pytest.fixture
+def s3_endpoint(tmp_path):
+    """A local S3 (moto's server) on a free port, with one bucket, and the environment
+    that points boto at it."""
+    import socket
+    import time
+
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
+           "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto's S3 server did not start"
+                time.sleep(0.2)
+        import s3fs
+
+        s3fs.S3FileSystem(key="test", secret="test", endpoint_url=env["AWS_ENDPOINT_URL"]).mkdir(
+            "experience"
+        )
+        yield env
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def test_a_run_records_to_s3_and_bc_trains_from_it(s3_endpoint, tmp_path):
+    import os
+
+    env = {**os.environ, **s3_endpoint}
+    run = [sys.executable, "-m", "hrl_tasks.cli", "train"]
+    recorded = subprocess.run(
+        [*run, "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--no-progress",
+         "--record", "s3://experience/cartpole", "--out", str(tmp_path / "ppo")],
+        capture_output=True, text=True, timeout=150, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    cloned = subprocess.run(
+        [*run, "bc", "--train-from", "s3://experience/cartpole", "--stop-iters", "1",
+         "--no-progress", "--set", "updates_per_iteration=5", "--out", str(tmp_path / "bc")],
+        capture_output=True, text=True, timeout=150, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert cloned.returncode == 0, cloned.stderr[-3000:]
+    assert "iter=1" in cloned.stdout
