@@ -134,24 +134,6 @@ def test_offline_keys_are_refused_clearly():
         BC({"experience_input": "x", "beta": 1.0})
 
 
-def test_record_then_train_from_the_command_line(tmp_path):
-    run = [sys.executable, "-m", "hrl_tasks.cli", "train"]
-    recorded = subprocess.run(
-        [*run, "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--no-progress",
-         "--record", str(tmp_path / "rec"), "--out", str(tmp_path / "ppo")],
-        capture_output=True, text=True, timeout=150, cwd=tmp_path,
-    )  # fmt: skip
-    assert recorded.returncode == 0, recorded.stderr[-3000:]
-    assert experience_files(str(tmp_path / "rec"))
-    cloned = subprocess.run(
-        [*run, "bc", "--train-from", str(tmp_path / "rec"), "--stop-iters", "2", "--no-progress",
-         "--set", "updates_per_iteration=10", "--out", str(tmp_path / "bc")],
-        capture_output=True, text=True, timeout=150, cwd=tmp_path,
-    )  # fmt: skip
-    assert cloned.returncode == 0, cloned.stderr[-3000:]
-    assert "iter=2" in cloned.stdout
-
-
 @pytest.fixture
 def s3_endpoint(tmp_path):
     """A local S3 (moto's server) on a free port, with one bucket, and the environment
@@ -189,6 +171,7 @@ def s3_endpoint(tmp_path):
 
 
 def test_a_run_records_to_s3_and_bc_trains_from_it(s3_endpoint, tmp_path):
+    """The command line end to end, --record then --train-from (local paths: above)."""
     import os
 
     env = {**os.environ, **s3_endpoint}
