@@ -150,7 +150,7 @@ def d3rlpy_cql(venv: Path, directory: Path, updates: int) -> dict:
              terminateds=rows["terminateds"], timeouts=rows["truncateds"])  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run([str(python), "-c", D3RLPY_SCRIPT, str(arrays), str(updates)],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+                          capture_output=True, text=True, check=True, cwd=directory)  # fmt: skip
     return {**json.loads(done.stdout.strip().splitlines()[-1]),
             "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
 

@@ -225,8 +225,8 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--train-from", metavar="DIR",
         help="learn from experience recorded under DIR (a directory, glob or file; a path or "
-        "fsspec URL): the offline algorithms bc and marwil (experience_input); without "
-        "--env, the recording's own env",
+        "fsspec URL; experience_input): bc, marwil and cql from it alone, dqn, sac and td3 "
+        "beside their workers' samples (experience_mix); without --env, the recording's env",
     )  # fmt: skip
     command.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",

@@ -135,6 +135,9 @@ class AlgorithmConfig:
         "num_learners": ">= 0",
     }
     """Each numeric key's range (None, where a key allows it, is always valid)."""
+    samples_with_rollout_workers: ClassVar[bool] = True
+    """False where no rollout worker samples (tasks play the episodes, or the data is
+    recorded): ``record_experience`` is refused there."""
 
     def __post_init__(self):
         check_bounds(self)
@@ -149,6 +152,11 @@ class AlgorithmConfig:
         check_resources(type(self).__name__, "rollout_worker_resources",
                         self.rollout_worker_resources)  # fmt: skip
         check_resources(type(self).__name__, "learner_resources", self.learner_resources)
+        if self.record_experience is not None and not self.samples_with_rollout_workers:
+            raise ConfigError(
+                f"{type(self).__name__}.record_experience must be None: no rollout worker "
+                "samples in this algorithm, so there is nothing to record"
+            )
         if self.policies is not None:
             from hrl_tasks.policies.policy_map import as_policy_spec
 

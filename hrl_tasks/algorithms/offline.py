@@ -16,13 +16,15 @@ from hrl_tasks.flow import StandardMetricsReporting, TrainOneStep
 from hrl_tasks.flow.iterators import LocalIterator
 from hrl_tasks.flow.offline_ops import ReadExperience
 from hrl_tasks.policies.off_policy_estimation import (
+    doubly_robust,
     importance_sampling,
     split_episodes,
     weighted_importance_sampling,
 )
 
-ESTIMATORS = {"is": importance_sampling, "wis": weighted_importance_sampling}
-"""Off-policy estimators by the names ``off_policy_estimators`` takes."""
+ESTIMATORS = {"is": importance_sampling, "wis": weighted_importance_sampling, "dr": doubly_robust}
+"""Off-policy estimators by the names ``off_policy_estimators`` takes (``dr`` fits a Q
+model of the learned policy first: `hrl_tasks.policies.fqe`)."""
 
 
 @dataclass
@@ -42,8 +44,10 @@ class OfflineConfig:
     off_policy_estimators: tuple[str, ...] | None = None
     """At each evaluation, the learned policy's discounted return estimated from one
     recorded file by these: ``is`` (per-decision importance sampling), ``wis`` (its
-    weighted form); reported as ``info/estimate/<name>``. They need the behaviour
-    policy's ``logp`` in the recording. None: both where the recording has it."""
+    weighted form), ``dr`` (doubly robust, with a Q model of the policy fitted to the
+    file's transitions first; Discrete actions); reported as ``info/estimate/<name>``.
+    They need the behaviour policy's ``logp`` in the recording. None: ``is`` and
+    ``wis`` where the recording has it."""
 
     BOUNDS: ClassVar[dict[str, str]] = {
         "updates_per_iteration": ">= 1",
@@ -121,6 +125,30 @@ class OfflineAlgorithm(Algorithm):
         return StandardMetricsReporting(LocalIterator(iterations(), "Offline"), ctx,
                                         engine=self.engine)  # fmt: skip
 
+    def fitted_values(self, policy, rows: dict, path: str) -> dict[str, np.ndarray]:
+        """``q`` (of each recorded action) and ``v`` of the learned policy at each row,
+        from fitted Q evaluation on the file's transitions (the doubly robust estimate's).
+
+        Raises:
+            ConfigError: for Box actions, or a recording without ``next_obs``.
+        """
+        import gymnasium as gym
+
+        from hrl_tasks.policies.fqe import FittedQEvaluation
+
+        if not isinstance(policy.action_space, gym.spaces.Discrete) or "next_obs" not in rows:
+            raise ConfigError(
+                "off_policy_estimators 'dr' needs Discrete actions and next_obs in the recording"
+                f" ({path}: {policy.action_space}, columns {sorted(rows)}); use 'is' or 'wis'"
+            )
+        obs_dim = int(np.prod(rows["obs"].shape[1:]))
+        fqe = FittedQEvaluation(obs_dim, int(policy.action_space.n), self.config.gamma,
+                                seed=self.config.seed)  # fmt: skip
+        fqe.fit(rows, policy.action_probs(rows["next_obs"]))
+        q_all = fqe.q_values(rows["obs"])
+        taken = q_all[np.arange(len(q_all)), rows["actions"].astype(int)]
+        return {"q": taken, "v": (policy.action_probs(rows["obs"]) * q_all).sum(-1)}
+
     def off_policy_estimates(self) -> dict[str, float]:
         """The learned policy's discounted return estimated from one recorded file's
         episodes (the next file each time) by each of ``off_policy_estimators`` (None: IS
@@ -152,5 +180,7 @@ class OfflineAlgorithm(Algorithm):
             )
         rows["target_logp"] = policy.action_logp(SampleBatch({"obs": rows["obs"],
                                                               "actions": rows["actions"]}))  # fmt: skip
+        if "dr" in names:
+            rows.update(self.fitted_values(policy, rows, path))
         episodes = split_episodes(rows)
         return {f"estimate/{n}": ESTIMATORS[n](episodes, cfg.gamma) for n in names}

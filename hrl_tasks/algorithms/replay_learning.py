@@ -6,7 +6,9 @@ buffer from the keys of `ReplayConfig`, and `ReplayRatio` decides how many batch
 to replay after each sampling round: ``train_steps_per_round`` of them, or as many
 as ``training_intensity`` (rows replayed per env step sampled) allows through a
 `SampleToInsertRatio` limiter, so that learning per env step does not depend on
-how fast the workers happen to run.
+how fast the workers happen to run. With ``experience_input``, `MixedReplay` takes
+``experience_mix`` of each replayed batch from a recording instead (read as tasks,
+`hrl_tasks.flow.offline_ops.ReadExperience`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hrl_tasks.data import PrioritizedReplayBuffer, ReplayBuffer
+import numpy as np
+
+from hrl_tasks.data import PrioritizedReplayBuffer, ReplayBuffer, SampleBatch
 from hrl_tasks.data.rate_limiter import SampleToInsertRatio
 from hrl_tasks.errors import ConfigError
 from hrl_tasks.flow.context import STEPS_TRAINED
@@ -46,6 +50,12 @@ class ReplayConfig:
     """Importance-sampling correction of prioritized replay."""
     min_steps_per_report: int = 1000
     """Env steps per train() iteration."""
+    experience_input: str | None = None
+    """Recorded experience to learn from beside the live samples (a directory of
+    Parquet files written with ``record_experience``, a glob or a file; any fsspec
+    URL): each replayed batch takes ``experience_mix`` of its rows from it."""
+    experience_mix: float = 0.5
+    """With ``experience_input``: the share of each replayed batch read from it."""
 
     BOUNDS: ClassVar[dict[str, str]] = {
         "buffer_size": ">= 1",
@@ -56,6 +66,7 @@ class ReplayConfig:
         "prioritized_alpha": ">= 0",
         "prioritized_beta": "[0, 1]",
         "min_steps_per_report": ">= 0",
+        "experience_mix": "[0, 1]",
     }
 
     def check_replay(self, pace_key: str = "train_steps_per_round") -> None:
@@ -65,6 +76,8 @@ class ReplayConfig:
             ConfigError: naming both keys and how to keep either.
         """
         owner = type(self).__name__
+        if self.experience_input is not None:
+            self.check_experience()
         pace = getattr(self, pace_key)
         if self.training_intensity is not None and pace is not None:
             raise ConfigError(
@@ -77,6 +90,23 @@ class ReplayConfig:
                 f"{owner}.training_intensity must be set (replayed rows per env step), or "
                 f"{owner}.{pace_key} must be: both are None"
             )
+
+    def check_experience(self) -> None:
+        """Recorded rows join uniform replay of one-step transitions only.
+
+        Raises:
+            ConfigError: with prioritized replay, n-step targets or replay shards.
+        """
+        owner = type(self).__name__
+        if self.prioritized_replay:
+            raise ConfigError(f"{owner}.prioritized_replay must be False with experience_input:"
+                              " recorded rows have no priorities")  # fmt: skip
+        if getattr(self, "n_step", 1) > 1:
+            raise ConfigError(f"{owner}.n_step must be 1 with experience_input: recorded rows "
+                              "are one-step transitions")  # fmt: skip
+        if getattr(self, "num_replay_shards", 0):
+            raise ConfigError(f"{owner}.num_replay_shards must be 0 with experience_input: the "
+                              "recording joins the driver's replay")  # fmt: skip
 
     def check_buffer(self) -> None:
         """Replay starts once the buffer holds ``max(learning_starts, train_batch_size)``
@@ -136,6 +166,43 @@ class ReplayRatio:
         self.inserted = int(state.get("inserted", 0))
         if self.limiter is not None and "sampled" in state:
             self.limiter.restore(state)
+
+
+class MixedReplay:
+    """A replay whose batches take ``recorded_rows`` rows from a recording (batches of
+    that size from ``recorded``, e.g. `ReadExperience`) and the rest from ``buffer``;
+    everything else is the buffer's."""
+
+    def __init__(self, buffer, recorded, recorded_rows: int):
+        self.buffer, self.recorded, self.recorded_rows = buffer, recorded, recorded_rows
+
+    def __getattr__(self, name):
+        return getattr(self.buffer, name)
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def sample(self, n: int) -> SampleBatch:
+        parts = [next(self.recorded)] if self.recorded_rows else []
+        if n > self.recorded_rows:
+            parts.append(self.buffer.sample(n - self.recorded_rows))
+        common = set.intersection(*(set(p.keys()) for p in parts))
+        return SampleBatch.concat_samples([SampleBatch({k: p[k] for k in common}) for p in parts])
+
+
+def mixed_replay(buffer, cfg: ReplayConfig, engine, ctx):
+    """``buffer``, or with ``experience_input`` a `MixedReplay` of it and the recording."""
+    if cfg.experience_input is None:
+        return buffer
+    from hrl_tasks.data.experience import experience_files
+    from hrl_tasks.flow.offline_ops import ReadExperience
+
+    rows = int(round(cfg.experience_mix * cfg.train_batch_size))
+    columns = ("obs", "actions", "rewards", "terminateds", "truncateds", "next_obs")
+    rng = np.random.default_rng(None if cfg.seed is None else cfg.seed + 2)
+    recorded = ReadExperience(engine, experience_files(cfg.experience_input), ctx,
+                              max(rows, 1), rng, columns=columns)  # fmt: skip
+    return MixedReplay(buffer, recorded, rows)
 
 
 class ReplayAndLearn:

@@ -147,6 +147,18 @@ class ActorCriticPolicy(TorchPolicy):
         return self.model.value(self.obs_tensor(obs)).numpy()
 
     @torch.no_grad()
+    def action_probs(self, obs: np.ndarray) -> np.ndarray:
+        """Discrete actions: ``pi(.|s)`` at each of ``obs``, ``[N, n]`` (float64).
+
+        Raises:
+            TypeError: for a Box action space (it has densities, not probabilities).
+        """
+        dist, _ = self.model(self.obs_tensor(obs))
+        if not hasattr(dist, "probs"):
+            raise TypeError("action_probs needs Discrete actions")
+        return dist.probs.numpy().astype(np.float64)
+
+    @torch.no_grad()
     def action_logp(self, batch: SampleBatch) -> np.ndarray:
         """``log pi(a|s)`` of ``batch``'s ``actions`` at its ``obs`` (float64), e.g. for
         off-policy estimates."""

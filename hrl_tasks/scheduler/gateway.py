@@ -85,30 +85,34 @@ def cluster_options(gateway, wanted: dict):
 
 @contextlib.contextmanager
 def interrupts_held():
-    """Hold Ctrl-C (SIGINT) until the block ends, then raise it: a cluster being
-    created is known by name before the interrupt stops the run, so it can be shut
-    down. Only in the main thread (elsewhere signals do not arrive)."""
+    """Hold Ctrl-C (SIGINT) until the block ends; yields a list that then holds True if
+    one came (the caller acts on it: a cluster being created is known by name before
+    the interrupt stops the run, so it can be shut down). Only in the main thread
+    (elsewhere signals do not arrive; the list stays empty)."""
+    caught: list[bool] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield caught
         return
-    caught = []
     before = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
     try:
-        yield
+        yield caught
     finally:
         signal.signal(signal.SIGINT, before)
-    if caught:
-        raise KeyboardInterrupt
 
 
 def new_cluster(gateway, options, keep: bool = False):
     """A new cluster of ``gateway`` with ``options``; shut down when closed unless
-    ``keep``. An interrupt while it is created shuts it down, then goes on."""
-    with interrupts_held():
+    ``keep``. An interrupt while it is created shuts it down, then goes on as
+    ``KeyboardInterrupt``."""
+    with interrupts_held() as interrupted:
         try:
             cluster = gateway.new_cluster(options, shutdown_on_close=not keep)
         except Exception as exc:
             raise refused(gateway, exc) from exc
+    if interrupted:
+        with contextlib.suppress(Exception):  # the interrupt goes on whatever the gateway says
+            cluster.shutdown()
+        raise KeyboardInterrupt
     return cluster
 
 

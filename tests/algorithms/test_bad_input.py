@@ -40,6 +40,8 @@ def test_a_learner_group_where_there_can_be_none_fails_before_a_cluster_starts()
         PPO({**TINY, "num_learners": 2, "learner_resources": "GPU"})
     with pytest.raises(ConfigError, match="record_experience records single-agent runs"):
         PPO({**TINY, "env": "tictactoe_v3", "record_experience": "unused"})
+    with pytest.raises(ConfigError, match="ESConfig.record_experience must be None: no rollout"):
+        ES({"record_experience": "unused"})
     assert child_processes() <= before
 
 

@@ -73,11 +73,11 @@ def write_demonstrations(directory, episodes, seed, random_share=0.0):
         obs, _ = env.reset(seed=seed + episode)
         steps, done = [], False
         while not done:
-            action = balancing_policy(obs)
-            if rng.random() < random_share:
-                action = int(rng.integers(2))
+            controller = balancing_policy(obs)
+            action = int(rng.integers(2)) if rng.random() < random_share else controller
+            logp = np.log((1 - random_share) * (action == controller) + random_share / 2)
             nxt, reward, terminated, truncated, _ = env.step(action)
-            steps.append((obs, action, reward, terminated, truncated, nxt))
+            steps.append((obs, action, reward, terminated, truncated, nxt, logp))
             obs, done = nxt, terminated or truncated
         columns = {
             "obs": np.array([s[0] for s in steps], np.float32)[:, None],
@@ -86,6 +86,7 @@ def write_demonstrations(directory, episodes, seed, random_share=0.0):
             "terminateds": np.array([s[3] for s in steps])[:, None],
             "truncateds": np.array([s[4] for s in steps])[:, None],
             "next_obs": np.array([s[5] for s in steps], np.float32)[:, None],
+            "logp": np.array([s[6] for s in steps], np.float32)[:, None],
             "eps_id": np.full((len(steps), 1), episode),
             "t": np.arange(len(steps))[:, None],
         }
@@ -98,11 +99,13 @@ def test_bc_learns_to_balance_from_a_controllers_demonstrations(tmp_path):
     data = write_demonstrations(tmp_path / "demos", episodes=40, seed=0)
     with hrl_tasks.Engine.local(n_workers=1, threads_per_worker=1) as engine:
         algo = BC({"experience_input": str(data), "seed": 0, "updates_per_iteration": 100,
-                   "lr": 1e-3, "evaluation_episodes": 5}, engine=engine)  # fmt: skip
+                   "lr": 1e-3, "evaluation_episodes": 5, "evaluation_interval": 2},
+                  engine=engine)  # fmt: skip
         try:
             results = [algo.train() for _ in range(4)]
         finally:
             algo.stop()
+    # evaluated after iterations 2 and 4: the last 10 episodes are the two evaluations'
     assert results[-1]["episode_return_mean"] >= 400, [r["episode_return_mean"] for r in results]
     assert results[-1]["env_steps_trained"] == 4 * 100 * 512
     assert results[-1]["info"]["loss_policy"] < results[0]["info"]["loss_policy"]
@@ -112,7 +115,8 @@ def test_marwil_learns_from_mixed_demonstrations_and_checkpoints(tmp_path):
     data = write_demonstrations(tmp_path / "mixed", episodes=30, seed=1, random_share=0.3)
     with hrl_tasks.Engine.local(n_workers=1, threads_per_worker=1) as engine:
         algo = MARWIL({"experience_input": str(data), "seed": 0, "updates_per_iteration": 50,
-                       "lr": 1e-3, "evaluation_episodes": 2}, engine=engine)  # fmt: skip
+                       "lr": 1e-3, "evaluation_episodes": 2,
+                       "off_policy_estimators": ["is", "wis", "dr"]}, engine=engine)  # fmt: skip
         try:
             algo.train()
             second = algo.train()
@@ -121,6 +125,8 @@ def test_marwil_learns_from_mixed_demonstrations_and_checkpoints(tmp_path):
             algo.stop()
     assert np.isfinite(second["info"]["loss_value"]) and second["info"]["advantage_norm"] > 0
     assert second["iteration"] == 2 and np.isfinite(second["episode_return_mean"])
+    for name in ("is", "wis", "dr"):  # the learned policy's return, estimated
+        assert np.isfinite(second["info"][f"estimate/{name}"]), second["info"]
     loaded = hrl_tasks.load(path)
     action = loaded.compute_single_action(np.zeros(4, np.float32))
     assert action in (0, 1)
@@ -170,22 +176,53 @@ def s3_endpoint(tmp_path):
         server.wait(timeout=20)
 
 
-def test_a_run_records_to_s3_and_bc_trains_from_it(s3_endpoint, tmp_path):
-    """The command line end to end, --record then --train-from (local paths: above)."""
+def test_a_worker_records_to_s3_and_bc_trains_from_it_on_the_command_line(
+    s3_endpoint, tmp_path, monkeypatch
+):
+    """A rollout worker writes to S3 (as every worker of a run does), then the command
+    line learns from it there (local paths: the tests above)."""
     import os
 
-    env = {**os.environ, **s3_endpoint}
-    run = [sys.executable, "-m", "hrl_tasks.cli", "train"]
-    recorded = subprocess.run(
-        [*run, "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--no-progress",
-         "--record", "s3://experience/cartpole", "--out", str(tmp_path / "ppo")],
-        capture_output=True, text=True, timeout=150, cwd=tmp_path, env=env,
-    )  # fmt: skip
-    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    from hrl_tasks.policies import PPOConfig, PPOPolicy
+    from hrl_tasks.rollout import RolloutWorker
+
+    for key, value in s3_endpoint.items():
+        monkeypatch.setenv(key, value)
+    space = gym.make("CartPole-v1")
+    policy = PPOPolicy(space.observation_space, space.action_space, PPOConfig(seed=0))
+    worker = RolloutWorker("CartPole-v1", policy.inference_copy(), num_envs=2, seed=0,
+                           record_experience="s3://experience/cartpole", single_thread=False)  # fmt: skip
+    for _ in range(4):
+        worker.sample()
+    worker.close()
+    assert experience_files("s3://experience/cartpole")
     cloned = subprocess.run(
-        [*run, "bc", "--train-from", "s3://experience/cartpole", "--stop-iters", "1",
-         "--no-progress", "--set", "updates_per_iteration=5", "--out", str(tmp_path / "bc")],
-        capture_output=True, text=True, timeout=150, cwd=tmp_path, env=env,
+        [sys.executable, "-m", "hrl_tasks.cli", "train", "bc", "--train-from",
+         "s3://experience/cartpole", "--stop-iters", "1", "--no-progress",
+         "--set", "updates_per_iteration=5", "--out", str(tmp_path / "bc")],
+        capture_output=True, text=True, timeout=150, cwd=tmp_path,
+        env={**os.environ, **s3_endpoint},
     )  # fmt: skip
     assert cloned.returncode == 0, cloned.stderr[-3000:]
     assert "iter=1" in cloned.stdout
+
+
+def test_dqn_replays_recorded_rows_beside_its_own_and_refuses_what_cannot_mix(tmp_path):
+    from hrl_tasks.algorithms import DQN, DQNConfig
+
+    data = write_demonstrations(tmp_path / "demos", episodes=5, seed=2)
+    config = {"experience_input": str(data), "experience_mix": 0.25, "seed": 0,
+              "learning_starts": 64, "train_batch_size": 32, "min_steps_per_report": 256,
+              "hidden": (32, 32), "num_workers": 1}  # fmt: skip
+    with hrl_tasks.SyncEngine() as engine:
+        algo = DQN(config, engine=engine)
+        try:
+            result = algo.train()
+        finally:
+            algo.stop()
+    trained = result["env_steps_trained"]
+    assert trained > 0 and result["experience_rows_read"] >= trained // 4
+    with pytest.raises(ConfigError, match="prioritized_replay must be False with experience_in"):
+        DQNConfig.from_dict({**config, "prioritized_replay": True})
+    with pytest.raises(ConfigError, match="n_step must be 1 with experience_input"):
+        DQNConfig.from_dict({**config, "n_step": 3})

@@ -60,3 +60,23 @@ def test_rows_split_into_episodes_in_step_order():
     episodes = split_episodes(rows)
     assert [list(e["t"]) for e in episodes] == [[0, 1, 2], [0, 1]]
     assert [list(e["rewards"]) for e in episodes] == [[3.0, 4.0, 1.0], [2.0, 0.0]]
+
+
+def test_fitted_q_evaluation_learns_a_bandits_values_and_feeds_the_doubly_robust_estimate():
+    from hrl_tasks.policies.fqe import FittedQEvaluation
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    actions = rng.integers(2, size=n)
+    rows = {"obs": rng.normal(size=(n, 2)).astype(np.float32), "actions": actions,
+            "rewards": actions.astype(np.float32), "next_obs": np.zeros((n, 2), np.float32),
+            "terminateds": np.ones(n, bool)}  # fmt: skip
+    target = np.tile([0.1, 0.9], (n, 1))  # the target picks arm 1 with 0.9: worth 0.9
+    fqe = FittedQEvaluation(2, 2, gamma=0.99, seed=0)
+    fqe.fit(rows, target, steps=400)
+    q = fqe.q_values(rows["obs"])
+    np.testing.assert_allclose(q.mean(0), [0.0, 1.0], atol=0.05)
+    episodes = [episode([r], [np.log(0.5)], [np.log(target[i, a])], q=[q[i, a]],
+                        v=[(target[i] * q[i]).sum()])
+                for i, (a, r) in enumerate(zip(actions, rows["rewards"], strict=True))]  # fmt: skip
+    assert doubly_robust(episodes, 0.99) == pytest.approx(0.9, abs=0.03)

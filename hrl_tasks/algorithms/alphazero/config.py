@@ -12,6 +12,8 @@ class AlphaZeroConfig(AlgorithmConfig):
     (self-play games and sub-tree searches run there as tasks); the rollout keys of
     the other algorithms are not used."""
 
+    samples_with_rollout_workers: ClassVar[bool] = False
+
     env: str = "tictactoe_v3"
     games_per_iteration: int = 8
     """Self-play games per iteration, run at once as tasks."""

@@ -13,6 +13,8 @@ class CQLConfig(AlgorithmConfig, CQLPolicyConfig, OfflineConfig):
     """Every key of CQL; ``num_workers`` counts the worker processes that read the
     experience (there are no rollout workers)."""
 
+    samples_with_rollout_workers: ClassVar[bool] = False
+
     train_batch_size: int = 256
     """Rows per gradient step."""
     num_workers: int = 1

@@ -6,6 +6,7 @@ from hrl_tasks.algorithms.replay_learning import (
     ReplayAndLearn,
     ReplayRatio,
     make_buffer,
+    mixed_replay,
     replay_state,
     restore_replay,
 )
@@ -66,6 +67,11 @@ class DQN(Algorithm):
     def build_plan(self, workers, ctx):
         cfg = self.config
         if isinstance(workers.local_worker.policy, PolicyMap):
+            if cfg.experience_input is not None:
+                raise ConfigError(
+                    "experience_input is for single-agent envs so far: a multi-agent DQN "
+                    "replays only what its workers sample"
+                )
             if cfg.training_intensity is not None:
                 raise ConfigError(
                     "training_intensity is for single-agent envs so far; in a multi-agent one "
@@ -83,7 +89,8 @@ class DQN(Algorithm):
         train_op = (
             rollouts.for_each(StoreToReplayBuffer(self.buffer))
             .for_each(ExploreAndSync(workers, ctx, cfg))
-            .for_each(ReplayAndLearn(self.buffer, self.replay_ratio,
+            .for_each(ReplayAndLearn(mixed_replay(self.buffer, cfg, workers.engine, ctx),
+                                     self.replay_ratio,
                                      lambda batch: target(priorities(train(batch))), ctx))
         )  # fmt: skip
         return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)

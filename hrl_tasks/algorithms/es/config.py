@@ -15,6 +15,8 @@ class ESConfig(AlgorithmConfig, NoiseTableConfig):
     ``rollout_fragment_length`` are unused, and each perturbation is a task.
     """
 
+    samples_with_rollout_workers: ClassVar[bool] = False
+
     num_workers: int = 2
     """Worker processes of the embedded cluster (when no engine is given); the
     perturbation tasks spread over the engine's workers, whatever their number."""

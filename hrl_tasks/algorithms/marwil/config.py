@@ -13,6 +13,8 @@ class MARWILConfig(AlgorithmConfig, MARWILPolicyConfig, OfflineConfig):
     """Every key of MARWIL; ``num_workers`` counts the worker processes that read the
     experience (there are no rollout workers)."""
 
+    samples_with_rollout_workers: ClassVar[bool] = False
+
     train_batch_size: int = 512
     """Rows per gradient step."""
     num_workers: int = 1

@@ -13,6 +13,8 @@ class MPCConfig(AlgorithmConfig):
     run as tasks (with ``planner_tasks`` > 0). The rollout keys of the other algorithms
     (``num_envs_per_worker``, ``rollout_fragment_length``, ``direct_calls``) are not used."""
 
+    samples_with_rollout_workers: ClassVar[bool] = False
+
     env: str = "Pendulum-v1"
     metrics_smoothing_episodes: int = 10
     # --- the dynamics model: a probabilistic ensemble ---

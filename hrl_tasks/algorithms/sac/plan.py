@@ -5,6 +5,7 @@ from hrl_tasks.algorithms.replay_learning import (
     ReplayAndLearn,
     ReplayRatio,
     make_buffer,
+    mixed_replay,
     replay_state,
     restore_replay,
 )
@@ -49,7 +50,8 @@ class SAC(ShardedReplay, Algorithm):
         train_op = (
             rollouts.for_each(StoreToReplayBuffer(self.buffer))
             .for_each(UniformUntilLearning(workers, ctx, cfg.learning_starts))
-            .for_each(ReplayAndLearn(self.buffer, self.replay_ratio,
+            .for_each(ReplayAndLearn(mixed_replay(self.buffer, cfg, workers.engine, ctx),
+                                     self.replay_ratio,
                                      lambda batch: targets(priorities(train(batch))), ctx))
         )  # fmt: skip
         return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)

@@ -1,0 +1,74 @@
+"""Fitted Q evaluation: the Q-values of a target policy, learned from recorded transitions.
+
+Le, Voloshin and Yue 2019 ("Batch Policy Learning under Constraints"): regress
+``Q(s, a)`` on ``r + gamma * (1 - terminated) * sum_a' pi(a'|s') Q_target(s', a')``
+over the recorded transitions, the target network copied every ``target_every``
+steps. For Discrete actions; the doubly robust estimate
+(`hrl_tasks.policies.off_policy_estimation.doubly_robust`) takes its ``Q(s_t, a_t)``
+and ``V(s_t) = sum_a pi(a|s_t) Q(s_t, a)``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+from hrl_tasks.policies.models import MLP
+
+
+class FittedQEvaluation:
+    """A Q network of one target policy, fitted to recorded transitions.
+
+    Args:
+        obs_dim: Size of a (flattened) observation.
+        num_actions: Number of discrete actions.
+        gamma: Discount.
+        hidden: Hidden widths of the Q network.
+        lr: Adam learning rate.
+        seed: Seed of the weights and of the minibatches.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, gamma: float, hidden=(64, 64),
+                 lr: float = 1e-3, seed: int | None = None):  # fmt: skip
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.q = MLP(obs_dim, num_actions, tuple(hidden), nn.ReLU)
+        self.target = copy.deepcopy(self.q)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=lr)
+        self.gamma = gamma
+        self.rng = np.random.default_rng(seed)
+
+    def fit(self, rows: dict[str, np.ndarray], next_probs: np.ndarray, steps: int = 500,
+            batch_size: int = 256, target_every: int = 100) -> float:  # fmt: skip
+        """``steps`` regression steps on ``rows`` (``obs``, ``actions``, ``rewards``,
+        ``next_obs``, ``terminateds``), ``next_probs[i]`` being the target policy's
+        action probabilities at row ``i``'s ``next_obs``; returns the last loss."""
+        obs = torch.as_tensor(rows["obs"], dtype=torch.float32).flatten(1)
+        next_obs = torch.as_tensor(rows["next_obs"], dtype=torch.float32).flatten(1)
+        actions = torch.as_tensor(rows["actions"], dtype=torch.int64)
+        rewards = torch.as_tensor(rows["rewards"], dtype=torch.float32)
+        alive = 1.0 - torch.as_tensor(rows["terminateds"], dtype=torch.float32)
+        probs = torch.as_tensor(next_probs, dtype=torch.float32)
+        loss = torch.zeros(())
+        for step in range(steps):
+            if step % target_every == 0:
+                self.target.load_state_dict(self.q.state_dict())
+            i = torch.as_tensor(self.rng.integers(len(obs), size=min(batch_size, len(obs))))
+            with torch.no_grad():
+                next_v = (probs[i] * self.target(next_obs[i])).sum(-1)
+                target = rewards[i] + self.gamma * alive[i] * next_v
+            q = self.q(obs[i]).gather(-1, actions[i].unsqueeze(-1)).squeeze(-1)
+            loss = nn.functional.mse_loss(q, target)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+        return float(loss)
+
+    @torch.no_grad()
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """``Q(s, .)`` of every action at each of ``obs``: ``[N, num_actions]``, float64."""
+        x = torch.as_tensor(obs, dtype=torch.float32).flatten(1)
+        return self.q(x).numpy().astype(np.float64)
