@@ -203,8 +203,10 @@ def mpi_runner(rank: int, size: int, worker_options: dict, dashboard: str):
     return Allocation("mpi", dask.config.get("scheduler_address"), size - 2, close)
 
 
-# mpirun sends SIGKILL 1 s after SIGTERM (OpenMPI's odls_base_sigkill_timeout): the
-# driver's line must be out before, so it waits at most this long to learn which rank died.
+# How OpenMPI 4.1's mpirun ends the other ranks when one dies (seen with strace): SIGCONT
+# at once, SIGTERM 1 s later (odls_base_sigkill_timeout), SIGKILL some 20 ms after that.
+# The driver's line must be out before the SIGKILL, so the SIGCONT is its cue: it waits
+# at most this long for the dead rank's name, then prints and ends.
 LOST_RANK_WAIT_S = 0.5
 WATCH_S = 0.1  # how often the driver looks at its workers under mpirun
 
@@ -214,34 +216,49 @@ def lost_ranks(initial: dict, live: list) -> list[str]:
     return sorted(str(name) for address, name in initial.items() if address not in set(live))
 
 
-def end_on_lost_rank(engine, run_dir: Path) -> None:
-    """Under mpirun, which ends every rank when one dies (SIGTERM, then SIGKILL 1 s
-    later): on SIGTERM the driver says in one line which worker rank died first and
-    how to go on, and its process ends.
+def ends_the_run(signals: bytes, gone: list) -> bool:
+    """Whether the signals read from the wakeup file (one byte each, its number) are
+    mpirun ending the run: a SIGTERM, or a SIGCONT while a worker rank is gone (a SIGCONT
+    alone is a stopped run continuing). Pure."""
+    return signal.SIGTERM in signals or (signal.SIGCONT in signals and bool(gone))
 
-    The SIGTERM is read by a thread from the signal module's wakeup file, written by
-    the C-level handler as the signal arrives: a Python handler would run only when
-    the main thread next runs Python code, which a long update can put past the
-    SIGKILL."""
+
+def end_on_lost_rank(engine, run_dir: Path) -> None:
+    """Under mpirun, which ends every rank when one dies (SIGCONT, then SIGTERM 1 s
+    later and SIGKILL right after it): the driver says in one line which worker rank
+    died first and how to go on, and its process ends.
+
+    The signals are read by a thread from the signal module's wakeup file, written by
+    the C-level handler as each arrives: a Python handler would run only when the main
+    thread next runs Python code, which a long update can put past the SIGKILL."""
     import socket
     import threading
     import time
 
     initial = {address: info.get("name")
                for address, info in engine.client.scheduler_info()["workers"].items()}  # fmt: skip
-    first_lost: list[str] = []  # the ranks seen gone before mpirun's SIGTERM
+    first_lost: list[str] = []  # the ranks seen gone before mpirun's signals
+
+    def gone_now() -> list[str]:
+        try:
+            return lost_ranks(initial, engine.worker_addresses())
+        except Exception:  # the client is closing: the run is ending anyway
+            return []
 
     def watch() -> None:
-        while not first_lost:
-            first_lost.extend(lost_ranks(initial, engine.worker_addresses()))
+        while not first_lost and engine.client.status in ("running", "connecting"):
+            first_lost.extend(gone_now())
             time.sleep(WATCH_S)
 
-    def report() -> None:
-        deadline = time.monotonic() + LOST_RANK_WAIT_S
-        gone = list(first_lost) or lost_ranks(initial, engine.worker_addresses())
+    def gone_within(wait_s: float) -> list[str]:
+        deadline = time.monotonic() + wait_s
+        gone = list(first_lost) or gone_now()
         while not gone and time.monotonic() < deadline:
             time.sleep(0.05)
-            gone = lost_ranks(initial, engine.worker_addresses())
+            gone = list(first_lost) or gone_now()
+        return gone
+
+    def report(gone: list[str]) -> None:
         kept = sorted((run_dir / "checkpoints").glob("checkpoint-*.hrl"))
         what = f"worker rank {', '.join(gone)} died" if gone else "a rank ended"
         last = f"from {kept[-1].name}" if kept else "from the start: no checkpoint was saved"
@@ -254,11 +271,15 @@ def end_on_lost_rank(engine, run_dir: Path) -> None:
 
     def on_signals() -> None:
         with received, wakeup:  # this thread keeps both ends open (the signal module has a number)
-            while signal.SIGTERM not in received.recv(64):  # one byte per signal, its number
-                pass
-            report()
+            while True:
+                signals = received.recv(64)
+                wait_s = 0.0 if signal.SIGTERM in signals else LOST_RANK_WAIT_S
+                gone = gone_within(wait_s) if signal.SIGCONT in signals else list(first_lost)
+                if ends_the_run(signals, gone):
+                    report(gone)
 
-    signal.signal(signal.SIGTERM, lambda *_: None)  # the C handler writes the wakeup file
+    for number in (signal.SIGCONT, signal.SIGTERM):
+        signal.signal(number, lambda *_: None)  # the C handler writes the wakeup file
     signal.set_wakeup_fd(wakeup.fileno(), warn_on_full_buffer=False)
     threading.Thread(target=watch, name="hrl-tasks-ranks", daemon=True).start()
-    threading.Thread(target=on_signals, name="hrl-tasks-sigterm", daemon=True).start()
+    threading.Thread(target=on_signals, name="hrl-tasks-signals", daemon=True).start()

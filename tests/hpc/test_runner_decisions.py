@@ -1,11 +1,18 @@
 """The batch runner's decisions, without a launcher: ranks, world size, ports."""
 
+import signal
 import socket
 
 import pytest
 
 from hrl_tasks.scheduler import EngineError
-from hrl_tasks.scheduler.runners import check_world, free_port, lost_ranks, rank_and_size
+from hrl_tasks.scheduler.runners import (
+    check_world,
+    ends_the_run,
+    free_port,
+    lost_ranks,
+    rank_and_size,
+)
 
 
 def test_ranks_come_from_the_launchers_environment():
@@ -41,3 +48,12 @@ def test_the_dead_ranks_are_the_workers_no_longer_seen():
     initial = {"tcp://h:1": 2, "tcp://h:2": 3}
     assert lost_ranks(initial, ["tcp://h:1"]) == ["3"]
     assert lost_ranks(initial, list(initial)) == []
+
+
+def test_mpiruns_sigcont_ends_the_run_only_with_a_rank_gone_and_its_sigterm_always():
+    # mpirun ends the ranks with SIGCONT, SIGTERM 1 s later, SIGKILL right after it.
+    cont, term = bytes([signal.SIGCONT]), bytes([signal.SIGTERM])
+    assert ends_the_run(cont, ["3"])
+    assert not ends_the_run(cont, [])  # a stopped run that continues
+    assert ends_the_run(term, []) and ends_the_run(cont + term, [])
+    assert not ends_the_run(bytes([signal.SIGINT]), ["3"])
