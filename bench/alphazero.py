@@ -48,6 +48,8 @@ ARMS = {
     # ... with two games at once per worker process sharing its evaluator
     "gumbel-threads": {"search_rule": "gumbel", "simulations": 32, "threads_per_worker": 2,
                        "games_per_iteration": 16},
+    # ... with the learner in a learner worker process, leaving the driver's core
+    "gumbel-learner": {"search_rule": "gumbel", "simulations": 32, "num_learners": 1},
 }  # fmt: skip
 
 OPPONENTS = ("random", "uct-1000", "alphabeta-4")

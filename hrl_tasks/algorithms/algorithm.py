@@ -136,7 +136,7 @@ class Algorithm(abc.ABC):
             ConfigError: naming what does not fit.
         """
         self.check_learner_group(policy)
-        self.check_recording(policy)
+        self.check_recording()
 
     def check_learner_group(self, policy) -> None:
         """Refuses ``num_learners`` where the learner cannot be a group.
@@ -160,19 +160,14 @@ class Algorithm(abc.ABC):
                 "the driver (num_learners=0)"
             )
 
-    def check_recording(self, policy) -> None:
+    def check_recording(self) -> None:
         """Refuses ``record_experience`` where it cannot record, before a cluster starts.
 
         Raises:
-            ConfigError: for a multi-agent run, or without the ``offline`` extra.
+            ConfigError: without the ``offline`` extra.
         """
         if self.config.record_experience is None:
             return
-        if isinstance(policy, PolicyMap):
-            raise ConfigError(
-                "record_experience records single-agent runs: a multi-agent run cannot be "
-                "recorded yet"
-            )
         try:
             import fsspec  # noqa: F401
             import pyarrow  # noqa: F401

@@ -107,7 +107,8 @@ class AlgorithmConfig:
     the gradient of its share of the batch and the shares are averaged (an all-reduce
     over gloo), so that the update is the one a single learner takes on the whole
     batch (RLlib's learner group). 0 learns in the driver. PPO, IMPALA, APPO, SAC
-    and TD3 can (their ``learner_group`` is True), on single-agent envs."""
+    and TD3 can (their ``learner_group`` is True), on single-agent envs; AlphaZero in
+    one learner worker."""
     learner_resources: dict | None = None
     """Dask resources each learner holds for its life, e.g. ``{"GPU": 1}``; None:
     ``{"CPU": 1}``. A learner's update waits for its peers, so each must have a thread

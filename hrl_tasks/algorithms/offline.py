@@ -25,6 +25,8 @@ from hrl_tasks.policies.off_policy_estimation import (
 ESTIMATORS = {"is": importance_sampling, "wis": weighted_importance_sampling, "dr": doubly_robust}
 """Off-policy estimators by the names ``off_policy_estimators`` takes (``dr`` fits a Q
 model of the learned policy first: `hrl_tasks.policies.fqe`)."""
+DRAWN_ACTIONS = 10
+"""Box actions: actions drawn from the learned policy per state for ``V(s)`` (DR)."""
 
 
 @dataclass
@@ -45,7 +47,7 @@ class OfflineConfig:
     """At each evaluation, the learned policy's discounted return estimated from one
     recorded file by these: ``is`` (per-decision importance sampling), ``wis`` (its
     weighted form), ``dr`` (doubly robust, with a Q model of the policy fitted to the
-    file's transitions first; Discrete actions); reported as ``info/estimate/<name>``.
+    file's transitions first); reported as ``info/estimate/<name>``.
     They need the behaviour policy's ``logp`` in the recording. None: ``is`` and
     ``wis`` where the recording has it."""
 
@@ -129,25 +131,39 @@ class OfflineAlgorithm(Algorithm):
         """``q`` (of each recorded action) and ``v`` of the learned policy at each row,
         from fitted Q evaluation on the file's transitions (the doubly robust estimate's).
 
+        For Box actions ``V`` is the mean of ``Q`` over `DRAWN_ACTIONS` actions drawn
+        from the policy at each state.
+
         Raises:
-            ConfigError: for Box actions, or a recording without ``next_obs``.
+            ConfigError: for a recording without ``next_obs``.
         """
         import gymnasium as gym
 
-        from hrl_tasks.policies.fqe import FittedQEvaluation
+        from hrl_tasks.policies.fqe import ContinuousFittedQEvaluation, FittedQEvaluation
 
-        if not isinstance(policy.action_space, gym.spaces.Discrete) or "next_obs" not in rows:
+        if "next_obs" not in rows:
             raise ConfigError(
-                "off_policy_estimators 'dr' needs Discrete actions and next_obs in the recording"
-                f" ({path}: {policy.action_space}, columns {sorted(rows)}); use 'is' or 'wis'"
+                f"off_policy_estimators 'dr' needs next_obs in the recording ({path} has the "
+                f"columns {sorted(rows)}); use 'is' or 'wis'"
             )
-        obs_dim = int(np.prod(rows["obs"].shape[1:]))
-        fqe = FittedQEvaluation(obs_dim, int(policy.action_space.n), self.config.gamma,
-                                seed=self.config.seed)  # fmt: skip
-        fqe.fit(rows, policy.action_probs(rows["next_obs"]))
-        q_all = fqe.q_values(rows["obs"])
-        taken = q_all[np.arange(len(q_all)), rows["actions"].astype(int)]
-        return {"q": taken, "v": (policy.action_probs(rows["obs"]) * q_all).sum(-1)}
+        obs_dim, gamma, seed = (
+            int(np.prod(rows["obs"].shape[1:])),
+            self.config.gamma,
+            self.config.seed,
+        )
+        if isinstance(policy.action_space, gym.spaces.Discrete):
+            fqe = FittedQEvaluation(obs_dim, int(policy.action_space.n), gamma, seed=seed)
+            fqe.fit(rows, policy.action_probs(rows["next_obs"]))
+            q_all = fqe.q_values(rows["obs"])
+            taken = q_all[np.arange(len(q_all)), rows["actions"].astype(int)]
+            return {"q": taken, "v": (policy.action_probs(rows["obs"]) * q_all).sum(-1)}
+        action_dim = int(np.prod(policy.action_space.shape))
+        fqe = ContinuousFittedQEvaluation(obs_dim, action_dim, gamma, seed=seed)
+        fqe.fit(rows, policy.sample_actions(rows["next_obs"], DRAWN_ACTIONS))
+        recorded = np.asarray(rows["actions"], np.float32).reshape(len(rows["obs"]), 1, -1)
+        taken = fqe.q_values(rows["obs"], recorded)[:, 0]
+        drawn = policy.sample_actions(rows["obs"], DRAWN_ACTIONS)
+        return {"q": taken, "v": fqe.q_values(rows["obs"], drawn).mean(-1)}
 
     def off_policy_estimates(self) -> dict[str, float]:
         """The learned policy's discounted return estimated from one recorded file's

@@ -15,6 +15,12 @@ the columns of a `SampleBatch`:
 | ``logp`` | float32, optional | the behaviour policy's log-probability of the action |
 | ``policy_id``, ``agent_id`` | string, optional | multi-agent recordings |
 
+A multi-agent recording holds each agent's own trajectory (its observations, its
+actions, the rewards until it next acted; ``t`` counts its own steps) under the
+episode's ``eps_id``, with ``agent_id`` and ``policy_id``. Each file holds the rows of
+one policy, whose id is in its name (``worker-1-<policy>-...parquet``) and metadata:
+a glob such as ``DIR/*-learner-*.parquet`` reads one policy's rows.
+
 A shaped column (an image, a vector) is a fixed-size list of its values in C
 order; its field's metadata holds ``shape`` and ``dtype`` (JSON), so a uint8 image
 stays uint8 and comes back in its shape. The file's metadata holds
@@ -318,7 +324,7 @@ def read_file(path: str, columns: Iterable[str] | None = None) -> dict[str, np.n
         raise ExperienceError(f"{path}: not a readable Parquet file ({exc})") from None
     rows = from_table(table, path)
     if columns is not None:
-        wanted = set(columns) | set(REQUIRED)
+        wanted = set(columns) | set(REQUIRED) | {"agent_id"}  # trajectories stay apart
         rows = {k: v for k, v in rows.items() if k in wanted}
     return rows
 
@@ -342,6 +348,86 @@ def read_experience(pattern: str | os.PathLike):
     import dask.dataframe as dd
 
     return dd.read_parquet(experience_files(pattern))
+
+
+def trajectory_order(rows: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The order that puts ``rows`` in whole trajectories, steps in time order: by
+    episode, then (in a multi-agent recording) agent, then step. Pure."""
+    keys = [rows["t"]]
+    if "agent_id" in rows:
+        keys.append(np.unique(np.asarray(rows["agent_id"]).astype(str), return_inverse=True)[1])
+    return np.lexsort((*keys, rows["eps_id"]))
+
+
+def trajectory_starts(rows: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Where each trajectory of ``rows`` (in `trajectory_order`) starts. Pure."""
+    ids = np.asarray(rows["eps_id"])
+    new = np.r_[True, ids[1:] != ids[:-1]]
+    if "agent_id" in rows:
+        agents = np.asarray(rows["agent_id"]).astype(str)
+        new |= np.r_[True, agents[1:] != agents[:-1]]
+    return np.flatnonzero(new)
+
+
+def file_safe(name: Any) -> str:
+    """``name`` as a part of a file name: letters, digits, ``_``, ``.`` and ``-``. Pure."""
+    return "".join(c if c.isalnum() or c in "_.-" else "_" for c in str(name)) or "_"
+
+
+def trajectory_rows(
+    columns: Mapping[str, np.ndarray], eps_id: int, agent_id: Any, policy_id: Any
+) -> dict[str, np.ndarray]:
+    """One agent's whole trajectory of a multi-agent episode as experience rows: its
+    columns (``[T, ...]``; ``logp`` if the policy has it), the episode id, its own step
+    index, its returns-to-go and its agent and policy ids. Pure."""
+    rewards = np.asarray(columns["rewards"], np.float32)
+    rows = {k: np.array(columns[k]) for k in (*REQUIRED, "next_obs", "logp")
+            if k in columns and k not in ("eps_id", "t")}  # copies: the batch goes on  # fmt: skip
+    rows["rewards"] = rewards
+    rows["eps_id"] = np.full(len(rewards), eps_id, np.int64)
+    rows["t"] = np.arange(len(rewards), dtype=np.int32)
+    rows["returns_to_go"] = returns_to_go(rewards)
+    rows["agent_id"] = np.full(len(rewards), str(agent_id), object)
+    rows["policy_id"] = np.full(len(rewards), str(policy_id), object)
+    return rows
+
+
+class PolicyRecordings:
+    """What one multi-agent rollout worker records: whole trajectories, one
+    `PartWriter` per policy (a policy's rows share their shapes; policies' may not).
+
+    Args:
+        url: The recording's directory.
+        prefix: The start of each file's name; the policy id follows it.
+        metadata: JSON kept in every file (the env...); ``policy_id`` and the
+            policy's spaces are added per policy.
+        spaces: policy id -> (observation space, action space), for the metadata.
+    """
+
+    def __init__(self, url: str, prefix: str, metadata: Mapping[str, Any], spaces: Mapping):
+        self.url, self.prefix, self.metadata, self.spaces = url, prefix, dict(metadata), spaces
+        self.writers: dict[Any, PartWriter] = {}
+        self.closed = False
+
+    def add(self, policy_id: Any, rows: Mapping[str, np.ndarray]) -> None:
+        """One trajectory's rows (`trajectory_rows`) of ``policy_id``."""
+        writer = self.writers.get(policy_id)
+        if writer is None:
+            observation_space, action_space = self.spaces[policy_id]
+            metadata = {**self.metadata, "policy_id": str(policy_id),
+                        "observation_space": repr(observation_space),
+                        "action_space": repr(action_space)}  # fmt: skip
+            prefix = f"{self.prefix}-{file_safe(policy_id)}"
+            writer = self.writers[policy_id] = PartWriter(self.url, prefix, metadata)
+        writer.add(rows)
+
+    def close(self) -> list[str]:
+        """Writes what is still held (idempotent); returns the files written."""
+        if not self.closed:
+            self.closed = True
+            for writer in self.writers.values():
+                writer.flush()
+        return [path for writer in self.writers.values() for path in writer.written]
 
 
 class ExperienceRecording:

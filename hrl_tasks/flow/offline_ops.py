@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.data.experience import read_file
+from hrl_tasks.data.experience import read_file, trajectory_order
 from hrl_tasks.flow.context import ROWS_READ, FlowContext
 from hrl_tasks.flow.iterators import LocalIterator
 
@@ -26,13 +26,14 @@ from hrl_tasks.flow.iterators import LocalIterator
 def read_for_training(
     path: str, columns: Sequence[str] | None, postprocess: Callable | None
 ) -> dict[str, np.ndarray]:
-    """A task: one file's rows in episode and step order, postprocessed (per episode)."""
+    """A task: one file's rows in trajectory and step order, postprocessed (per
+    trajectory: an episode, or one agent's part of a multi-agent one)."""
     rows = read_file(path, columns)
-    order = np.lexsort((rows["t"], rows["eps_id"]))
+    order = trajectory_order(rows)
     rows = {k: v[order] for k, v in rows.items()}
     if postprocess is not None:
         rows = dict(postprocess(SampleBatch(rows)).items())
-    return rows
+    return {k: v for k, v in rows.items() if k not in ("agent_id", "policy_id")}  # numbers only
 
 
 class ShufflePool:

@@ -159,6 +159,14 @@ class ActorCriticPolicy(TorchPolicy):
         return dist.probs.numpy().astype(np.float64)
 
     @torch.no_grad()
+    def sample_actions(self, obs: np.ndarray, k: int) -> np.ndarray:
+        """``k`` actions drawn from ``pi(.|s)`` at each of ``obs``: ``[N, k, ...]``, as the
+        model gives them (unclipped, as `action_logp` reads them)."""
+        dist, _ = self.model(self.obs_tensor(np.repeat(np.asarray(obs), k, axis=0)))
+        actions = dist.sample(self.generator).numpy()
+        return actions.reshape(len(obs), k, *actions.shape[1:])
+
+    @torch.no_grad()
     def action_logp(self, batch: SampleBatch) -> np.ndarray:
         """``log pi(a|s)`` of ``batch``'s ``actions`` at its ``obs`` (float64), e.g. for
         off-policy estimates."""

@@ -18,17 +18,20 @@ import torch
 
 
 class Adam:
-    """Adam (Kingma and Ba, 2015), as ``torch.optim.Adam`` without weight decay,
-    amsgrad or maximize.
+    """Adam (Kingma and Ba, 2015), as ``torch.optim.Adam`` without amsgrad or
+    maximize; with ``weight_decay``, AdamW (Loshchilov and Hutter, 2019) as
+    ``torch.optim.AdamW``: each parameter shrunk by ``lr * weight_decay`` before the
+    Adam step.
 
-    Its ``state_dict()`` has ``torch.optim.Adam``'s layout, so that the state of
-    either loads into the other.
+    Its ``state_dict()`` has ``torch.optim.Adam``'s (and ``AdamW``'s) layout, so that
+    the state of either loads into the other.
 
     Args:
         params: the tensors to optimize (their ``.grad`` is read by `step`).
         lr: the learning rate (``param_groups[0]["lr"]`` may change it later).
         betas: the decay rates of the first and second moments.
         eps: added to the denominator.
+        weight_decay: decoupled weight decay (0: plain Adam).
     """
 
     def __init__(
@@ -37,13 +40,15 @@ class Adam:
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
+        weight_decay: float = 0.0,
     ):
         self.params = list(params)
         if not self.params:
             raise ValueError("Adam got no parameters to optimize")
         self.param_groups = [
             {"params": self.params, "lr": float(lr), "betas": tuple(map(float, betas)),
-             "eps": float(eps), "weight_decay": 0.0, "amsgrad": False, "maximize": False}
+             "eps": float(eps), "weight_decay": float(weight_decay), "amsgrad": False,
+             "maximize": False}
         ]  # fmt: skip
         self.state: dict[int, dict[str, Any]] = {}  # by parameter index, from its first step
 
@@ -64,6 +69,8 @@ class Adam:
         moments = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states])
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
+        if group["weight_decay"]:  # AdamW's decoupled decay, before the moments' step
+            torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
         update = fused_update if has_fused_kernel(params[0]) else foreach_update
         update(params, [p.grad for p in params], *moments, steps, group)
 
@@ -103,6 +110,7 @@ class Adam:
             loaded[i] = {"step": torch.tensor(float(saved["step"])),
                          "exp_avg": moments[0].clone(), "exp_avg_sq": moments[1].clone()}  # fmt: skip
         self.state = loaded
+        # (weight_decay stays this optimizer's own: a saved AdamW's loads into an Adam)
         self.param_groups[0].update({k: float(group[k]) for k in ("lr", "eps") if k in group})
         if "betas" in group:
             self.param_groups[0]["betas"] = tuple(map(float, group["betas"]))

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hrl_tasks.data.experience import trajectory_order, trajectory_starts
+
 
 def _checked(episodes: Sequence[dict[str, np.ndarray]], *names: str) -> None:
     if not episodes:
@@ -91,11 +93,10 @@ def doubly_robust(episodes: Sequence[dict[str, np.ndarray]], gamma: float) -> fl
 
 
 def split_episodes(rows: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-    """Rows of whole episodes (any order) as one dict per episode, steps in order."""
-    order = np.lexsort((rows["t"], rows["eps_id"]))
-    ids = rows["eps_id"][order]
-    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-    bounds = [*starts, len(ids)]
+    """Rows of whole episodes (any order) as one dict per episode, steps in order (in
+    a multi-agent recording: per agent's trajectory)."""
+    order = trajectory_order(rows)
     ordered = {k: v[order] for k, v in rows.items()}
+    bounds = [*trajectory_starts(ordered), len(order)]
     return [{k: v[a:b] for k, v in ordered.items()}
             for a, b in zip(bounds[:-1], bounds[1:], strict=True)]  # fmt: skip

@@ -3,15 +3,24 @@ a policy head of logits over actions and a value head in [-1, 1].
 
 Inputs are PettingZoo's observation planes, ``[B, H, W, C]`` (channels last, as
 PettingZoo gives them); the network moves channels first itself.
+
+`PolicyValuePolicy` is the network as a learning `TorchPolicy` (AdamW, AlphaZero's
+loss), so that it learns where other policies learn: in the driver, or in a
+`Learner` worker of its own (``num_learners=1``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.adam import Adam
+from hrl_tasks.policies.torch_policy import TorchPolicy
 
 
 @dataclass(frozen=True)
@@ -79,18 +88,78 @@ class PolicyValueNet(nn.Module):
         self.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
 
 
-def policy_value_loss(
+def policy_value_terms(
     net: PolicyValueNet,
     observations: torch.Tensor,
     masks: torch.Tensor,
     target_policies: torch.Tensor,
     target_values: torch.Tensor,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """AlphaZero's loss: cross-entropy to the search policy plus squared value error
-    (weight decay is the optimizer's). Illegal actions are masked out of the logits."""
+) -> dict[str, torch.Tensor]:
+    """AlphaZero's loss: ``total``, the cross-entropy to the search policy
+    (``policy_loss``) plus the squared value error (``value_loss``); weight decay is
+    the optimizer's. Illegal actions are masked out of the logits."""
     logits, values = net(observations)
     logits = logits.masked_fill(~masks, -1e9)
     policy_loss = -(target_policies * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
     value_loss = torch.mean((values - target_values) ** 2)
-    loss = policy_loss + value_loss
-    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item()}
+    return {"total": policy_loss + value_loss, "policy_loss": policy_loss,
+            "value_loss": value_loss}  # fmt: skip
+
+
+@dataclass
+class PolicyValueConfig:
+    """What `PolicyValuePolicy` is built from: the network's shape and its optimizer."""
+
+    observation_shape: tuple[int, ...] = (3, 3, 2)
+    num_actions: int = 9
+    channels: int = 64
+    blocks: int = 3
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    grad_clip: float | None = None
+    seed: int | None = None
+
+    @property
+    def spec(self) -> PolicyValueSpec:
+        return PolicyValueSpec(tuple(self.observation_shape), int(self.num_actions),
+                               self.channels, self.blocks)  # fmt: skip
+
+
+class PolicyValuePolicy(TorchPolicy):
+    """AlphaZero's network as a learning policy: `learn_on_batch` takes searched
+    positions (``obs``, ``mask``, ``policy``: the search's visit distribution,
+    ``value``: the game's outcome for the player to move) and takes one AdamW step on
+    `policy_value_terms`. It acts through a tree search (`hrl_tasks.planning.mcts`),
+    not `compute_actions`."""
+
+    config_class = PolicyValueConfig
+
+    def __init__(self, observation_space=None, action_space=None, config=None, **kwargs):
+        config = config or PolicyValueConfig()
+        if observation_space is None:
+            observation_space = gym.spaces.Box(
+                0.0, 1.0, tuple(config.observation_shape), np.float32
+            )
+        if action_space is None:
+            action_space = gym.spaces.Discrete(int(config.num_actions))
+        super().__init__(observation_space, action_space, config, **kwargs)
+
+    def make_model(self) -> PolicyValueNet:
+        return self.config.spec.build()
+
+    def make_optimizer(self, model: nn.Module) -> Adam:
+        return Adam(model.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay)
+
+    def compute_actions(self, obs, explore=True):
+        raise NotImplementedError("AlphaZero's network acts through a tree search "
+                                  "(hrl_tasks.planning.mcts.search)")  # fmt: skip
+
+    def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        self.model.train()  # batch normalization on the batch's statistics
+        return policy_value_terms(
+            self.model,
+            self.column(batch, "obs"),
+            self.column(batch, "mask", np.bool_),
+            self.column(batch, "policy"),
+            self.column(batch, "value"),
+        )

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from hrl_tasks.data import MultiAgentBatch, SampleBatch
+from hrl_tasks.data.experience import trajectory_rows
 from hrl_tasks.envs.make import EnvError, EnvLike, env_name
 from hrl_tasks.envs.multi_agent import ALL, MultiAgentEnv, make_multi_agent_env
 from hrl_tasks.policies import Policy
@@ -75,6 +76,9 @@ class MultiAgentRolloutWorker(WorkerCalls):
         single_thread, weights: As for `RolloutWorker` (``weights`` per policy id).
         max_env_errors: Accepted for `RolloutWorker`'s signature; an env that
             raises ends the call with `EnvError`.
+        record_experience: A directory (local path or fsspec URL) where every
+            agent's trajectory is written as Parquet when its episode ends, one
+            file series per policy (`hrl_tasks.data.experience`).
     """
 
     def __init__(
@@ -90,6 +94,7 @@ class MultiAgentRolloutWorker(WorkerCalls):
         single_thread: bool = True,
         max_env_errors: int = 3,
         weights: Mapping[Any, Any] | None = None,
+        record_experience: str | None = None,
     ) -> None:
         if single_thread:
             torch_single_thread()
@@ -125,6 +130,20 @@ class MultiAgentRolloutWorker(WorkerCalls):
             self._episodes.append(self._new_episode())
         self._totals = {"env_steps": 0, "episodes": 0, "env_errors": 0}
         self._unreported: dict[str, list] = {"episode_returns": [], "episode_lengths": []}
+        self._recording = None if record_experience is None else self._record_to(record_experience)
+
+    def _record_to(self, url: str):
+        import secrets
+
+        from hrl_tasks.data.experience import PolicyRecordings
+        from hrl_tasks.version import __version__
+
+        metadata = {"env": self.env_name, "worker_index": self.worker_index,
+                    "hrl_tasks_version": __version__, "multi_agent": True}  # fmt: skip
+        spaces = {pid: (policy.observation_space, policy.action_space)
+                  for pid, policy in self.policy.policies.items()}  # fmt: skip
+        prefix = f"worker-{self.worker_index}-{secrets.token_hex(4)}"
+        return PolicyRecordings(url, prefix, metadata, spaces)
 
     def _new_episode(self) -> Episode:
         eps_id, self._next_eps = self._next_eps, self._next_eps + 1
@@ -255,6 +274,8 @@ class MultiAgentRolloutWorker(WorkerCalls):
             columns[SampleBatch.EPS_ID] = np.full(len(rows), episode.id, np.int64)
             columns[SampleBatch.T] = np.arange(len(rows), dtype=np.int64)
             columns["agent_index"] = np.full(len(rows), agent_index, np.int64)
+            if self._recording is not None:  # as the env returned it
+                self._recording.add(pid, trajectory_rows(columns, episode.id, agent, pid))
             if SampleBatch.VALUES in columns:
                 columns[SampleBatch.NEXT_VALUES] = _next_values(policy, columns)
             done.setdefault(pid, []).append(policy.postprocess_trajectory(SampleBatch(columns)))
@@ -276,9 +297,30 @@ class MultiAgentRolloutWorker(WorkerCalls):
         self._next_eps = int(state["next_episode_id"])
 
     def close(self) -> None:
-        """Closes the envs."""
-        for sub_env in self.envs:
-            sub_env.close()
+        """Writes out what the worker records, and closes the envs."""
+        try:
+            self.flush_experience()
+        finally:
+            for sub_env in self.envs:
+                sub_env.close()
+
+    def flush_experience(self) -> list[str]:
+        """Writes the recorded experience still held: the trajectories of episodes
+        still open are cut, their last step marked truncated; returns every file this
+        worker wrote."""
+        if self._recording is None:
+            return []
+        if not self._recording.closed:
+            for episode in self._episodes:
+                for agent, rows in episode.rows.items():
+                    columns = {name: np.stack([row[name] for row in rows]) for name in rows[0]}
+                    cut = columns[SampleBatch.TERMINATEDS] | columns[SampleBatch.TRUNCATEDS]
+                    columns[SampleBatch.TRUNCATEDS] = columns[SampleBatch.TRUNCATEDS].copy()
+                    columns[SampleBatch.TRUNCATEDS][-1] |= not cut[-1]
+                    pid = episode.policy_of[agent]
+                    self._recording.add(pid, trajectory_rows(columns, episode.id, agent, pid))
+                episode.rows.clear()
+        return self._recording.close()
 
 
 def _env_action(action: np.ndarray) -> Any:

@@ -182,3 +182,34 @@ def test_playout_cap_randomization_keeps_only_the_positions_searched_in_full():
         assert record["simulations"] == 24 * kept + 4 * (record["moves"] - kept)
     kept = sum(r["positions"] for r in records)
     assert 0 < kept < sum(r["moves"] for r in records)
+
+
+def test_the_learner_worker_takes_the_updates_and_the_checkpoint_holds_its_state(tmp_path):
+    from hrl_tasks.algorithms import AlphaZeroConfig, ConfigError
+
+    config = {"env": "tictactoe_v3", "seed": 3, "num_workers": 1, "num_learners": 1,
+              "games_per_iteration": 4, "simulations": 16, "min_buffer_size": 16,
+              "updates_per_iteration": 5, "channels": 8, "blocks": 1, "evaluation_interval": 0}  # fmt: skip
+    algo = AlphaZero(config)  # its own cluster: one worker plays, one learns
+    try:
+        before = algo.net.get_weights()
+        for _ in range(3):
+            result = algo.train()
+        assert result["updates"] == 15 and np.isfinite(result["info/policy_loss"])
+        learned = algo.learners.handles[0].call("get_weights", direct=True).result()
+        for name, value in algo.net.get_weights().items():  # the driver's copy caught up
+            np.testing.assert_array_equal(value, learned[name])
+        assert any(not np.array_equal(v, learned[k]) for k, v in before.items())
+        path = algo.save(tmp_path / "az.hrl")
+    finally:
+        algo.stop()
+    with hrl_tasks.SyncEngine() as engine:
+        restored = load(path, engine=engine, config={"num_learners": 0})
+        try:
+            state = restored.get_state()
+        finally:
+            restored.stop()
+    assert state["policy"]["optimizer"]["state"] and state["policy"]["num_grad_updates"] == 15
+    with pytest.raises(ConfigError, match="num_learners must be 0 or 1") as many:
+        AlphaZeroConfig.from_dict({"num_learners": 2})
+    assert "\n" not in str(many.value)

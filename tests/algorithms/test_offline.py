@@ -56,6 +56,41 @@ def test_a_recorded_run_holds_every_sampled_step_in_whole_episodes(tmp_path):
     assert len(frame) == len(rows["rewards"]) and "returns_to_go" in frame.columns
 
 
+def test_a_multi_agent_run_records_each_agents_trajectory_under_its_policy(tmp_path):
+    directory = tmp_path / "recorded"
+    config = {"env": "tictactoe_v3", "num_workers": 1, "num_envs_per_worker": 2,
+              "rollout_fragment_length": 16, "train_batch_size": 64, "minibatch_size": 32,
+              "num_sgd_iter": 1, "seed": 0, "record_experience": str(directory),
+              "policies": {"crosses": None, "noughts": None},
+              "policy_mapping_fn": lambda agent, episode: (
+                  "crosses" if agent == "player_1" else "noughts")}  # fmt: skip
+    with hrl_tasks.Engine.local(n_workers=1, threads_per_worker=1) as engine:
+        algo = PPO(config, engine=engine)
+        try:
+            for _ in range(2):
+                algo.train()
+        finally:
+            algo.stop()
+    for policy, agent in (("crosses", "player_1"), ("noughts", "player_2")):
+        rows = all_rows(directory / f"*-{policy}-*.parquet")  # one policy's files
+        assert set(rows["policy_id"]) == {policy} and set(rows["agent_id"]) == {agent}
+        assert (
+            rows["obs"].shape[1:] == rows["next_obs"].shape[1:] and np.isfinite(rows["logp"]).all()
+        )
+        for eps in np.unique(rows["eps_id"]):  # its own steps, whole, in order
+            mine = rows["eps_id"] == eps
+            np.testing.assert_array_equal(rows["t"][mine], np.arange(mine.sum()))
+            ended = rows["terminateds"][mine] | rows["truncateds"][mine]
+            assert ended[-1] and not ended[:-1].any()
+            np.testing.assert_allclose(rows["returns_to_go"][mine],
+                                       np.cumsum(rows["rewards"][mine][::-1])[::-1])  # fmt: skip
+    crosses, noughts = (all_rows(directory / f"*-{p}-*.parquet") for p in ("crosses", "noughts"))
+    shared = set(crosses["eps_id"]) & set(noughts["eps_id"])
+    assert shared, "the two players' trajectories of one game share its eps_id"
+    every = all_rows(directory)
+    assert len(every["rewards"]) == len(crosses["rewards"]) + len(noughts["rewards"])
+
+
 def balancing_policy(obs):
     """A controller that keeps CartPole up: push toward where the pole falls."""
     return int(obs[2] + 0.5 * obs[3] > 0)
@@ -130,6 +165,46 @@ def test_marwil_learns_from_mixed_demonstrations_and_checkpoints(tmp_path):
     loaded = hrl_tasks.load(path)
     action = loaded.compute_single_action(np.zeros(4, np.float32))
     assert action in (0, 1)
+
+
+def test_the_estimates_cover_box_actions_doubly_robust_included(tmp_path):
+    env, rng = gym.make("Pendulum-v1"), np.random.default_rng(0)
+    writer, recorder = (
+        PartWriter(str(tmp_path / "uniform"), "demo", {"env": "Pendulum-v1"}),
+        EpisodeRecorder(),
+    )
+    for episode in range(6):  # uniformly random torques: log-density -log(4)
+        obs, _ = env.reset(seed=episode)
+        rows = {
+            k: [] for k in ("obs", "actions", "rewards", "terminateds", "truncateds", "next_obs")
+        }
+        done = False
+        while not done:
+            action = rng.uniform(-2, 2, size=1).astype(np.float32)
+            nxt, reward, terminated, truncated, _ = env.step(action)
+            for k, v in zip(rows, (obs, action, reward, terminated, truncated, nxt), strict=True):
+                rows[k].append(v)
+            obs, done = nxt, terminated or truncated
+        columns = {k: np.array(v)[:, None] for k, v in rows.items()}
+        columns["obs"], columns["next_obs"] = (
+            columns[k].astype(np.float32) for k in ("obs", "next_obs")
+        )
+        columns["rewards"] = columns["rewards"].astype(np.float32)
+        steps = len(rows["rewards"])
+        columns.update(logp=np.full((steps, 1), -np.log(4.0), np.float32),
+                       eps_id=np.full((steps, 1), episode), t=np.arange(steps)[:, None])  # fmt: skip
+        writer.add(recorder.add(columns))
+    writer.flush()
+    with hrl_tasks.Engine.local(n_workers=1, threads_per_worker=1) as engine:
+        algo = BC({"experience_input": str(tmp_path / "uniform"), "seed": 0, "env": "Pendulum-v1",
+                   "updates_per_iteration": 20, "evaluation_episodes": 1,
+                   "off_policy_estimators": ["is", "wis", "dr"]}, engine=engine)  # fmt: skip
+        try:
+            result = algo.train()
+        finally:
+            algo.stop()
+    for name in ("is", "wis", "dr"):
+        assert np.isfinite(result["info"][f"estimate/{name}"]), result["info"]
 
 
 def test_offline_keys_are_refused_clearly():

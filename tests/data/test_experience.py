@@ -13,11 +13,16 @@ from hrl_tasks.data.experience import (  # noqa: E402
     ExperienceError,
     PartWriter,
     experience_files,
+    file_safe,
     from_table,
     read_file,
     returns_to_go,
     to_table,
+    trajectory_order,
+    trajectory_rows,
+    trajectory_starts,
 )
+from hrl_tasks.policies.off_policy_estimation import split_episodes  # noqa: E402
 
 
 def sampled(steps, envs, ends, start_t=None, seed=0):
@@ -143,3 +148,27 @@ def test_parts_hold_whole_episodes_and_nothing_is_left_hidden(tmp_path):
         meta = json.loads(pq.read_schema(path).metadata[b"hrl_tasks.experience"])
         assert meta == {"schema_version": 1, "env": "Example-v0"}
     assert total == 5 * 8
+
+
+def test_multi_agent_trajectories_stay_whole_and_apart_in_one_episode():
+    def trajectory(agent, n, start):
+        columns = {"obs": np.arange(start, start + n, dtype=np.float32)[:, None],
+                   "actions": np.zeros(n, np.int64), "rewards": np.ones(n, np.float32),
+                   "terminateds": np.r_[np.zeros(n - 1, bool), True],
+                   "truncateds": np.zeros(n, bool), "logp": np.zeros(n, np.float32),
+                   "values": np.zeros(n, np.float32)}  # fmt: skip
+        return trajectory_rows(columns, 7, agent, f"policy of {agent}")
+
+    first, second = trajectory("player_1", 3, 0), trajectory("player_2", 2, 100)
+    assert "values" not in first and first["t"].tolist() == [0, 1, 2]
+    assert first["returns_to_go"].tolist() == [3.0, 2.0, 1.0]
+    assert set(first["policy_id"]) == {"policy of player_1"}
+    # interleaved as a turn-based game's rows are, in any order
+    rows = {k: np.concatenate([first[k], second[k]]) for k in first}
+    shuffled = {k: v[[4, 0, 3, 2, 1]] for k, v in rows.items()}
+    ordered = {k: v[trajectory_order(shuffled)] for k, v in shuffled.items()}
+    assert trajectory_starts(ordered).tolist() == [0, 3]
+    assert ordered["obs"][:, 0].tolist() == [0, 1, 2, 100, 101]
+    episodes = split_episodes(shuffled)  # per agent, not one episode of both
+    assert [len(e["rewards"]) for e in episodes] == [3, 2]
+    assert file_safe("policy of player_1/2") == "policy_of_player_1_2"

@@ -14,15 +14,20 @@ def tensors(seed, shapes):
     return [torch.randn(s, generator=g) for s in shapes]
 
 
-@pytest.mark.parametrize("eps", [1e-8, 1e-5])
+@pytest.mark.parametrize("eps, weight_decay", [(1e-8, 0.0), (1e-5, 0.0), (1e-8, 0.1)])
 @pytest.mark.parametrize("update", ["fused_update", "foreach_update"])
-def test_steps_match_torch_adam_and_so_does_the_state_that_either_saves(eps, update, monkeypatch):
+def test_steps_match_torch_adam_and_so_does_the_state_that_either_saves(
+    eps, weight_decay, update, monkeypatch
+):  # with weight decay, against torch.optim.AdamW
     if update == "foreach_update":  # as where torch has no fused kernel
         monkeypatch.delattr(torch, "_fused_adam_")
     shapes = [(4, 3), (3,), (1,)]
     ours = [p.clone().requires_grad_() for p in tensors(0, shapes)]
     theirs = [p.clone().requires_grad_() for p in tensors(0, shapes)]
-    mine, torchs = Adam(ours, lr=3e-3, eps=eps), torch.optim.Adam(theirs, lr=3e-3, eps=eps)
+    torch_class = torch.optim.AdamW if weight_decay else torch.optim.Adam
+    decay = {"weight_decay": weight_decay}
+    mine = Adam(ours, lr=3e-3, eps=eps, **decay)
+    torchs = torch_class(theirs, lr=3e-3, eps=eps, **decay)
     for step in range(60):
         grads = tensors(step + 1, shapes)
         if step % 7 == 3:  # a parameter without a gradient is left as it is
@@ -35,10 +40,11 @@ def test_steps_match_torch_adam_and_so_does_the_state_that_either_saves(eps, upd
         for a, b in zip(ours, theirs, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     # Each loads the other's state, and they go on alike.
-    swapped_ours = Adam([p.detach().clone().requires_grad_() for p in theirs], lr=3e-3, eps=eps)
+    swapped_ours = Adam([p.detach().clone().requires_grad_() for p in theirs], lr=3e-3, eps=eps,
+                        **decay)  # fmt: skip
     swapped_ours.load_state_dict(torchs.state_dict())
-    swapped_torch = torch.optim.Adam([p.detach().clone().requires_grad_() for p in ours], lr=3e-3,
-                                     eps=eps)  # fmt: skip
+    swapped_torch = torch_class([p.detach().clone().requires_grad_() for p in ours], lr=3e-3,
+                                eps=eps, **decay)  # fmt: skip
     swapped_torch.load_state_dict(mine.state_dict())
     grads = tensors(99, shapes)
     for opt in (swapped_ours, swapped_torch):

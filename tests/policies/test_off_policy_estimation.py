@@ -80,3 +80,24 @@ def test_fitted_q_evaluation_learns_a_bandits_values_and_feeds_the_doubly_robust
                         v=[(target[i] * q[i]).sum()])
                 for i, (a, r) in enumerate(zip(actions, rows["rewards"], strict=True))]  # fmt: skip
     assert doubly_robust(episodes, 0.99) == pytest.approx(0.9, abs=0.03)
+
+
+def test_continuous_fitted_q_evaluation_learns_values_of_box_actions_and_bootstraps():
+    from hrl_tasks.policies.fqe import ContinuousFittedQEvaluation
+
+    # Two states: in A (obs 0) nothing happens and B follows; in B (obs 1) the reward
+    # is the action, then the episode ends. The target policy draws 0.6 in B.
+    rng = np.random.default_rng(0)
+    n = 2000
+    in_b = rng.random(n) < 0.5
+    actions = rng.uniform(-1, 1, size=(n, 1)).astype(np.float32)
+    rows = {"obs": in_b[:, None].astype(np.float32), "actions": actions,
+            "rewards": np.where(in_b, actions[:, 0], 0.0).astype(np.float32),
+            "next_obs": np.ones((n, 1), np.float32), "terminateds": in_b}  # fmt: skip
+    drawn = np.full((n, 4, 1), 0.6, np.float32)
+    fqe = ContinuousFittedQEvaluation(1, 1, gamma=0.9, seed=0)
+    fqe.fit(rows, drawn, steps=1500)
+    probe = np.array([[-0.5], [0.0], [0.5]], np.float32)[None].repeat(2, 0)
+    q = fqe.q_values(np.array([[0.0], [1.0]], np.float32), probe)
+    np.testing.assert_allclose(q[1], [-0.5, 0.0, 0.5], atol=0.1)  # B: the action itself
+    np.testing.assert_allclose(q[0], [0.9 * 0.6] * 3, atol=0.1)  # A: gamma times B's value

@@ -108,6 +108,12 @@ class AlphaZeroConfig(AlgorithmConfig):
             raise ConfigError(
                 f"AlphaZeroConfig.search_rule must be 'puct' or 'gumbel', got {self.search_rule!r}"
             )
+        if self.num_learners > 1:
+            raise ConfigError(
+                "AlphaZeroConfig.num_learners must be 0 or 1: AlphaZero learns in the driver "
+                "or in one learner worker (its batch normalization takes the statistics of the "
+                f"whole batch, which shares of it would not give), got {self.num_learners}"
+            )
         if self.search_rule == "gumbel" and self.split_min > 0:
             raise ConfigError(
                 "AlphaZeroConfig.search_rule='gumbel' searches each move in one task: "

@@ -12,8 +12,11 @@ One iteration, as the plan reads::
     report   : losses, games, simulations/s, win_rate/<opponent>
 
 Self-play is one iteration behind the learner, as in asynchronous AlphaZero
-implementations, so the workers play while the driver learns. The replay
-buffer is not in checkpoints: a resumed run refills it from new games.
+implementations, so the workers play while the driver learns. The learner is a
+`PolicyValuePolicy`: in the driver, or with ``num_learners=1`` in a `Learner`
+worker process of its own (`LearnerGroup`), which leaves the driver's core to the
+driver; the driver keeps the buffer and sends each minibatch. The replay buffer is
+not in checkpoints: a resumed run refills it from new games.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
-import torch
 
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.alphazero.config import AlphaZeroConfig
@@ -37,8 +39,8 @@ from hrl_tasks.planning.games import make_game
 from hrl_tasks.planning.mcts import NetworkEvaluator, SearchConfig, search
 from hrl_tasks.planning.parallel import ParallelConfig
 from hrl_tasks.planning.symmetry import symmetries
-from hrl_tasks.policies.policy_value import PolicyValueSpec, policy_value_loss
-from hrl_tasks.policies.torch_utils import tree_to_numpy, tree_to_torch
+from hrl_tasks.policies.policy_value import PolicyValueConfig, PolicyValuePolicy
+from hrl_tasks.rollout.learner_group import LearnerGroup
 from hrl_tasks.scheduler import Engine
 
 STOP_WAIT_S = 30.0  # for self-play games in flight at stop()
@@ -53,6 +55,7 @@ class AlphaZero(Algorithm):
 
     name = "alphazero"
     config_class = AlphaZeroConfig
+    learner_group = True  # in one learner worker (num_learners=1; AlphaZeroConfig.check)
     policy_noun = "network"
     policy_mismatch_hint = "saved with other channels, blocks or game?"
 
@@ -61,26 +64,38 @@ class AlphaZero(Algorithm):
         self._build_learner()
         self.owns_engine = engine is None
         self.engine = engine or Engine.local(
-            n_workers=max(1, self.config.num_workers),
+            n_workers=max(1, self.config.num_workers) + self.config.num_learners,
             threads_per_worker=self.config.threads_per_worker,
         )
         self.workers, self.plan = None, None  # no rollout workers: games are tasks
         self.buffer = ReplayBuffer(self.config.buffer_size, seed=self.config.seed)
         self.pending: list = []
         self.last_evaluation: dict[str, float] = {}
+        self.learners = None
+        if self.config.num_learners:
+            try:
+                self.learners = LearnerGroup(
+                    self.engine, self.learner, self.config.num_learners,
+                    resources=self.config.learner_resources or {"CPU": 1},
+                    max_restarts=self.config.max_restarts,
+                    num_threads=self.config.learner_threads,
+                )  # fmt: skip
+            except BaseException:
+                if self.owns_engine:
+                    self.engine.close()
+                raise
 
     def _build_learner(self) -> None:
         cfg = self.config
+        self.learners = None  # a LearnerGroup, with num_learners=1
         self.game = make_game(cfg.env if isinstance(cfg.env, str) else cfg.env())
-        self.spec = PolicyValueSpec(
-            tuple(self.game.observation_shape), self.game.num_actions, cfg.channels, cfg.blocks
-        )
-        if cfg.seed is not None:
-            torch.manual_seed(cfg.seed)
-        self.net = self.spec.build()
-        self.optimizer = torch.optim.AdamW(
-            self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
-        )
+        self.learner = PolicyValuePolicy(config=PolicyValueConfig(
+            observation_shape=tuple(self.game.observation_shape),
+            num_actions=self.game.num_actions, channels=cfg.channels, blocks=cfg.blocks,
+            lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed,
+        ))  # fmt: skip
+        self.spec = self.learner.config.spec
+        self.net = self.learner.model
         seed = secrets.randbits(62) if cfg.seed is None else cfg.seed
         self.rng = np.random.default_rng(seed)
         self.counters: Counter[str] = Counter()
@@ -191,25 +206,19 @@ class AlphaZero(Algorithm):
         self.counters["draws"] += int(record["returns"][0] == 0)
 
     def learn(self) -> dict[str, float]:
+        """``updates_per_iteration`` minibatch steps, in the driver or the learner worker
+        (whose weights come back to the driver's network after them)."""
         cfg = self.config
         if len(self.buffer) < cfg.min_buffer_size:
             return {}
-        self.net.train()
+        learner = self.learners or self.learner
         totals: Counter[str] = Counter()
         for _ in range(cfg.updates_per_iteration):
-            batch = self.buffer.sample(cfg.train_batch_size)
-            loss, info = policy_value_loss(
-                self.net,
-                torch.as_tensor(batch["obs"], dtype=torch.float32),
-                torch.as_tensor(batch["mask"], dtype=torch.bool),
-                torch.as_tensor(batch["policy"]),
-                torch.as_tensor(batch["value"], dtype=torch.float32),
-            )
-            self.optimizer.zero_grad()
-            loss.backward()
-            self.optimizer.step()
-            totals.update(info)
+            info = learner.learn_on_batch(self.buffer.sample(cfg.train_batch_size))
+            totals.update({k: v for k, v in info.items() if k != "total"})
             self.counters["updates"] += 1
+        if self.learners is not None:
+            self.learners.pull_weights()
         n = max(1, cfg.updates_per_iteration)
         return {key: value / n for key, value in totals.items()}
 
@@ -259,12 +268,11 @@ class AlphaZero(Algorithm):
     # --- checkpoints -------------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
+        if self.learners is not None:
+            self.learners.pull_state()
         return {
             **self.checkpoint_header(),
-            "policy": {
-                "weights": self.net.get_weights(),
-                "optimizer": tree_to_numpy(self.optimizer.state_dict()),
-            },
+            "policy": self.learner.get_state(),  # weights, optimizer, rng, updates
             "flow": {"counters": dict(self.counters), "evaluation": self.last_evaluation},
             "rng": generator_state(self.rng),
         }
@@ -278,9 +286,12 @@ class AlphaZero(Algorithm):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_acting_state(state)
-        optimizer = state["policy"].get("optimizer")
-        if optimizer is not None:
-            self.optimizer.load_state_dict(tree_to_torch(optimizer))
+        saved = state["policy"]
+        if saved.get("optimizer") is not None:  # a checkpoint saved before the policy had
+            self.learner.set_state({"rng": self.learner.get_rng_state(),  # its own rng
+                                    "num_grad_updates": 0, **saved})  # fmt: skip
+        if self.learners is not None:
+            self.learners.push_state()
         self.counters = Counter(state["flow"]["counters"])
         self.last_evaluation = dict(state["flow"].get("evaluation", {}))
         if "rng" in state:
@@ -299,6 +310,9 @@ class AlphaZero(Algorithm):
         if self.pending:
             self.engine.wait(self.pending, timeout=STOP_WAIT_S)
         self.pending = []
+        if self.learners is not None:
+            self.learners.stop()
+            self.learners = None
         if self.owns_engine:
             self.engine.close()
 
