@@ -23,15 +23,16 @@ never holds the learner back), and the driver's resident memory sampled every
     python bench/offline.py --bc
     python bench/offline.py --pendulum [--updates 20000]
     python bench/offline.py --scale [--minutes 20] [--data /tmp/offline-10m]
-    python bench/offline.py --ope [--episodes 300]
+    python bench/offline.py --ope [--episodes 1000] [--behaviour-random 0.5] [--target-random 0.3]
 
 ``--ope``: off-policy estimates of a known policy. On CartPole-v1 a controller
-(push toward where the pole falls, from its angle alone) takes a uniformly random
-action with probability ``--behaviour-random`` (0.5) to record ``--episodes``
+(push toward where the pole falls, from its angle and angular velocity) takes a uniformly random
+action with probability ``--behaviour-random`` (0.5) to record ``--episodes`` (1,000)
 episodes with each action's log-probability; the target is the same controller with
 ``--target-random`` (0.3), whose discounted return (gamma 0.99) is measured over
 1,000 episodes of its own. The estimators of `hrl_tasks.policies.off_policy_estimation`
-(IS, WIS, and DR with fitted Q evaluation) estimate it from the recording alone.
+(IS, WIS, and DR with ``--fqe-steps`` (20,000) steps of fitted Q evaluation) estimate
+it from the recording alone.
 Target: each within 10% of the measured return. The recording's own discounted
 return is printed beside them: what an estimate that ignored the policies'
 difference would say.
@@ -255,9 +256,10 @@ def scale_run(args) -> dict:
 
 
 def controller_probs(obs: np.ndarray, random_share: float) -> np.ndarray:
-    """``[N, 2]`` action probabilities of the angle controller with ``random_share``
+    """``[N, 2]`` action probabilities of the pole controller with ``random_share``
     uniformly random actions. Pure."""
-    push_right = (np.asarray(obs)[:, 2] > 0).astype(np.float64)
+    obs = np.asarray(obs)
+    push_right = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.float64)
     chosen = np.stack([1.0 - push_right, push_right], axis=-1)
     return (1.0 - random_share) * chosen + random_share / 2
 
@@ -334,10 +336,10 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--data", type=Path, default=Path("/tmp/offline-10m"))
     parser.add_argument("--ope", action="store_true")
-    parser.add_argument("--episodes", type=int, default=300, help="--ope: recorded episodes")
+    parser.add_argument("--episodes", type=int, default=1000, help="--ope: recorded episodes")
     parser.add_argument("--behaviour-random", type=float, default=0.5)
     parser.add_argument("--target-random", type=float, default=0.3)
-    parser.add_argument("--fqe-steps", type=int, default=3000)
+    parser.add_argument("--fqe-steps", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if not (args.bc or args.scale or args.pendulum or args.ope):

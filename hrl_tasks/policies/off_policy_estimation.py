@@ -9,13 +9,15 @@ target policy's log-probabilities of the same actions. With the per-step ratios
 * per-decision importance sampling (Precup et al. 2000):
   ``V = mean over episodes of sum_t gamma^t w_t r_t``;
 * weighted importance sampling: the same with each ``w_t`` divided by the mean of
-  ``w_t`` over the episodes that reached step ``t`` (biased, lower variance);
+  ``w_t`` over every episode, ended ones at their final weight (biased, lower
+  variance);
 * doubly robust (Jiang and Li 2016): ``V_DR(t) = V(s_t) + rho_t (r_t + gamma V_DR(t+1)
   - Q(s_t, a_t))`` from the end of each episode back, ``V`` and ``Q`` from a fitted
   model of the target policy's values (``V(s) = sum_a pi(a|s) Q(s, a)``).
 
-RLlib's `ImportanceSampling`, `WeightedImportanceSampling` and `DoublyRobust` compute
-the same quantities.
+RLlib's `ImportanceSampling` and `DoublyRobust` compute the same quantities; its
+`WeightedImportanceSampling` normalizes each step over the episodes still running,
+which `weighted_importance_sampling` does not (see there).
 """
 
 from __future__ import annotations
@@ -57,15 +59,16 @@ def importance_sampling(episodes: Sequence[dict[str, np.ndarray]], gamma: float)
 
 def weighted_importance_sampling(episodes: Sequence[dict[str, np.ndarray]], gamma: float) -> float:
     """Weighted per-decision importance sampling: each step's weight over the mean weight
-    of that step among the episodes that reached it."""
+    at that step over every episode, an episode that has ended counting with its final
+    weight (as if it went on in an absorbing state with ratio 1: Jiang and Li 2016,
+    Thomas and Brunskill 2016). Normalizing over only the episodes still running (as
+    RLlib does) would make the estimate blind to how long the target's episodes last:
+    with a constant reward it returns the behaviour's own value."""
     _checked(episodes, "logp", "target_logp", "rewards")
     weights = [step_weights(e) for e in episodes]
     longest = max(len(w) for w in weights)
-    totals, counts = np.zeros(longest), np.zeros(longest)
-    for w in weights:
-        totals[: len(w)] += w
-        counts[: len(w)] += 1
-    mean_weight = totals / counts
+    padded = np.stack([np.pad(w, (0, longest - len(w)), mode="edge") for w in weights])
+    mean_weight = padded.mean(axis=0)
     values = []
     for episode, w in zip(episodes, weights, strict=True):
         steps = len(w)

@@ -101,3 +101,21 @@ def test_continuous_fitted_q_evaluation_learns_values_of_box_actions_and_bootstr
     q = fqe.q_values(np.array([[0.0], [1.0]], np.float32), probe)
     np.testing.assert_allclose(q[1], [-0.5, 0.0, 0.5], atol=0.1)  # B: the action itself
     np.testing.assert_allclose(q[0], [0.9 * 0.6] * 3, atol=0.1)  # A: gamma times B's value
+
+
+def test_weighted_importance_sampling_sees_how_long_the_targets_episodes_last():
+    # Reward 1 a step; at each step the episode ends with the action "stop". The
+    # behaviour stops with 1/2, the target with 1/4: the target's episodes last longer.
+    rng = np.random.default_rng(0)
+    gamma, episodes = 0.9, []
+    for _ in range(20_000):
+        stops = []
+        while not stops or not stops[-1]:
+            stops.append(rng.random() < 0.5)
+        logp = np.full(len(stops), np.log(0.5))
+        target = np.log(np.where(stops, 0.25, 0.75))
+        episodes.append(episode(np.ones(len(stops)), logp, target))
+    # V = 1 + gamma (3/4) V for the target: 1 / (1 - 0.675); the behaviour's is 1 / 0.55
+    truth = 1 / (1 - gamma * 0.75)
+    assert weighted_importance_sampling(episodes, gamma) == pytest.approx(truth, rel=0.03)
+    assert importance_sampling(episodes, gamma) == pytest.approx(truth, rel=0.03)
