@@ -26,6 +26,7 @@ Needs ``pip install -e ".[bench,mujoco]"``.
 """
 
 import argparse
+import ast
 import json
 import os
 import platform
@@ -179,6 +180,9 @@ def main():
     parser.add_argument("--sides", nargs="+", choices=["hrl_tasks", "sb3"],
                         default=["hrl_tasks", "sb3"])  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("docs/learning"))
+    parser.add_argument("--hrl-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config key of the hrl_tasks side on top of rl-zoo's (Python "
+                             "literal values), e.g. learner_threads=2; kept with the run")  # fmt: skip
     args = parser.parse_args()
     args.env = args.env or DEFAULTS[args.algorithm][0]
     args.steps = args.steps or DEFAULTS[args.algorithm][1]
@@ -190,13 +194,20 @@ def main():
     if "sb3" in args.sides:
         import stable_baselines3  # noqa: F401
     settings = RL_ZOO[args.algorithm]
+    extra = {}
+    for item in args.hrl_set:
+        key, _, value = item.partition("=")
+        try:
+            extra[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            extra[key] = value
     name = f"{args.algorithm}-{args.env.split('-')[0].lower()}"
     args.out.mkdir(parents=True, exist_ok=True)
     kept = args.out / f"{name}-{args.steps}-runs.jsonl"
     for seed in args.seeds:
         if "hrl_tasks" in args.sides:
-            run = hrl_run(args.algorithm, args.env, seed, args.steps, settings["hrl"])
-            keep_run(kept, "hrl_tasks", seed, run)
+            run = hrl_run(args.algorithm, args.env, seed, args.steps, {**settings["hrl"], **extra})
+            keep_run(kept, "hrl_tasks", seed, {**run, **({"hrl_set": extra} if extra else {})})
         if "sb3" in args.sides:
             run = sb3_run(args.algorithm, args.env, seed, args.steps, settings["sb3"], threads)
             keep_run(kept, "sb3", seed, {**run, "torch_threads": threads})
