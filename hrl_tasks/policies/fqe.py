@@ -24,6 +24,21 @@ from torch import nn
 from hrl_tasks.policies.models import MLP
 
 
+def regress(fqe, rows: int, loss, steps: int, batch_size: int, target_every: int) -> float:
+    """``steps`` Adam steps of ``fqe.q`` on ``loss(indices)`` over minibatches of the
+    ``rows`` drawn with ``fqe.rng``, ``fqe.target`` copied from it every
+    ``target_every`` steps; returns the last loss."""
+    last = torch.zeros(())
+    for step in range(steps):
+        if step % target_every == 0:
+            fqe.target.load_state_dict(fqe.q.state_dict())
+        last = loss(torch.as_tensor(fqe.rng.integers(rows, size=min(batch_size, rows))))
+        fqe.optimizer.zero_grad()
+        last.backward()
+        fqe.optimizer.step()
+    return float(last)
+
+
 class FittedQEvaluation:
     """A Q network of one target policy, fitted to recorded transitions.
 
@@ -57,20 +72,15 @@ class FittedQEvaluation:
         rewards = torch.as_tensor(rows["rewards"], dtype=torch.float32)
         alive = 1.0 - torch.as_tensor(rows["terminateds"], dtype=torch.float32)
         probs = torch.as_tensor(next_probs, dtype=torch.float32)
-        loss = torch.zeros(())
-        for step in range(steps):
-            if step % target_every == 0:
-                self.target.load_state_dict(self.q.state_dict())
-            i = torch.as_tensor(self.rng.integers(len(obs), size=min(batch_size, len(obs))))
+
+        def loss(i: torch.Tensor) -> torch.Tensor:
             with torch.no_grad():
                 next_v = (probs[i] * self.target(next_obs[i])).sum(-1)
                 target = rewards[i] + self.gamma * alive[i] * next_v
             q = self.q(obs[i]).gather(-1, actions[i].unsqueeze(-1)).squeeze(-1)
-            loss = nn.functional.mse_loss(q, target)
-            self.optimizer.zero_grad()
-            loss.backward()
-            self.optimizer.step()
-        return float(loss)
+            return nn.functional.mse_loss(q, target)
+
+        return regress(self, len(obs), loss, steps, batch_size, target_every)
 
     @torch.no_grad()
     def q_values(self, obs: np.ndarray) -> np.ndarray:
@@ -117,20 +127,15 @@ class ContinuousFittedQEvaluation:
                                                                            actions.shape[1])  # fmt: skip
         rewards = torch.as_tensor(rows["rewards"], dtype=torch.float32)
         alive = 1.0 - torch.as_tensor(rows["terminateds"], dtype=torch.float32)
-        loss = torch.zeros(())
-        for step in range(steps):
-            if step % target_every == 0:
-                self.target.load_state_dict(self.q.state_dict())
-            i = torch.as_tensor(self.rng.integers(len(obs), size=min(batch_size, len(obs))))
+
+        def loss(i: torch.Tensor) -> torch.Tensor:
             with torch.no_grad():
                 next_v = self.target(self._pairs(next_obs[i], drawn[i])).squeeze(-1).mean(-1)
                 target = rewards[i] + self.gamma * alive[i] * next_v
             q = self.q(torch.cat([obs[i], actions[i]], -1)).squeeze(-1)
-            loss = nn.functional.mse_loss(q, target)
-            self.optimizer.zero_grad()
-            loss.backward()
-            self.optimizer.step()
-        return float(loss)
+            return nn.functional.mse_loss(q, target)
+
+        return regress(self, len(obs), loss, steps, batch_size, target_every)
 
     @torch.no_grad()
     def q_values(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
