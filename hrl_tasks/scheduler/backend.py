@@ -45,6 +45,7 @@ from hrl_tasks.scheduler.runtime import (
     schedule_unrunnable,
     workers_and_holdings,
 )
+from hrl_tasks.scheduler.serialization import Sealed
 from hrl_tasks.scheduler.shared import (
     PEER_CONNECT_S,
     Shared,
@@ -408,6 +409,8 @@ class DaskBackend(BackendRecords):
                     self._send_task(launch)
                     continue
                 fn, args, kwargs, topic = self._call_of(launch)
+                if not launch.inputs:  # nothing for Dask to wire: the scheduler sees bytes
+                    fn, args, kwargs = Sealed((fn, args, kwargs)), (), {}
             except Exception as exc:
                 failed.append(ev.AttemptDone(launch.key, "error", exc))
                 continue

@@ -20,6 +20,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler.context import TaskContext, enter_task, leave_task, lend_resources
+from hrl_tasks.scheduler.serialization import Sealed
 
 RUNTIME_NAME = "hrl-tasks-runtime"
 FLUSH_INTERVAL_S = 0.05
@@ -238,6 +239,8 @@ def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
     Where the direct route runs too, the task first takes one of the worker's
     slots, which both routes share (`task_service.Slots`); internal work does not.
     """
+    if isinstance(fn, Sealed):
+        fn, args, kwargs = fn.open()
     runtime = WorkerRuntime.of()
     ctx = TaskContext(spec["key"], spec["name"], spec["attempt"], spec["resources"], spec["topic"])
     service = runtime.task_service

@@ -47,3 +47,38 @@ def register_package_serializers(package: str = "hrl_tasks") -> None:
 
 
 register_package_serializers()
+
+
+class Sealed:
+    """A task's function and arguments pickled once by the driver and opened only
+    where the task runs.
+
+    Dask's scheduler unpickles every graph it is given, arguments included, and the
+    embedded cluster's scheduler runs on the driver's event-loop thread. A policy
+    sent to build a rollout worker was rebuilt there: torch modules made on a thread
+    that is not the learner's, whose OpenMP team then made libgomp stop spinning for
+    the learner's (more threads than cores), which slowed a two-thread update by half.
+    Sealed, the scheduler sees bytes and never imports or builds what the task takes.
+    """
+
+    __slots__ = ("blob",)
+
+    def __init__(self, call: tuple) -> None:
+        from distributed.protocol.pickle import dumps
+
+        self.blob = dumps(call)
+
+    def open(self) -> tuple:
+        """The ``(fn, args, kwargs)`` sealed."""
+        from distributed.protocol.pickle import loads
+
+        return loads(self.blob)
+
+    def __reduce__(self):
+        return _sealed_from, (self.blob,)
+
+
+def _sealed_from(blob: bytes) -> Sealed:
+    sealed = Sealed.__new__(Sealed)
+    sealed.blob = blob
+    return sealed

@@ -246,3 +246,34 @@ def worker_client_id():
     from distributed import get_client
 
     return get_client().id
+
+
+class Unpickled:
+    """Writes the process that unpickles it into ``path``, one pid a line."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return unpickled_in, (self.path,)
+
+
+def unpickled_in(path) -> Unpickled:
+    with open(path, "a") as out:
+        out.write(f"{os.getpid()}\n")
+    return Unpickled(path)
+
+
+def pid_of(_item) -> int:
+    return os.getpid()
+
+
+class Holds:
+    """A stateful worker made with an argument."""
+
+    def __init__(self, item):
+        self.item = item
+
+    def keep(self, item) -> int:
+        self.item = item
+        return os.getpid()

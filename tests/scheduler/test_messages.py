@@ -7,12 +7,16 @@ about 10 minutes into a search (docs/benchmarks.md, the search soak). The
 engine keeps those keys interned for the life of the process.
 """
 
+import os
+
 import msgpack
 import numpy as np
 from distributed.protocol import dumps, to_serialize
 from distributed.protocol.serialize import ToPickle
 
+import hrl_tasks as hrl
 from hrl_tasks.scheduler import dask_compat
+from tests.scheduler import tasks
 
 
 class Plain:
@@ -66,3 +70,19 @@ def test_a_read_header_key_is_the_kept_string_itself_not_a_new_table_entry():
         for key in read_keys(message):
             if key in kept:
                 assert key is kept[key], f"{key!r} was added to the table again"
+
+
+def test_no_argument_is_unpickled_in_the_driver_whose_process_holds_the_scheduler(tmp_path):
+    """The embedded cluster's scheduler runs on the driver's event loop and unpickles
+    the graphs it is given: a policy sent to build a rollout worker was built there,
+    torch on a second thread of the learner's process (docs/learning.md, TD3)."""
+    path = tmp_path / "pids"
+    with hrl.Engine.local(n_workers=1, threads_per_worker=1) as engine:
+        ran_in = {engine.submit(tasks.pid_of, tasks.Unpickled(str(path)), route=route).result()
+                  for route in ("dask", "direct")}  # fmt: skip
+        holder = engine.create_worker(tasks.Holds, tasks.Unpickled(str(path)))
+        ran_in |= {holder.call("keep", tasks.Unpickled(str(path)), direct=direct).result()
+                   for direct in (False, True)}  # fmt: skip
+        opened = [int(pid) for pid in path.read_text().split()]
+    assert os.getpid() not in opened, "the driver's process unpickled a task's argument"
+    assert len(opened) == 5 and set(opened) == ran_in  # the worker's process, every time
