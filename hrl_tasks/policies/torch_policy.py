@@ -14,6 +14,7 @@ from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.adam import Adam
 from hrl_tasks.policies.policy import Info, Policy
 from hrl_tasks.policies.torch_utils import (
+    gradient_norm,
     load_module_weights,
     module_weights,
     resolve_config,
@@ -195,8 +196,9 @@ class TorchPolicy(Policy):
                 raise ValueError(f"{type(self).__name__} learns in a group: pass the rows")
             group.average_gradients(self.params, rows)
         clip = self.config.grad_clip
-        norm = nn.utils.clip_grad_norm_(self.params, float("inf") if clip is None else clip)
-        return {**terms, "grad_norm": norm}
+        if clip is None:
+            return {**terms, "grad_norm": gradient_norm(self.params)}
+        return {**terms, "grad_norm": nn.utils.clip_grad_norm_(self.params, clip)}
 
     def _step(self) -> None:
         self.optimizer.step()

@@ -30,6 +30,14 @@ def to_info(terms: dict[str, torch.Tensor]) -> Info:
     return {k: float(v) if v.ndim == 0 else v.numpy().copy() for k, v in detached.items()}
 
 
+def gradient_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of all the parameters' gradients together (those that have one), as
+    ``clip_grad_norm_`` reports it, without its pass that scales every gradient (by 1
+    when nothing is clipped: 0.45 ms of a 10 ms TD3 update)."""
+    norms = [torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
+
+
 def module_weights(module: nn.Module) -> dict[str, np.ndarray]:
     """A module's state dict as name -> numpy copy."""
     return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}

@@ -232,3 +232,19 @@ def test_image_observations_go_through_the_cnn():
     )
     info = dqn.learn_on_batch(batch)
     assert info["td_error"].shape == (6,) and info["grad_norm"] > 0
+
+
+def test_the_gradient_norm_without_clipping_is_clip_grad_norms_and_moves_no_gradient():
+    from hrl_tasks.policies.torch_utils import gradient_norm
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 2))
+    net[0].bias.requires_grad_(False)  # a parameter without a gradient is left out
+    net(torch.randn(16, 5)).pow(2).sum().backward()
+    with_grads = [p for p in net.parameters() if p.grad is not None]
+    before = [p.grad.clone() for p in with_grads]
+    norm = gradient_norm(list(net.parameters()))
+    assert all(torch.equal(a, p.grad) for a, p in zip(before, with_grads, strict=True))
+    expected = torch.nn.utils.clip_grad_norm_(net.parameters(), float("inf"))
+    assert torch.allclose(norm, expected)
+    assert gradient_norm([torch.zeros(3, requires_grad=True)]).item() == 0.0
