@@ -212,7 +212,9 @@ def main():
             run = sb3_run(args.algorithm, args.env, seed, args.steps, settings["sb3"], threads)
             keep_run(kept, "sb3", seed, {**run, "torch_threads": threads})
     runs = kept_runs(kept)  # with those of earlier days
-    plot(runs, args.out / f"{name}.png", f"{args.algorithm.upper()} on {args.env}")
+    default_steps = args.steps == DEFAULTS[args.algorithm][1]
+    curve = args.out / (f"{name}.png" if default_steps else f"{name}-{args.steps}.png")
+    plot(runs, curve, f"{args.algorithm.upper()} on {args.env}, {args.steps:,} steps")
 
     def side(label):
         mine = [r for (s, _), r in runs.items() if s == label]
@@ -232,7 +234,7 @@ def main():
         "bench": "continuous", "date": time.strftime("%Y-%m-%d"), "algorithm": args.algorithm,
         "env": args.env, "steps": args.steps, "seeds": args.seeds,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "hrl_tasks": ours, "stable_baselines3": theirs, "curve": str(args.out / f"{name}.png"),
+        "hrl_tasks": ours, "stable_baselines3": theirs, "curve": str(curve),
     }  # fmt: skip
     if ours and theirs:
         figures["seconds_ratio_hrl_over_sb3"] = round(
