@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from distributed.protocol.pickle import dumps, loads
 from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
 from hrl_tasks.registry import SERIALIZER_PATHS, load_object
@@ -64,21 +65,8 @@ class Sealed:
     __slots__ = ("blob",)
 
     def __init__(self, call: tuple) -> None:
-        from distributed.protocol.pickle import dumps
-
         self.blob = dumps(call)
 
     def open(self) -> tuple:
         """The ``(fn, args, kwargs)`` sealed."""
-        from distributed.protocol.pickle import loads
-
         return loads(self.blob)
-
-    def __reduce__(self):
-        return _sealed_from, (self.blob,)
-
-
-def _sealed_from(blob: bytes) -> Sealed:
-    sealed = Sealed.__new__(Sealed)
-    sealed.blob = blob
-    return sealed
