@@ -40,6 +40,9 @@ ARMS = {
     "puct": {"simulations": 200},
     # Gumbel AlphaZero: sequential halving at the root, the policy from completed Q
     "gumbel": {"search_rule": "gumbel", "simulations": 32},
+    # ... with 32 games an iteration for its 60 updates: each position is trained on a
+    # quarter as often (both arms above are bound by the learner, not by self-play)
+    "gumbel-less-replay": {"search_rule": "gumbel", "simulations": 32, "games_per_iteration": 32},
     # ... with playout-cap randomization: a quarter of the moves in full (64), the rest 16
     "gumbel-cap": {"search_rule": "gumbel", "simulations": 64, "full_search_fraction": 0.25,
                    "fast_simulations": 16},
@@ -47,7 +50,7 @@ ARMS = {
     "gumbel-cache": {"search_rule": "gumbel", "simulations": 32, "evaluator_cache": 100_000},
     # ... with two games at once per worker process sharing its evaluator
     "gumbel-threads": {"search_rule": "gumbel", "simulations": 32, "threads_per_worker": 2,
-                       "games_per_iteration": 16},
+                       "games_per_iteration": 16, "updates_per_iteration": 120},
     # ... with the learner in a learner worker process, leaving the driver's core
     "gumbel-learner": {"search_rule": "gumbel", "simulations": 32, "num_learners": 1},
 }  # fmt: skip
@@ -117,6 +120,7 @@ def run_arm(arm: str, args) -> dict:
         "settings": ARMS[arm], "training_minutes": round(minute, 2),
         "iterations": last.get("iteration"), "self_play_games": last.get("games"),
         "moves": last.get("env_steps_sampled"), "updates": last.get("updates"),
+        "trained_positions": round(last.get("positions_per_s", 0) * last.get("time_total_s", 0)),
         "simulations_per_s": round(last.get("simulations_per_s", 0)),
         "positions_per_s": round(last.get("positions_per_s", 0), 2),
         "leaf_batch_mean": round(last.get("leaf_batch_mean", 0), 2),

@@ -800,6 +800,8 @@ class DaskBackend(BackendRecords):
         # advertised supply falls before a holding is recorded, and a release is recorded
         # before it rises, so a read between the two steps finds less room, never more.
         try:
+            if self.closed or client.status not in CONNECTED:
+                return  # the engine closed: the supply goes with the cluster or its client
             if next(iter(ins.delta.values())) > 0:
                 client.set_metadata(record, ins.held)
                 client.run(change_supply, ins.delta, workers=[ins.address])
