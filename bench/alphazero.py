@@ -111,7 +111,8 @@ def run_arm(arm: str, args) -> dict:
     minute, final_path = trained["checkpoints"][-1]
     final = play(final_path, args.games)
     curve.append({"time_total_s": minute * 60, "evaluations": len(curve) + 1, **final})
-    plot = plot_win_rates(curve, Path("docs/learning") / f"alphazero-connect4-{arm}.png",
+    name = arm if args.minutes == 20 else f"{arm}-{args.minutes:g}min"
+    plot = plot_win_rates(curve, Path("docs/learning") / f"alphazero-connect4-{name}.png",
                           title=f"AlphaZero, Connect Four: {arm} (seed {args.seed})")  # fmt: skip
     last = trained["last"]
     return {

@@ -44,6 +44,7 @@ from hrl_tasks.policies.policy_map import (
     policy_observation,
     policy_observation_space,
 )
+from hrl_tasks.policies.torch_utils import default_threads
 from hrl_tasks.registry import get_algorithm
 from hrl_tasks.rollout import RolloutWorker, WorkerSet
 from hrl_tasks.rollout.learner_group import LearnerGroup
@@ -181,8 +182,7 @@ class Algorithm(abc.ABC):
         if isinstance(config, AlgorithmConfig):
             config = config.to_dict()
         parsed = cls.config_class.from_dict(config, **overrides)
-        if parsed.learner_threads is not None:
-            torch.set_num_threads(parsed.learner_threads)
+        torch.set_num_threads(parsed.learner_threads or default_threads())
         return parsed
 
     def rollout_env(self):

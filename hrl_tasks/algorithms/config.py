@@ -68,7 +68,8 @@ class AlgorithmConfig:
     """Episodes that evaluate() runs with deterministic actions."""
     learner_threads: int | None = 1
     """torch threads of the learner in the driver (the rollout workers take the
-    other cores; small models learn faster on one); None leaves torch's default."""
+    other cores; small models learn faster on one); None: torch's default, a thread per
+    core (``OMP_NUM_THREADS`` when set), even where an earlier run in the process set fewer."""
     metrics_smoothing_episodes: int = 20
     """episode_return_mean and episode_len_mean are over this many last episodes."""
     max_restarts: int = 100

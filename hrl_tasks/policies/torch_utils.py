@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,15 @@ def resolve_config(config: Any, config_cls: type) -> Any:
     if not isinstance(config, config_cls):
         raise TypeError(f"expected a {config_cls.__name__}, got {type(config).__name__}")
     return config
+
+
+def default_threads() -> int:
+    """torch's threads when a process starts: ``OMP_NUM_THREADS`` when set (Dask's
+    workers set 1), else a thread per core this process may run on."""
+    setting = os.environ.get("OMP_NUM_THREADS", "")
+    if setting.isdigit() and int(setting) > 0:
+        return int(setting)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def to_info(terms: dict[str, torch.Tensor]) -> Info:

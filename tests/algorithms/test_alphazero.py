@@ -213,3 +213,24 @@ def test_the_learner_worker_takes_the_updates_and_the_checkpoint_holds_its_state
     with pytest.raises(ConfigError, match="num_learners must be 0 or 1") as many:
         AlphaZeroConfig.from_dict({"num_learners": 2})
     assert "\n" not in str(many.value)
+
+
+def test_the_value_target_mixes_the_games_outcome_with_the_searchs_value():
+    from hrl_tasks.algorithms import AlphaZeroConfig, ConfigError
+    from hrl_tasks.algorithms.alphazero.plan import value_target
+    from hrl_tasks.algorithms.alphazero.selfplay import self_play_game
+    from hrl_tasks.planning.evaluator import RolloutLeaves
+    from hrl_tasks.planning.mcts import SearchConfig
+
+    game = TicTacToe()
+    with hrl_tasks.SyncEngine():
+        record = self_play_game(game, RolloutLeaves(), None, SearchConfig(simulations=50), None,
+                                2, seed=4)  # fmt: skip
+    z, q = record["value"], record["search_value"]
+    assert len(q) == len(z) == record["positions"] == record["moves"]
+    assert (np.abs(q) <= 1).all() and not np.allclose(q, z)  # a mean of rollouts, not z
+    np.testing.assert_array_equal(value_target(record, 0.0), z)
+    np.testing.assert_allclose(value_target(record, 1.0), q, rtol=1e-6)
+    np.testing.assert_allclose(value_target(record, 0.25), 0.75 * z + 0.25 * q, rtol=1e-6)
+    with pytest.raises(ConfigError, match="value_target_search must be in \\[0, 1\\]"):
+        AlphaZeroConfig.from_dict({"value_target_search": 1.5})

@@ -1,5 +1,6 @@
 import dataclasses
 import math
+import os
 import time
 import typing
 
@@ -259,3 +260,22 @@ def test_the_replay_ratio_is_set_by_one_key(name, values, says):
     # Either alone is fine.
     assert cls.from_dict(training_intensity=64.0, train_steps_per_round=None).training_intensity
     assert cls.from_dict(train_steps_per_round=5, training_intensity=None).train_steps_per_round
+
+
+def test_learner_threads_none_is_a_thread_per_core_even_after_a_run_that_set_one(monkeypatch):
+    import torch
+
+    from hrl_tasks.policies.torch_utils import default_threads
+
+    before = torch.get_num_threads()
+    try:
+        get_algorithm("cql").parse_config({"learner_threads": 1}, {})
+        assert torch.get_num_threads() == 1
+        get_algorithm("cql").parse_config({}, {})  # CQL's default: None
+        assert torch.get_num_threads() == default_threads() >= 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as Dask's workers have it
+        assert default_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
+        assert default_threads() == len(os.sched_getaffinity(0))
+    finally:
+        torch.set_num_threads(before)

@@ -53,6 +53,10 @@ class AlphaZeroConfig(AlgorithmConfig):
     train_batch_size: int = 256
     updates_per_iteration: int = 40
     """Gradient steps per iteration."""
+    value_target_search: float = 0.0
+    """Weight w of the search's value in the value target, ``(1 - w) z + w q``: the game's
+    outcome z alone is AlphaZero's (0); the search's mean value q of the position is
+    less noisy in early games where the outcome hangs on later blunders."""
     buffer_size: int = 50_000
     """Positions kept for training (each position with its symmetries)."""
     min_buffer_size: int = 500
@@ -91,6 +95,7 @@ class AlphaZeroConfig(AlgorithmConfig):
         "weight_decay": ">= 0",
         "train_batch_size": ">= 1",
         "updates_per_iteration": ">= 0",
+        "value_target_search": "[0, 1]",
         "buffer_size": ">= 1",
         "min_buffer_size": ">= 1",
         "evaluation_interval": ">= 0",

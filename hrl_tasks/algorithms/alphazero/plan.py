@@ -46,6 +46,15 @@ from hrl_tasks.scheduler import Engine
 STOP_WAIT_S = 30.0  # for self-play games in flight at stop()
 
 
+def value_target(record: dict[str, Any], search_weight: float) -> np.ndarray:
+    """What the value head learns for a game's positions: the outcome ``z``, or with
+    ``search_weight`` w, ``(1 - w) z + w q`` with ``q`` the search's value. Pure."""
+    if search_weight == 0:
+        return record["value"]
+    return ((1 - search_weight) * record["value"]
+            + search_weight * record["search_value"]).astype(np.float32)  # fmt: skip
+
+
 class AlphaZero(Algorithm):
     """AlphaZero for PettingZoo's turn-based classic games (``tictactoe_v3``,
     ``connect_four_v3``). Reports ``win_rate/<opponent>`` (and ``score/`` and
@@ -192,7 +201,8 @@ class AlphaZero(Algorithm):
         if record["positions"]:
             obs, mask, policy = symmetries(self.game, record["obs"], record["mask"],
                                            record["policy"])  # fmt: skip
-            value = np.tile(record["value"], len(obs) // len(record["value"]))
+            value = value_target(record, self.config.value_target_search)
+            value = np.tile(value, len(obs) // len(value))
             self.buffer.add(SampleBatch({"obs": obs, "mask": mask, "policy": policy,
                                          "value": value}))  # fmt: skip
         self.counters["games"] += 1

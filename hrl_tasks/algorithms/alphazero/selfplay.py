@@ -51,7 +51,9 @@ def self_play_game(
     full_fraction: float = 1.0,
 ) -> dict[str, Any]:
     """Plays one game against itself; every position searched in full with its
-    search policy and the game's outcome from the view of the player who moved there.
+    search policy, the game's outcome from the view of the player who moved there
+    (``value``) and the search's mean value of the position for that player
+    (``search_value``).
 
     With ``fast`` (playout-cap randomization, KataGo): each move is searched in full
     (``config``, root noise) with probability ``full_fraction``, else by the cheaper
@@ -63,7 +65,7 @@ def self_play_game(
 
         weights = current_engine().put(weights)  # once per game for its sub-tree tasks
     state = game.initial_state()
-    observations, masks, policies, players = [], [], [], []
+    observations, masks, policies, players, search_values = [], [], [], [], []
     moves, simulations, batch_sizes, start = 0, 0, Counter(), time.perf_counter()
     while not game.is_terminal(state):
         full = fast is None or rng.random() < full_fraction
@@ -73,6 +75,7 @@ def self_play_game(
             masks.append(game.legal_mask(state))
             policies.append(result.policy_target)
             players.append(game.to_play(state))
+            search_values.append(result.value_vector_sum[result.to_play] / result.simulations)
         else:
             result = searched_move(game, state, leaves, weights, fast, None, rng, False)
         moves += 1
@@ -91,6 +94,7 @@ def self_play_game(
         if policies
         else np.zeros((0, game.num_actions), np.float32),
         "value": returns[np.asarray(players, dtype=int)],
+        "search_value": np.asarray(search_values, dtype=np.float32),
         "moves": moves,
         "positions": len(players),
         "returns": returns,

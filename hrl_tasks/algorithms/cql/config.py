@@ -19,6 +19,10 @@ class CQLConfig(AlgorithmConfig, CQLPolicyConfig, OfflineConfig):
     """Rows per gradient step."""
     num_workers: int = 1
     updates_per_iteration: int = 1000
+    learner_threads: int | None = None
+    """torch's threads of the learner; None: a thread per core. The driver only learns
+    (the workers read the files), and CQL's update is compute-bound: three sets of
+    ``num_actions`` actions per row through both critics."""
 
     BOUNDS: ClassVar[dict[str, str]] = {"train_batch_size": ">= 1"}
 
