@@ -35,6 +35,8 @@ BASE = {
     "evaluation_interval": 0, "evaluation_simulations": 1000, "evaluation_time_s": 3600,
 }  # fmt: skip
 
+GUMBEL = {"search_rule": "gumbel", "simulations": 32, "games_per_iteration": 32}
+
 ARMS = {
     # the documented 2026-11-23 run's search: PUCT, 200 simulations a self-play move
     "puct": {"simulations": 200},
@@ -42,17 +44,21 @@ ARMS = {
     "gumbel": {"search_rule": "gumbel", "simulations": 32},
     # ... with 32 games an iteration for its 60 updates: each position is trained on a
     # quarter as often (both arms above are bound by the learner, not by self-play)
-    "gumbel-less-replay": {"search_rule": "gumbel", "simulations": 32, "games_per_iteration": 32},
-    # ... with playout-cap randomization: a quarter of the moves in full (64), the rest 16
-    "gumbel-cap": {"search_rule": "gumbel", "simulations": 64, "full_search_fraction": 0.25,
+    "gumbel-less-replay": GUMBEL,
+    # the arms below differ from gumbel-less-replay in one thing each
+    # PUCT at AlphaZero's 200 simulations a move, 32 games an iteration
+    "puct-less-replay": {"simulations": 200, "games_per_iteration": 32},
+    # playout-cap randomization: a quarter of the moves in full (64), the rest 16
+    "gumbel-cap": {**GUMBEL, "simulations": 64, "full_search_fraction": 0.25,
                    "fast_simulations": 16},
-    # ... with a transposition cache in each worker's evaluator
-    "gumbel-cache": {"search_rule": "gumbel", "simulations": 32, "evaluator_cache": 100_000},
-    # ... with two games at once per worker process sharing its evaluator
-    "gumbel-threads": {"search_rule": "gumbel", "simulations": 32, "threads_per_worker": 2,
-                       "games_per_iteration": 16, "updates_per_iteration": 120},
-    # ... with the learner in a learner worker process, leaving the driver's core
-    "gumbel-learner": {"search_rule": "gumbel", "simulations": 32, "num_learners": 1},
+    # a transposition cache in each worker's evaluator
+    "gumbel-cache": {**GUMBEL, "evaluator_cache": 100_000},
+    # two games at once per worker process sharing its evaluator
+    "gumbel-threads": {**GUMBEL, "threads_per_worker": 2},
+    # the learner in a learner worker process, leaving the driver's core
+    "gumbel-learner": {**GUMBEL, "num_learners": 1},
+    # half of the value target from the search's value (value_target_search)
+    "gumbel-value-mix": {**GUMBEL, "value_target_search": 0.5},
 }  # fmt: skip
 
 OPPONENTS = ("random", "uct-1000", "alphabeta-4")
