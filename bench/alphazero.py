@@ -108,7 +108,7 @@ def run_arm(arm: str, args) -> dict:
     from hrl_tasks.plotting import plot_win_rates
 
     config = {**BASE, **ARMS[arm], "seed": args.seed}
-    start = time.perf_counter()
+    trained_on, start = commit(), time.perf_counter()
     trained = train_arm(arm, config, args.minutes, args.curve_every, args.out)
     curve = []
     for k, (minute, path) in enumerate(trained["checkpoints"][:-1]):
@@ -122,7 +122,7 @@ def run_arm(arm: str, args) -> dict:
                           title=f"AlphaZero, Connect Four: {arm} (seed {args.seed})")  # fmt: skip
     last = trained["last"]
     return {
-        "bench": "alphazero", "arm": arm, "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+        "bench": "alphazero", "arm": arm, "date": time.strftime("%Y-%m-%d"), "commit": trained_on,
         "machine": f"{platform.machine()}, 2 cores", "seed": args.seed,
         "settings": ARMS[arm], "training_minutes": round(minute, 2),
         "iterations": last.get("iteration"), "self_play_games": last.get("games"),

@@ -24,13 +24,15 @@ SHORT = {
     "planning": (
         'iterations = 1\nopponent = "minimax"\nconfig = {"games_per_iteration": 2, '
         '"simulations": 16, "evaluation_interval": 1, "evaluation_games": 2, '
-        '"updates_per_iteration": 2, "min_buffer_size": 8, "num_workers": 1}'
+        '"updates_per_iteration": 2, "min_buffer_size": 8, "num_workers": 1}\n'
+        f'connect4_checkpoint = "{EXAMPLES / "checkpoints" / "connect4.hrl"}"\n'
+        'connect4_opponent = "random"\nconnect4_simulations = 50'
     ),
 }
 SHOWS = {
     "quickstart": ["iteration 3: mean return", "episode return:", "image/png"],
     "search": ["2 trials:", "best config:", "image/png"],
-    "planning": ["win_rate/random", "player_1 plays", "rewards:"],
+    "planning": ["win_rate/random", "player_1 plays", "rewards:", "connect four rewards:"],
 }
 
 
