@@ -44,6 +44,7 @@ import argparse
 import json
 import platform
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -147,8 +148,6 @@ print(json.dumps({"d3rlpy_version": d3rlpy.__version__, "return": float(np.mean(
 
 def d3rlpy_cql(venv: Path, directory: Path, updates: int) -> dict:
     """d3rlpy's CQL on the recorded rows, in its own virtual environment."""
-    import sys
-
     from hrl_tasks.data.experience import experience_files, read_file
 
     python = venv / "bin" / "python"
@@ -174,6 +173,7 @@ def pendulum_run(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         recording = record_pendulum(directory, 100_000, args.seed)
+        print(json.dumps(recording), file=sys.stderr, flush=True)
         scores = {}
         for name in ("bc", "marwil", "cql"):
             start = time.perf_counter()
@@ -187,6 +187,7 @@ def pendulum_run(args) -> dict:
             algo.stop()
             scores[name] = {"return": result["evaluation_return_mean"],
                             "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
+            print(json.dumps({name: scores[name]}), file=sys.stderr, flush=True)
         scores["d3rlpy_cql"] = d3rlpy_cql(args.venv, directory, args.updates)
     cql, bc, reference = (scores[k]["return"] for k in ("cql", "bc", "d3rlpy_cql"))
     return {"bench": "offline_pendulum", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
