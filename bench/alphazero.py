@@ -59,6 +59,10 @@ ARMS = {
     "gumbel-learner": {**GUMBEL, "num_learners": 1},
     # half of the value target from the search's value (value_target_search)
     "gumbel-value-mix": {**GUMBEL, "value_target_search": 0.5},
+    # the learning rate decayed tenfold over the second half of a 20-minute run's moves
+    "gumbel-lr-decay": {**GUMBEL, "lr_schedule": ((0, 2e-3), (50_000, 2e-3), (100_000, 2e-4))},
+    # a buffer four times as long: 100,000 moves with their mirror images, about 19 minutes
+    "gumbel-big-buffer": {**GUMBEL, "buffer_size": 200_000},
 }  # fmt: skip
 
 OPPONENTS = ("random", "uct-1000", "alphabeta-4")

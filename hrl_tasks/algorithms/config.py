@@ -213,6 +213,28 @@ class AlgorithmConfig:
         return target(**{f.name: getattr(self, f.name) for f in dataclasses.fields(target)})
 
 
+def check_schedule(owner: str, key: str, schedule: tuple) -> None:
+    """A piecewise-linear schedule: ``((t, value), ...)`` pairs, ``t`` from 0 up and
+    never falling, each value finite and > 0.
+
+    Raises:
+        ConfigError: naming the key and what a schedule looks like.
+    """
+    pairs = all(len(point) == 2 for point in schedule)
+    times = [point[0] for point in schedule] if pairs else []
+    good = (
+        pairs and len(schedule) > 0 and times[0] >= 0
+        and all(a <= b for a, b in zip(times, times[1:], strict=False))
+        and all(math.isfinite(t) for t in times)
+        and all(math.isfinite(v) and v > 0 for _, v in schedule)
+    )  # fmt: skip
+    if not good:
+        raise ConfigError(
+            f"{owner}.{key} must be ((steps, value), ...) pairs with steps from 0 up and each "
+            f"value > 0, such as ((0, 2e-3), (200000, 2e-4)), got {schedule!r}"
+        )
+
+
 def check_type(owner: str, key: str, value: Any, hint: Any) -> Any:
     """``value`` if it fits ``hint`` (ints are accepted for floats, lists for tuples)."""
     origin = typing.get_origin(hint)
@@ -319,11 +341,15 @@ def bounds_of(cls: type) -> dict[str, Bound]:
     return {key: Bound.parse(text) for key, text in merged.items()}
 
 
+def _flat(values: tuple | list) -> list:
+    return [x for v in values for x in (_flat(v) if isinstance(v, (tuple, list)) else (v,))]
+
+
 def check_bounds(config: Any) -> None:
     """Check each number of a config dataclass (policy configs too) against its ``BOUNDS``.
 
-    Numbers inside tuples (such as ``hidden`` widths) are checked one by one; a
-    float NaN or infinity is rejected whatever the bound. Values of other types
+    Numbers inside tuples (such as ``hidden`` widths, or a schedule's pairs) are
+    checked one by one; a float NaN or infinity is rejected whatever the bound. Values of other types
     are left to `check_type`.
 
     Raises:
@@ -334,7 +360,7 @@ def check_bounds(config: Any) -> None:
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         many = isinstance(value, (tuple, list))
-        for item in value if many else (value,):
+        for item in _flat(value) if many else (value,):
             if not isinstance(item, numbers.Real) or isinstance(item, bool):
                 continue
             if not isinstance(item, numbers.Integral) and not math.isfinite(item):

@@ -132,6 +132,12 @@ class TorchPolicy(Policy):
         for group in self._optimizer.param_groups:
             group["lr"] = self.config.lr
 
+    def set_lr(self, lr: float) -> None:
+        """Sets the learning rate of every parameter group (a schedule's step). A
+        restored optimizer state takes ``config.lr`` again."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = float(lr)
+
     # Learning -------------------------------------------------------------------
 
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Info]:

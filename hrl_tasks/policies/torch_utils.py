@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,13 +27,32 @@ def resolve_config(config: Any, config_cls: type) -> Any:
     return config
 
 
-def default_threads() -> int:
+def default_threads(environ: Mapping[str, str] | None = None) -> int:
     """torch's threads when a process starts: ``OMP_NUM_THREADS`` when set (Dask's
-    workers set 1), else a thread per core this process may run on."""
-    setting = os.environ.get("OMP_NUM_THREADS", "")
+    workers set 1), else a thread per core this process may run on.
+
+    Args:
+        environ: the variables to read; by default the ones this process started
+            with (`start_environ`), not what an embedded cluster set since.
+    """
+    setting = (start_environ() if environ is None else environ).get("OMP_NUM_THREADS", "")
     if setting.isdigit() and int(setting) > 0:
         return int(setting)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def start_environ() -> dict[str, str]:
+    """The environment this process started with, where the system keeps it (Linux's
+    ``/proc/self/environ``), else ``os.environ``. Dask's nanny sets its
+    ``pre-spawn-environ`` (``OMP_NUM_THREADS=1`` among them) in its parent's
+    ``os.environ`` before it spawns each worker, so a driver that started an embedded
+    cluster has those in ``os.environ`` from then on."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return dict(os.environ)
+    pairs = (entry.decode(errors="replace").partition("=") for entry in raw.split(b"\0"))
+    return {name: value for name, sep, value in pairs if sep}
 
 
 def to_info(terms: dict[str, torch.Tensor]) -> Info:

@@ -189,7 +189,8 @@ def test_the_learner_worker_takes_the_updates_and_the_checkpoint_holds_its_state
 
     config = {"env": "tictactoe_v3", "seed": 3, "num_workers": 1, "num_learners": 1,
               "games_per_iteration": 4, "simulations": 16, "min_buffer_size": 16,
-              "updates_per_iteration": 5, "channels": 8, "blocks": 1, "evaluation_interval": 0}  # fmt: skip
+              "updates_per_iteration": 5, "channels": 8, "blocks": 1, "evaluation_interval": 0,
+              "lr_schedule": [[0, 1e-2], [1000, 1e-3]]}  # fmt: skip
     algo = AlphaZero(config)  # its own cluster: one worker plays, one learns
     try:
         before = algo.net.get_weights()
@@ -200,6 +201,9 @@ def test_the_learner_worker_takes_the_updates_and_the_checkpoint_holds_its_state
         for name, value in algo.net.get_weights().items():  # the driver's copy caught up
             np.testing.assert_array_equal(value, learned[name])
         assert any(not np.array_equal(v, learned[k]) for k, v in before.items())
+        learner_state = algo.learners.handles[0].call("get_policy_state", direct=True).result()
+        assert 1e-3 < result["lr"] < 1e-2  # the schedule reached the learner worker
+        assert learner_state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(result["lr"])
         path = algo.save(tmp_path / "az.hrl")
     finally:
         algo.stop()
@@ -234,3 +238,35 @@ def test_the_value_target_mixes_the_games_outcome_with_the_searchs_value():
     np.testing.assert_allclose(value_target(record, 0.25), 0.75 * z + 0.25 * q, rtol=1e-6)
     with pytest.raises(ConfigError, match="value_target_search must be in \\[0, 1\\]"):
         AlphaZeroConfig.from_dict({"value_target_search": 1.5})
+
+
+def test_the_learning_rate_follows_its_schedule_over_self_play_moves():
+    from hrl_tasks.algorithms import AlphaZeroConfig, ConfigError
+    from hrl_tasks.algorithms.alphazero.plan import scheduled_lr
+
+    schedule = ((0, 2e-3), (100, 2e-3), (300, 2e-4))
+    assert scheduled_lr(None, 5e-3, 10_000) == 5e-3
+    assert scheduled_lr(schedule, 5e-3, 50) == 2e-3
+    assert scheduled_lr(schedule, 5e-3, 200) == pytest.approx(1.1e-3)
+    assert scheduled_lr(schedule, 5e-3, 10_000) == pytest.approx(2e-4)  # held past the end
+    assert AlphaZeroConfig.from_dict({"lr_schedule": [[0, 1e-3], [10, 1e-4]]}).lr_schedule == (
+        (0.0, 1e-3), (10.0, 1e-4))  # fmt: skip
+    for bad in ([], [[0, 1e-3, 5]], [[10, 1e-3], [5, 1e-4]], [[0, 0.0]], [[-1, 1e-3]],
+                [[0, float("nan")]]):  # fmt: skip
+        with pytest.raises(ConfigError, match="^AlphaZeroConfig.lr_schedule must") as e:
+            AlphaZeroConfig.from_dict({"lr_schedule": bad})
+        assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        AlphaZeroConfig.from_dict({"lr_schedule": "0.001"})
+
+    config = {"env": "tictactoe_v3", "seed": 5, "games_per_iteration": 2, "simulations": 8,
+              "min_buffer_size": 8, "updates_per_iteration": 2, "channels": 8, "blocks": 1,
+              "evaluation_interval": 0, "lr_schedule": [[0, 1e-2], [40, 1e-3]]}  # fmt: skip
+    with hrl_tasks.SyncEngine() as engine:
+        algo = AlphaZero(config, engine=engine)  # learns in the driver
+        try:
+            rates = [algo.train()["lr"] for _ in range(4)]
+            assert algo.learner.optimizer.param_groups[0]["lr"] == pytest.approx(rates[-1])
+        finally:
+            algo.stop()
+    assert rates[0] > rates[-1] and rates[-1] == pytest.approx(1e-3)  # 4 games pass 40 moves

@@ -1,6 +1,8 @@
 import dataclasses
 import math
 import os
+import subprocess
+import sys
 import time
 import typing
 
@@ -262,7 +264,7 @@ def test_the_replay_ratio_is_set_by_one_key(name, values, says):
     assert cls.from_dict(train_steps_per_round=5, training_intensity=None).train_steps_per_round
 
 
-def test_learner_threads_none_is_a_thread_per_core_even_after_a_run_that_set_one(monkeypatch):
+def test_learner_threads_none_is_a_thread_per_core_even_after_a_run_that_set_one():
     import torch
 
     from hrl_tasks.policies.torch_utils import default_threads
@@ -273,9 +275,32 @@ def test_learner_threads_none_is_a_thread_per_core_even_after_a_run_that_set_one
         assert torch.get_num_threads() == 1
         get_algorithm("cql").parse_config({}, {})  # CQL's default: None
         assert torch.get_num_threads() == default_threads() >= 1
-        monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as Dask's workers have it
-        assert default_threads() == 1
-        monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
-        assert default_threads() == len(os.sched_getaffinity(0))
+        assert default_threads({"OMP_NUM_THREADS": "1"}) == 1  # as Dask's workers have it
+        cores = len(os.sched_getaffinity(0))
+        assert default_threads({"OMP_NUM_THREADS": "not a number"}) == default_threads({}) == cores
     finally:
         torch.set_num_threads(before)
+
+
+AFTER_A_CLUSTER = """
+import os, torch
+import hrl_tasks
+from hrl_tasks.algorithms import get_algorithm
+with hrl_tasks.Engine.local(n_workers=1, threads_per_worker=1):
+    pass
+get_algorithm("cql").parse_config({}, {})
+print(os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads(), len(os.sched_getaffinity(0)))
+"""
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_a_run_after_an_embedded_cluster_still_takes_a_thread_per_core(tmp_path):
+    """Dask's nanny leaves OMP_NUM_THREADS=1 in the driver's os.environ; the default
+    reads what the process started with."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", AFTER_A_CLUSTER], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=100)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    omp, threads, cores = done.stdout.split()[-3:]
+    assert omp == "1" and threads == cores, done.stdout  # the nanny set it; torch did not take it

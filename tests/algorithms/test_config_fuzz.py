@@ -94,7 +94,12 @@ def assert_passes_every_check(config, values: dict) -> None:
         if key == "policies" and value is not None:  # each spec normalized to a PolicySpec
             assert set(config.policies) == set(value)
             continue
-        assert getattr(config, key) == (tuple(value) if isinstance(value, list) else value)
+        assert getattr(config, key) == as_tuples(value)
+
+
+def as_tuples(value):
+    """Lists, nested ones too, as the tuples a config keeps of them."""
+    return tuple(map(as_tuples, value)) if isinstance(value, list) else value
 
 
 def names_an_offending_key(message: str, cls, values: dict) -> bool:

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
+from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError, check_schedule
 
 
 @dataclass
@@ -49,6 +49,10 @@ class AlphaZeroConfig(AlgorithmConfig):
     channels: int = 32
     blocks: int = 2
     lr: float = 2e-3
+    lr_schedule: tuple[tuple[float, ...], ...] | None = None
+    """The learning rate over self-play moves, RLlib's ``lr_schedule``: ``((moves, lr),
+    ...)`` points with moves rising, linear in between and held beyond the last, e.g.
+    ``((0, 2e-3), (200_000, 2e-3), (350_000, 2e-4))``. None: ``lr`` throughout."""
     weight_decay: float = 1e-4
     train_batch_size: int = 256
     updates_per_iteration: int = 40
@@ -92,6 +96,7 @@ class AlphaZeroConfig(AlgorithmConfig):
         "channels": ">= 1",
         "blocks": ">= 0",
         "lr": "> 0",
+        "lr_schedule": ">= 0",  # moves and rates; check_schedule wants each rate > 0
         "weight_decay": ">= 0",
         "train_batch_size": ">= 1",
         "updates_per_iteration": ">= 0",
@@ -124,6 +129,8 @@ class AlphaZeroConfig(AlgorithmConfig):
                 "AlphaZeroConfig.search_rule='gumbel' searches each move in one task: "
                 f"split_min must be 0 with it, got {self.split_min}"
             )
+        if self.lr_schedule is not None:
+            check_schedule(type(self).__name__, "lr_schedule", self.lr_schedule)
         if not isinstance(self.env, str):
             return  # a creator function: its game is known once it is built
         try:

@@ -55,6 +55,15 @@ def value_target(record: dict[str, Any], search_weight: float) -> np.ndarray:
             + search_weight * record["search_value"]).astype(np.float32)  # fmt: skip
 
 
+def scheduled_lr(schedule: tuple | None, lr: float, moves: int) -> float:
+    """The learning rate after ``moves`` of self-play: ``lr`` without a schedule, else
+    linear between the schedule's ``(moves, lr)`` points and held beyond its ends. Pure."""
+    if not schedule:
+        return lr
+    points, rates = zip(*schedule, strict=True)
+    return float(np.interp(moves, points, rates))
+
+
 class AlphaZero(Algorithm):
     """AlphaZero for PettingZoo's turn-based classic games (``tictactoe_v3``,
     ``connect_four_v3``). Reports ``win_rate/<opponent>`` (and ``score/`` and
@@ -222,6 +231,12 @@ class AlphaZero(Algorithm):
         if len(self.buffer) < cfg.min_buffer_size:
             return {}
         learner = self.learners or self.learner
+        if cfg.lr_schedule is not None:  # set every time: a reformed learner takes lr again
+            lr = scheduled_lr(cfg.lr_schedule, cfg.lr, self.counters["positions"])
+            if self.learners is not None:
+                self.learners.queue("set_lr", lr)
+            else:
+                self.learner.set_lr(lr)
         totals: Counter[str] = Counter()
         for _ in range(cfg.updates_per_iteration):
             info = learner.learn_on_batch(self.buffer.sample(cfg.train_batch_size))
@@ -242,6 +257,7 @@ class AlphaZero(Algorithm):
             "games": c["games"],
             "buffer_size": len(self.buffer),
             "updates": c["updates"],
+            "lr": scheduled_lr(self.config.lr_schedule, self.config.lr, c["positions"]),
             "self_play_games_per_s": games / max(seconds, 1e-9),
             "simulations_per_s": c["simulations"] / max(c["search_s"], 1e-9),
             "positions_per_s": c["trained_positions"] / max(self.time_total_s, 1e-9),
