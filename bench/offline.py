@@ -149,6 +149,7 @@ print(json.dumps({"d3rlpy_version": d3rlpy.__version__, "return": float(np.mean(
 def d3rlpy_cql(venv: Path, directory: Path, updates: int) -> dict:
     """d3rlpy's CQL on the recorded rows, in its own virtual environment."""
     from hrl_tasks.data.experience import experience_files, read_file
+    from hrl_tasks.policies.torch_utils import start_environ
 
     python = venv / "bin" / "python"
     if not python.exists():
@@ -160,9 +161,10 @@ def d3rlpy_cql(venv: Path, directory: Path, updates: int) -> dict:
     arrays = directory / "rows.npz"
     np.savez(arrays, obs=rows["obs"], actions=rows["actions"], rewards=rows["rewards"],
              terminateds=rows["terminateds"], timeouts=rows["truncateds"])  # fmt: skip
-    start = time.perf_counter()
+    start = time.perf_counter()  # its environment without the nanny's OMP_NUM_THREADS=1
     done = subprocess.run([str(python), "-c", D3RLPY_SCRIPT, str(arrays), str(updates)],
-                          capture_output=True, text=True, check=True, cwd=directory)  # fmt: skip
+                          capture_output=True, text=True, check=True, cwd=directory,
+                          env=start_environ())  # fmt: skip
     return {**json.loads(done.stdout.strip().splitlines()[-1]),
             "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
 
