@@ -93,7 +93,7 @@ def bc_run(args) -> dict:
         seconds = time.perf_counter() - start
         final = algo.evaluate(episodes=100)["evaluation_return_mean"]
         algo.stop()
-    return {"bench": "offline_bc", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+    return {"bench": "offline_bc", "date": time.strftime("%Y-%m-%d"), "commit": args.commit,
             **recording, "bc_seconds": round(seconds, 1), "bc_iterations": last["iteration"],
             "bc_rows_trained": last["env_steps_trained"],
             "bc_last_evaluation": last["episode_return_mean"],
@@ -192,7 +192,7 @@ def pendulum_run(args) -> dict:
             print(json.dumps({name: scores[name]}), file=sys.stderr, flush=True)
         scores["d3rlpy_cql"] = d3rlpy_cql(args.venv, directory, args.updates)
     cql, bc, reference = (scores[k]["return"] for k in ("cql", "bc", "d3rlpy_cql"))
-    return {"bench": "offline_pendulum", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+    return {"bench": "offline_pendulum", "date": time.strftime("%Y-%m-%d"), "commit": args.commit,
             "updates": args.updates, **recording, "scores": scores,
             "cql_minus_bc": round(cql - bc, 1),
             "cql_vs_d3rlpy_within_10_percent": cql >= reference - 0.1 * abs(reference),
@@ -250,7 +250,7 @@ def scale_run(args) -> dict:
     slope = float(np.polyfit(*zip(*half, strict=True), 1)[0] * 600) if len(half) > 2 else None
     read = last.get("experience_rows_read")
     trained = last["env_steps_trained"]
-    return {"bench": "offline_scale", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+    return {"bench": "offline_scale", "date": time.strftime("%Y-%m-%d"), "commit": args.commit,
             "machine": f"{platform.machine()}, 2 cores", "rows_on_disk": 10_000_000,
             "minutes": round(wall / 60, 2), "rows_trained_per_s": round(trained / wall),
             "rows_read_per_s": None if read is None else round(read / wall),
@@ -319,7 +319,7 @@ def ope_run(args) -> dict:
     episodes = split_episodes(rows)
     estimates = {name: ESTIMATORS[name](episodes, gamma) for name in ("is", "wis", "dr")}
     errors = {name: round(abs(v - truth) / abs(truth), 4) for name, v in estimates.items()}
-    return {"bench": "offline_ope", "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+    return {"bench": "offline_ope", "date": time.strftime("%Y-%m-%d"), "commit": args.commit,
             "gamma": gamma, "behaviour_random": args.behaviour_random,
             "target_random": args.target_random, "recorded_episodes": args.episodes,
             "recorded_rows": len(rows["rewards"]), "target_measured_return": round(truth, 3),
@@ -345,6 +345,7 @@ def main() -> None:
     parser.add_argument("--fqe-steps", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    args.commit = commit()  # the code the run starts on
     if not (args.bc or args.scale or args.pendulum or args.ope):
         parser.error("say --bc, --pendulum, --scale or --ope")
     if args.ope:
