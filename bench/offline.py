@@ -16,9 +16,11 @@ d3rlpy's CQL less 10% of its magnitude; MARWIL >= BC.
 
 ``--scale``: a recording of 10 million CartPole-shaped rows (100 files of 100,000,
 written once under ``--data``), then BC trained from it for ``--minutes``: rows
-read and rows trained per second (target: read at least 2x trained, so reading
-never holds the learner back), and the driver's resident memory sampled every
-10 s, with its slope over the second half (target: at most 1 MB per 10 minutes).
+trained per second, the share of the time the learner waited for a file, and then
+the rows per second the same workers read and deliver with no learner to wait for
+(target: at least 2x the rows trained, so reading never holds the learner back);
+the driver's resident memory sampled every 10 s, with its slope over the second
+half and the slope's standard error (target: at most 1 MB per 10 minutes).
 
     python bench/offline.py --bc
     python bench/offline.py --pendulum [--updates 20000]
@@ -227,11 +229,40 @@ def resident_mb() -> float:
     return float("nan")
 
 
+def slope_per_10_min(samples: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """The least-squares slope of ``(seconds, MB)`` samples in MB per 10 minutes, and
+    its standard error. Pure."""
+    if len(samples) < 3:
+        return None
+    t, mb = (np.asarray(v) for v in zip(*samples, strict=True))
+    slope, intercept = np.polyfit(t, mb, 1)
+    residual = mb - (slope * t + intercept)
+    error = np.sqrt(residual.var(ddof=2) / ((t - t.mean()) ** 2).sum())
+    return float(slope * 600), float(error * 600)
+
+
+def read_capacity(algo, files: list[str], in_flight: int = 4) -> float:
+    """Rows per second the run's workers read and deliver to the driver with no
+    learner to wait for: BC's own reading task over ``files``, ``in_flight`` at once."""
+    from hrl_tasks.flow.offline_ops import read_for_training
+
+    def submit(path):
+        return algo.engine.submit(read_for_training, path, algo.columns, algo.postprocess(),
+                                  name="read-experience")  # fmt: skip
+
+    start, rows, queue = time.perf_counter(), 0, [submit(f) for f in files[:in_flight]]
+    for path in files[in_flight:] + [None] * in_flight:
+        rows += len(queue.pop(0).result()["rewards"])
+        if path is not None:
+            queue.append(submit(path))
+    return rows / (time.perf_counter() - start)
+
+
 def scale_run(args) -> dict:
     import hrl_tasks
 
     write_scale_data(args.data, 100, 100_000, args.seed)
-    samples, stop = [], threading.Event()
+    samples, stop, read_wait = [], threading.Event(), []
     start = time.perf_counter()
 
     def watch():
@@ -242,20 +273,27 @@ def scale_run(args) -> dict:
     watcher.start()
     algo, last = hrl_tasks.train("bc", "CartPole-v1", experience_input=str(args.data),
                                  stop={"time_total_s": args.minutes * 60}, seed=args.seed,
-                                 evaluation_interval=0, num_workers=2)  # fmt: skip
+                                 evaluation_interval=0, num_workers=2,
+                                 callback=lambda r: read_wait.append(r.get("time_s", {}).get("read", 0)))  # fmt: skip
     wall = time.perf_counter() - start
-    algo.stop()
     stop.set()
-    half = [(t, m) for t, m in samples if t >= wall / 2]
-    slope = float(np.polyfit(*zip(*half, strict=True), 1)[0] * 600) if len(half) > 2 else None
+    try:
+        capacity = read_capacity(algo, sorted(str(p) for p in args.data.glob("*.parquet")))
+    finally:
+        algo.stop()
+    half = slope_per_10_min([(t, m) for t, m in samples if t >= wall / 2])
     read = last.get("experience_rows_read")
-    trained = last["env_steps_trained"]
+    trained = last["env_steps_trained"] / wall
     return {"bench": "offline_scale", "date": time.strftime("%Y-%m-%d"), "commit": args.commit,
             "machine": f"{platform.machine()}, 2 cores", "rows_on_disk": 10_000_000,
-            "minutes": round(wall / 60, 2), "rows_trained_per_s": round(trained / wall),
+            "minutes": round(wall / 60, 2), "rows_trained_per_s": round(trained),
             "rows_read_per_s": None if read is None else round(read / wall),
+            "learner_waiting_on_reads_share": round(sum(read_wait) / wall, 4),
+            "read_capacity_rows_per_s": round(capacity),
+            "read_capacity_over_trained": round(capacity / trained, 2),
             "driver_rss_mb": [round(m, 1) for _, m in samples],
-            "driver_rss_slope_mb_per_10_min": slope}  # fmt: skip
+            "driver_rss_slope_mb_per_10_min": None if half is None else round(half[0], 2),
+            "slope_standard_error": None if half is None else round(half[1], 2)}  # fmt: skip
 
 
 def controller_probs(obs: np.ndarray, random_share: float) -> np.ndarray:
