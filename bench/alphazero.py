@@ -18,6 +18,14 @@ Prints one JSON line per arm and writes ``docs/learning/alphazero-connect4-<arm>
 
     python bench/alphazero.py --arms gumbel --minutes 60 --games 100
     python bench/alphazero.py --arms puct gumbel gumbel-cap --minutes 20 --games 50
+
+``--throughput ROUNDS`` plays no matches: it trains the arms in turn, ``--minutes``
+each, for ROUNDS rounds (interleaved, as this machine's speed drifts within hours)
+and prints one JSON line with each arm's median simulations/s, positions/s and
+leaves per network call, and their ratios to the first arm's:
+
+    python bench/alphazero.py --throughput 2 --minutes 3 \
+        --arms gumbel-less-replay gumbel-cache gumbel-threads gumbel-learner
 """
 
 from __future__ import annotations
@@ -145,6 +153,33 @@ def run_arm(arm: str, args) -> dict:
     }  # fmt: skip
 
 
+def throughput(args) -> dict:
+    """Interleaved short trainings of ``args.arms``; medians and ratios to the first arm."""
+    import statistics
+
+    rates = ("simulations_per_s", "positions_per_s", "leaf_batch_mean")
+    runs: dict[str, list[dict]] = {arm: [] for arm in args.arms}
+    trained_on, out = commit(), args.out / "throughput"
+    out.mkdir(parents=True, exist_ok=True)
+    for _ in range(args.throughput):
+        for arm in args.arms:
+            config = {**BASE, **ARMS[arm], "seed": args.seed}
+            last = train_arm(arm, config, args.minutes, args.minutes + 1, out)["last"]
+            runs[arm].append({rate: last.get(rate, 0.0) for rate in rates})
+    medians = {arm: {rate: statistics.median(r[rate] for r in runs[arm]) for rate in rates}
+               for arm in args.arms}  # fmt: skip
+    base = medians[args.arms[0]]
+    return {
+        "bench": "alphazero-throughput", "date": time.strftime("%Y-%m-%d"),
+        "commit": trained_on, "machine": f"{platform.machine()}, 2 cores",
+        "minutes": args.minutes, "rounds": args.throughput, "baseline": args.arms[0],
+        "median": {arm: {r: round(v, 2) for r, v in m.items()} for arm, m in medians.items()},
+        "ratio": {arm: {r: round(m[r] / base[r], 3) if base[r] else None for r in rates}
+                  for arm, m in medians.items()},
+        "runs": runs,
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=["gumbel"])
@@ -154,8 +189,16 @@ def main() -> None:
     parser.add_argument("--curve-games", type=int, default=10, help="games per curve point")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench-alphazero"))
+    parser.add_argument("--throughput", type=int, default=0, metavar="ROUNDS",
+                        help="no matches: ROUNDS interleaved rounds of the arms' throughput")  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.throughput:
+        line = throughput(args)
+        print(json.dumps(line), flush=True)
+        with (args.out / "throughput.jsonl").open("a") as log:
+            log.write(json.dumps(line) + "\n")
+        return
     for arm in args.arms:
         line = run_arm(arm, args)
         print(json.dumps(line), flush=True)

@@ -79,6 +79,7 @@ PLACE_TRIES, PLACE_RETRY_S = 5, 0.2  # engine.put to a worker that just died: tr
 CALL_CUT_CHECK_S = 5.0  # a broken stream's direct calls: how long to wait for the worker's removal
 SUPPLY_THREADS = 4  # supply changes to this many workers at once
 PLACE_CHECK_S = 3.0  # a put this long asks whether the worker it goes to still reports
+PLACE_POLL_S = 0.5  # ... then asks again this often (at once if some worker is known silent)
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
 
 
@@ -998,9 +999,12 @@ class DaskBackend(BackendRecords):
 
         The value goes to one worker; with ``broadcast`` it is then copied to the
         others, and the put returns once the copies are there or, should that take
-        ``PLACE_CHECK_S``, once a worker that still reports holds one (the rest go
-        on in the background): a frozen worker, which accepts a connection and
-        never answers, holds up neither the put nor the tasks that read it. The
+        ``PLACE_CHECK_S`` (or should a worker be known to have stopped reporting),
+        once a worker that still reports holds one (the rest go on in the
+        background): a frozen worker, which accepts a connection and never answers,
+        holds up neither the put nor the tasks that read it. Dask's copies wait
+        for each other (``Scheduler.replicate`` holds one lock until every recipient
+        answers), so a copy to a frozen worker would hold up every later put. The
         value stays here too while its ref is held: if the worker holding it
         dies, it is sent again (see :class:`~hrl_tasks.scheduler.events.Resend`)."""
         for attempt in range(PLACE_TRIES):
@@ -1048,8 +1052,12 @@ class DaskBackend(BackendRecords):
         copying = asyncio.ensure_future(  # to the workers that report, if some do not
             self.client.replicate([future], workers=reporting, asynchronous=True)
         )
+        # Dask makes copies under one lock, held by a copy to a frozen worker until it
+        # answers: with a silent worker known, a holder that reports is looked for now.
+        wait_s = PLACE_POLL_S if reporting is not None else PLACE_CHECK_S
         while True:
-            done, _ = await asyncio.wait([copying], timeout=PLACE_CHECK_S)
+            done, _ = await asyncio.wait([copying], timeout=wait_s)
+            wait_s = PLACE_POLL_S
             if done:  # a copy that failed (a worker left): tasks fetch from a holder
                 if copying.exception() is not None:
                     logger.debug("a broadcast's copies did not all arrive: %r", copying.exception())
