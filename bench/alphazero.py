@@ -22,7 +22,7 @@ Prints one JSON line per arm and writes ``docs/learning/alphazero-connect4-<arm>
 ``--throughput ROUNDS`` plays no matches: it trains the arms in turn, ``--minutes``
 each, for ROUNDS rounds (interleaved, as this machine's speed drifts within hours)
 and prints one JSON line with each arm's median simulations/s, positions/s and
-leaves per network call, and their ratios to the first arm's:
+leaves per search request, and their ratios to the first arm's:
 
     python bench/alphazero.py --throughput 2 --minutes 3 \
         --arms gumbel-less-replay gumbel-cache gumbel-threads gumbel-learner

@@ -79,7 +79,7 @@ PLACE_TRIES, PLACE_RETRY_S = 5, 0.2  # engine.put to a worker that just died: tr
 CALL_CUT_CHECK_S = 5.0  # a broken stream's direct calls: how long to wait for the worker's removal
 SUPPLY_THREADS = 4  # supply changes to this many workers at once
 PLACE_CHECK_S = 3.0  # a put this long asks whether the worker it goes to still reports
-PLACE_POLL_S = 0.5  # ... then asks again this often (at once if some worker is known silent)
+PLACE_POLL_S = 0.5  # ... then asks this often (first this soon if a worker is known silent)
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
 
 
@@ -1053,7 +1053,7 @@ class DaskBackend(BackendRecords):
             self.client.replicate([future], workers=reporting, asynchronous=True)
         )
         # Dask makes copies under one lock, held by a copy to a frozen worker until it
-        # answers: with a silent worker known, a holder that reports is looked for now.
+        # answers: with a silent worker known, a holder that reports is looked for soon.
         wait_s = PLACE_POLL_S if reporting is not None else PLACE_CHECK_S
         while True:
             done, _ = await asyncio.wait([copying], timeout=wait_s)
