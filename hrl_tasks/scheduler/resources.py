@@ -24,6 +24,7 @@ runs its learner.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -44,7 +45,7 @@ def normalize_request(resources: Mapping[str, float] | None) -> Request:
 
     Raises:
         TypeError: if it is not a mapping of names to numbers.
-        ValueError: if an amount is negative.
+        ValueError: if an amount is negative or not finite (nan, inf).
     """
     if resources is None:
         return {}
@@ -58,6 +59,8 @@ def normalize_request(resources: Mapping[str, float] | None) -> Request:
             raise TypeError(f"resource names must be strings, got {name!r}")
         if isinstance(amount, bool) or not isinstance(amount, (int, float)):
             raise TypeError(f"resource {name!r} must be a number, got {amount!r}")
+        if not math.isfinite(amount):
+            raise ValueError(f"resource {name!r} must be a finite number, got {amount}")
         if amount < 0:
             raise ValueError(f"resource {name!r} must be >= 0, got {amount}")
         if amount > 0:

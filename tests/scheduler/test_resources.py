@@ -22,6 +22,12 @@ def test_normalize_drops_zeros_and_checks_types():
         normalize_request({"CPU": -1})
 
 
+@pytest.mark.parametrize("amount", [float("nan"), float("inf"), float("-inf")])
+def test_normalize_refuses_non_finite_amounts(amount):
+    with pytest.raises(ValueError, match="resource 'GPU' must be a finite number"):
+        normalize_request({"CPU": 1, "GPU": amount})
+
+
 def test_fits_needs_every_resource():
     assert fits({"CPU": 1}, {"CPU": 1, "GPU": 1})
     assert not fits({"GPU": 1}, {"CPU": 4})
