@@ -26,7 +26,9 @@ order; its field's metadata holds ``shape`` and ``dtype`` (JSON), so a uint8 ima
 stays uint8 and comes back in its shape. The file's metadata holds
 ``hrl_tasks.experience``: the schema version and what recorded it. Files written
 by other code load too when their columns have these names and types (the shape of
-a list column without metadata is its length).
+a list column without metadata is its length); metadata that is not what the writer
+writes (not JSON, a shape that is not a list of sizes, a dtype that is not a number's)
+is refused with an `ExperienceError` naming the file and the field.
 
 ``pyarrow`` and ``fsspec`` are imported when a file is written or read (the
 ``offline`` extra): any fsspec URL names a directory (``s3://bucket/run``, a local
@@ -192,7 +194,7 @@ def column_values(table, name: str, source: str) -> np.ndarray:
         flat = array.flatten().to_numpy(zero_copy_only=False)
         rows = len(array)
         if b"shape" in meta:
-            shape = tuple(json.loads(meta[b"shape"]))
+            shape = recorded_shape(meta[b"shape"], name, source)
         else:  # written by other code: a row's length is its shape
             if rows and len(flat) % rows:
                 raise ExperienceError(f"{source}: column {name!r} has rows of different lengths")
@@ -209,15 +211,79 @@ def column_values(table, name: str, source: str) -> np.ndarray:
             raise ExperienceError(f"{source}: column {name!r} has missing values")
         values = chunked.to_numpy()
     if b"dtype" in meta and values.dtype.kind not in "OSU":
-        values = values.astype(np.dtype(meta[b"dtype"].decode()), copy=False)
+        values = values.astype(recorded_dtype(meta[b"dtype"], name, source), copy=False)
     return values
 
 
-def table_metadata(table) -> dict[str, Any]:
+def damaged(source: str, where: str, raw: bytes, expected: str) -> ExperienceError:
+    """The error for metadata that is not what the writer writes: the file, the field
+    and what it holds. Pure."""
+    shown = raw if len(raw) <= 60 else raw[:60] + b"..."
+    return ExperienceError(f"{source}: damaged metadata: {where} is {shown!r}, expected {expected}")
+
+
+def recorded_shape(raw: bytes, name: str, source: str) -> tuple[int, ...]:
+    """A column's ``shape`` metadata (a JSON list of sizes) as a tuple. Pure.
+
+    Raises:
+        ExperienceError: naming ``source`` and the column, if it is not one.
+    """
+    try:
+        shape = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        shape = None
+    sizes = isinstance(shape, list) and all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+    )
+    if not sizes:
+        where = f"column {name!r} field 'shape'"
+        raise damaged(source, where, raw, "a JSON list of sizes such as [84, 84]")
+    return tuple(shape)
+
+
+def recorded_dtype(raw: bytes, name: str, source: str) -> np.dtype:
+    """A column's ``dtype`` metadata (numpy's ``dtype.str``, e.g. ``|u1``), which must
+    be a number's or a bool's. Pure.
+
+    Raises:
+        ExperienceError: naming ``source`` and the column, if it is not one.
+    """
+    try:
+        dtype = np.dtype(raw.decode())
+    except (UnicodeDecodeError, TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in "biufc":
+        where = f"column {name!r} field 'dtype'"
+        raise damaged(source, where, raw, "a numeric numpy dtype such as '|u1' or '<f4'")
+    return dtype
+
+
+def recorded_info(raw: bytes | None, source: str) -> dict[str, Any]:
+    """The file's ``hrl_tasks.experience`` metadata (a JSON object), {} if absent. Pure.
+
+    Raises:
+        ExperienceError: naming ``source`` and the field, if it is not a JSON object.
+    """
+    if not raw:
+        return {}
+    try:
+        info = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        info = None
+    if not isinstance(info, dict):
+        where = f"schema field {METADATA_KEY.decode()!r}"
+        raise damaged(source, where, raw, "a JSON object")
+    return info
+
+
+def table_metadata(table, source: str = "table") -> dict[str, Any]:
     """What the file says of itself (``schema_version``, the env...), or {} for files
-    written by other code."""
-    raw = (table.schema.metadata or {}).get(METADATA_KEY)
-    return json.loads(raw) if raw else {}
+    written by other code.
+
+    Raises:
+        ExperienceError: naming ``source``, if that metadata is damaged.
+    """
+    return recorded_info((table.schema.metadata or {}).get(METADATA_KEY), source)
 
 
 # --- writing parts ---------------------------------------------------------------------
@@ -311,7 +377,7 @@ def read_file(path: str, columns: Iterable[str] | None = None) -> dict[str, np.n
 
     Raises:
         ExperienceError: naming the file, for a file that is not Parquet, a missing
-            required column or a column of the wrong type.
+            required column, a column of the wrong type or damaged metadata.
     """
     import fsspec
     import pyarrow as pa
@@ -331,14 +397,18 @@ def read_file(path: str, columns: Iterable[str] | None = None) -> dict[str, np.n
 
 def recorded_env(pattern: str | os.PathLike) -> str | None:
     """The env id the first file of a recording names in its metadata (None if it names
-    none, as files written by other code may not)."""
+    none, as files written by other code may not).
+
+    Raises:
+        ExperienceError: naming the file, if its metadata is damaged.
+    """
     import fsspec
     import pyarrow.parquet as pq
 
     first = experience_files(pattern)[0]
     with fsspec.open(first, "rb") as f:
         raw = (pq.read_schema(f).metadata or {}).get(METADATA_KEY)
-    env = json.loads(raw).get("env") if raw else None
+    env = recorded_info(raw, first).get("env")
     return env if isinstance(env, str) else None
 
 

@@ -16,6 +16,7 @@ from hrl_tasks.data.experience import (  # noqa: E402
     file_safe,
     from_table,
     read_file,
+    recorded_env,
     returns_to_go,
     to_table,
     trajectory_order,
@@ -148,6 +149,54 @@ def test_parts_hold_whole_episodes_and_nothing_is_left_hidden(tmp_path):
         meta = json.loads(pq.read_schema(path).metadata[b"hrl_tasks.experience"])
         assert meta == {"schema_version": 1, "env": "Example-v0"}
     assert total == 5 * 8
+
+
+def damage(path, column, key, raw):
+    """Rewrite the Parquet file at ``path`` with its metadata ``key`` set to ``raw``: of
+    ``column``'s field, or of the schema when ``column`` is None."""
+    table = pq.read_table(path)
+    schema = table.schema
+    if column is None:
+        schema = schema.with_metadata({**schema.metadata, key: raw})
+    else:
+        i = schema.get_field_index(column)
+        field = schema.field(i)
+        schema = schema.set(i, field.with_metadata({**field.metadata, key: raw}))
+    pq.write_table(table.cast(schema), path)
+
+
+@pytest.mark.parametrize(
+    ("column", "key", "raw", "named"),
+    [
+        ("obs", b"shape", b"[3, 2", "column 'obs' field 'shape'"),
+        ("obs", b"shape", b'{"rows": 3}', "column 'obs' field 'shape'"),
+        ("obs", b"shape", b'[3, "2"]', "column 'obs' field 'shape'"),
+        ("actions", b"dtype", b"<zz9", "column 'actions' field 'dtype'"),
+        ("rewards", b"dtype", b"|O", "column 'rewards' field 'dtype'"),
+        ("obs", b"dtype", b"\xff\xfe", "column 'obs' field 'dtype'"),
+    ],
+)
+def test_damaged_column_metadata_is_named_with_the_file(tmp_path, column, key, raw, named):
+    writer = PartWriter(str(tmp_path / "run"), "worker-1", {"env": "Example-v0"})
+    writer.add(EpisodeRecorder().add(sampled(4, 1, ends={(3, 0)})))
+    path = writer.flush()
+    assert read_file(path)["obs"].shape == (4, 3, 2)  # whole before the damage
+    damage(path, column, key, raw)
+    with pytest.raises(ExperienceError, match="damaged metadata") as bad:
+        read_file(path)
+    assert str(bad.value).startswith(f"{path}: ") and named in str(bad.value)
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b'["env", "Example-v0"]'])
+def test_damaged_file_metadata_is_named_with_the_file(tmp_path, raw):
+    writer = PartWriter(str(tmp_path / "run"), "worker-1", {"env": "Example-v0"})
+    writer.add(EpisodeRecorder().add(sampled(4, 1, ends={(3, 0)})))
+    path = writer.flush()
+    assert recorded_env(str(tmp_path / "run")) == "Example-v0"
+    damage(path, None, b"hrl_tasks.experience", raw)
+    with pytest.raises(ExperienceError, match="damaged metadata") as bad:
+        recorded_env(str(tmp_path / "run"))
+    assert path in str(bad.value) and "'hrl_tasks.experience'" in str(bad.value)
 
 
 def test_multi_agent_trajectories_stay_whole_and_apart_in_one_episode():
