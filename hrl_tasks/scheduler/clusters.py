@@ -272,7 +272,7 @@ def start_local(
 
     See :meth:`hrl_tasks.Engine.local` for the arguments.
     """
-    from distributed import LocalCluster, Nanny
+    from distributed import LocalCluster
 
     per_worker = resources if isinstance(resources, list) else None
     if per_worker is not None:
@@ -313,16 +313,12 @@ def start_local(
             raise EngineError(workers_did_not_start(exc)) from exc
         try:
             if per_worker:
+                # LocalCluster's own worker spec, for its host, protocol and security.
+                (template,) = cluster.new_worker_spec().values()
                 for i, extra in enumerate(per_worker):
                     nthreads = int(extra.get("CPU", threads))
-                    cluster.worker_spec[f"hrl-{i}"] = {
-                        "cls": Nanny,
-                        "options": {
-                            "nthreads": nthreads,
-                            "memory_limit": memory,
-                            "resources": {**declared(None), "CPU": nthreads, **extra},
-                        },
-                    }
+                    amounts = {**declared(None), "CPU": nthreads, **extra}
+                    cluster.worker_spec[f"hrl-{i}"] = worker_spec(template, nthreads, amounts)
                 dask_compat.start_added_workers(cluster)
             client = Client(cluster, direct_to_workers=True)
             client.wait_for_workers(n_workers, timeout=120)
@@ -330,6 +326,14 @@ def start_local(
             cluster.close()
             raise
     return cluster, client
+
+
+def worker_spec(template: dict, nthreads: int, resources: dict) -> dict:
+    """A worker's spec: ``template`` (a ``SpecCluster`` worker spec, ``{"cls",
+    "options"}``) with ``nthreads`` threads and ``resources`` declared; the template's
+    other options (where it listens, its protocol and security) stay. Pure."""
+    options = {**template["options"], "nthreads": nthreads, "resources": resources}
+    return {**template, "options": options}
 
 
 def workers_did_not_start(exc: BaseException) -> str:

@@ -276,7 +276,9 @@ class Engine:
                 memory limit in bytes. A list gives one dict per worker, for a
                 heterogeneous cluster (its length sets ``n_workers``).
             validate, stall_warning_s, route: as for :class:`Engine`.
-            **cluster_kwargs: passed to ``LocalCluster`` (e.g. ``dashboard_address``).
+            **cluster_kwargs: passed to ``LocalCluster`` (e.g. ``dashboard_address``,
+                ``protocol`` and ``security``). The scheduler, its dashboard, every
+                worker and nanny listen on 127.0.0.1 unless ``host`` says otherwise.
         """
         held = HeldSettings({key: local_settings()[key] for key in LASTING})
         try:
