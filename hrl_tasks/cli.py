@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import logging
 import os
 import sys
@@ -60,9 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--out",
         type=Path,
-        help="directory for metrics, curve and checkpoints (default runs/ALGO-ENV)",
+        help="directory for metrics, curve and checkpoints, which must hold no other run's "
+        "files (default: the first free of runs/ALGO-ENV, runs/ALGO-ENV-2, ...)",
     )
     train.add_argument("--resume", type=Path, help="continue the run saved in this directory")
+    train.add_argument(
+        "--force", action="store_true",
+        help="if --out holds another run's files, move them aside to OUT.old-TIME "
+        "(never deleted) instead of refusing",
+    )  # fmt: skip
     train.add_argument(
         "--checkpoint-every", type=count(1), default=10, help="iterations between checkpoints"
     )
@@ -108,8 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="what each trial's own task holds (default CPU=1; repeatable; CPU=0 for none)",
     )  # fmt: skip
     tune.add_argument("--max-concurrent", type=count(1), help="at most this many trials at once")
-    tune.add_argument("--out", type=Path, help="output directory (default runs/tune-ALGO-ENV)")
+    tune.add_argument(
+        "--out", type=Path,
+        help="output directory, which must hold no other run's files (default: the first free "
+        "of runs/tune-ALGO-ENV, runs/tune-ALGO-ENV-2, ...; with --resume, runs/tune-ALGO-ENV)",
+    )  # fmt: skip
     tune.add_argument("--resume", action="store_true", help="continue the search saved in --out")
+    tune.add_argument(
+        "--force", action="store_true",
+        help="if --out holds another run's files, move them aside to OUT.old-TIME "
+        "(never deleted) instead of refusing",
+    )  # fmt: skip
     keys = commands.add_parser("keys", help="list an algorithm's config keys and defaults")
     keys.add_argument("algorithm", choices=sorted(ALGORITHMS))
     return parser
@@ -227,6 +241,13 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         help="learn from experience recorded under DIR (a directory, glob or file; a path or "
         "fsspec URL; experience_input): bc, marwil and cql from it alone, dqn, sac and td3 "
         "beside their workers' samples (experience_mix); without --env, the recording's env",
+    )  # fmt: skip
+    command.add_argument(
+        "--trust-env-modules", action="store_true",
+        help="accept an env id taken from a file (--resume's checkpoint, --train-from's "
+        "recording) that imports a module no installed distribution provides, such as "
+        "mymodule:MyEnv-v0 with mymodule.py in the working directory: importing runs its "
+        "code, so only for files you trust (an --env given is never checked)",
     )  # fmt: skip
     command.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
@@ -516,24 +537,6 @@ def parse_stop(item: str) -> dict:
     )
 
 
-def check_stop_keys(stop: dict, result: dict) -> None:
-    """Stop conditions must name metrics the algorithm reports (known after one iteration);
-    evaluation metrics may appear later, so keys with a '/' are only checked by name."""
-    unknown = [k for k in stop if k not in result and "/" not in k]
-    if unknown:
-        reported = ", ".join(sorted(k for k in result if not k.startswith("info/")))
-        raise ValueError(f"--stop {', '.join(unknown)}: not reported; the metrics are: {reported}")
-
-
-def save_checkpoint(algo, out: Path, iteration: int, keep: int) -> Path:
-    """``out/checkpoints/checkpoint-<iteration>.hrl``, keeping the ``keep`` newest."""
-    from hrl_tasks.algorithms.checkpoint import prune_checkpoints
-
-    path = algo.save(out / "checkpoints" / f"checkpoint-{iteration:06d}.hrl")
-    prune_checkpoints(out / "checkpoints", keep)
-    return path
-
-
 def import_in_background() -> threading.Thread:
     """Import matplotlib for the curve in a daemon thread, while the driver mostly
     waits for its worker processes to start and answer (about 0.4 s of CPU here);
@@ -565,13 +568,14 @@ class TrainSetup(NamedTuple):
 
 
 def run_train(args) -> int:
-    """``hrl-tasks train``: decide the run (a bad config fails before any cluster),
-    build the algorithm, train it until a stop condition holds, then save the last
-    checkpoint and the curve. However it ends, also on Ctrl-C, the TensorBoard
+    """``hrl-tasks train``: decide the run (a bad config or a used ``--out`` fails before
+    any cluster), build the algorithm, train it until a stop condition holds, then save
+    the last checkpoint and the curve. However it ends, also on Ctrl-C, the TensorBoard
     writer, the algorithm and the engine are closed."""
+    from hrl_tasks.algorithms.run_files import RunFiles
     from hrl_tasks.tensorboard import metrics_writer
 
-    setup = plan_train(args)
+    setup = take_run_dir(plan_train(args), args)
     import_in_background()
     engine = engine_from_args(args, embedded=False, run_dir=setup.out,
                               workers=workers_needed(setup.algo_cls, setup.config))  # fmt: skip
@@ -583,8 +587,10 @@ def run_train(args) -> int:
         steps = algo.ctx.counters["env_steps_sampled"]
         progress = Progress(stop, args.no_progress, base_steps=steps)
         board = metrics_writer(setup.out / "tensorboard")  # None without tensorboard
-        result, cut_short = train_until_stop(algo, setup.out, stop, progress, board, args)
-        finish_run(algo, setup, result, args, cut_short)
+        files = RunFiles(setup.out, args.checkpoint_every, args.keep_checkpoints)
+        with files, progress as bar:
+            result, cut_short = train_until_stop(algo, stop, files, bar, board)
+        finish_run(algo, setup, result, files, args, cut_short)
     finally:
         if board is not None:  # also on Ctrl-C: its last events are written at close
             board.close()
@@ -615,9 +621,28 @@ def plan_train(args) -> TrainSetup:
     if algorithm is None:
         raise ValueError("name the algorithm: hrl-tasks train ALGO, or `algorithm` in --config")
     algo_cls = get_algorithm(algorithm)
-    out = args.out or args.resume or Path("runs") / f"{algorithm}-{env_label(config)}"
+    out = args.out or args.resume
     algo_cls.config_class.from_dict(config)  # a bad config fails before any connection
     return TrainSetup(algorithm, algo_cls, config, checkpoint, out, experiment.get("stop"))
+
+
+def take_run_dir(setup: TrainSetup, args) -> TrainSetup:
+    """``setup`` with the directory its run writes to, taken: ``--resume``'s own, else
+    ``--out`` if it holds no other run's files (``--force`` moves them aside), else the
+    first free of ``runs/ALGO-ENV``, ``runs/ALGO-ENV-2``, ...
+
+    Raises:
+        RunDirError: if ``--out`` holds another run's files, without ``--force``.
+    """
+    from hrl_tasks.run_dir import claim
+
+    if args.resume is not None and setup.out == args.resume:
+        return setup
+    default = Path("runs") / f"{setup.algorithm}-{env_label(setup.config)}"
+    out, aside = claim(setup.out, default, force=args.force)
+    if aside is not None:
+        print(f"moved the earlier run's files in {out} to {aside}", flush=True)
+    return setup._replace(out=out)
 
 
 def env_label(config: dict) -> str:
@@ -639,58 +664,41 @@ def build_algorithm(setup: TrainSetup, engine):
 
 
 def start_run(algo, setup: TrainSetup) -> None:
-    """Restore the state of the run resumed, say where to watch and where it writes,
-    and create that directory."""
+    """Restore the state of the run resumed, say where to watch and where it writes."""
     if setup.checkpoint is not None:
         algo.set_state(setup.checkpoint)
     print(f"dashboard: {algo.engine.dashboard_link}", flush=True)
     print(f"engine page: {algo.engine.page_link}", flush=True)
     print(f"writing to {setup.out}/", flush=True)
-    setup.out.mkdir(parents=True, exist_ok=True)
 
 
-def train_until_stop(
-    algo, out: Path, stop: dict, progress: Progress, board, args
-) -> tuple[dict | None, bool]:
+def train_until_stop(algo, stop: dict, files, bar, board) -> tuple[dict | None, bool]:
     """Train until a ``stop`` condition holds; returns the last iteration's result, and
     whether the time stop cut an iteration short (its waits on the engine are bounded:
     `hrl_tasks.algorithms.time_limit`).
 
-    Each iteration's metrics go to ``out/metrics.jsonl``, to TensorBoard (``board``,
-    if any) and to the progress bar, with a checkpoint every ``--checkpoint-every``
-    iterations.
+    Each iteration's metrics go to the run's ``files`` (metrics.jsonl, a checkpoint
+    every ``--checkpoint-every`` iterations), to TensorBoard (``board``, if any) and to
+    the progress ``bar``.
 
     Raises:
-        ValueError: after the first iteration, if ``stop`` names a metric not reported.
+        ConfigError: after the first iteration, if ``stop`` names a metric not reported.
     """
-    from hrl_tasks.algorithms import stop_reached, time_limit
-    from hrl_tasks.jsonable import jsonable
+    from hrl_tasks.algorithms import train_until
     from hrl_tasks.scheduler import DeadlineReached
 
-    result = None
-    with (
-        (out / "metrics.jsonl").open("a") as log,
-        progress as bar,
-        algo.engine.time_limit(time_limit(stop, algo)),
-    ):
-        while True:
-            try:
-                result = algo.train()
-            except DeadlineReached:
-                return result, True
-            check_stop_keys(stop, result)
-            log.write(json.dumps(jsonable(result)) + "\n")
-            log.flush()
-            if board is not None:
-                board.write(result)
-            bar.update(result)
-            if result["iteration"] % args.checkpoint_every == 0:
-                save_checkpoint(algo, out, result["iteration"], args.keep_checkpoints)
-            if stop_reached(result, stop):
-                return result, False
+    def show(result: dict) -> None:
+        if board is not None:
+            board.write(result)
+        bar.update(result)
+
+    try:
+        return train_until(algo, stop, show, files)
+    except DeadlineReached:  # the first iteration was cut short
+        return None, True
 
 
-def finish_run(algo, setup: TrainSetup, result: dict | None, args, cut_short: bool) -> None:
+def finish_run(algo, setup: TrainSetup, result: dict | None, files, args, cut_short: bool) -> None:
     """The run's last checkpoint and learning curve, and the line that sums it up.
 
     A run whose last iteration the time stop cut short saves no checkpoint of that
@@ -699,17 +707,17 @@ def finish_run(algo, setup: TrainSetup, result: dict | None, args, cut_short: bo
     from hrl_tasks.envs import env_name
 
     if cut_short:
-        kept = sorted((setup.out / "checkpoints").glob("checkpoint-*.hrl"))
+        kept = files.last_checkpoint()
         print(
             f"--stop-time reached while iteration {algo.iteration + 1} waited on the cluster; "
             "it was cut short and not saved. "
-            + (f"The last checkpoint is {kept[-1]}." if kept else "No checkpoint was saved."),
+            + (f"The last checkpoint is {kept}." if kept else "No checkpoint was saved."),
             flush=True,
         )
         if result is None:
             return
     else:
-        save_checkpoint(algo, setup.out, result["iteration"], args.keep_checkpoints)
+        files.save(algo, result["iteration"])
     curve = setup.out / "learning_curve.png"
     title = f"{setup.algorithm} on {env_name(algo.config.env)}"
     plot_run(setup.out / "metrics.jsonl", curve, setup.algorithm, title, result, args.stop_reward)
@@ -741,7 +749,7 @@ def run_tune(args) -> int:
     space = dict(parse_space_item(item) for item in args.space)
     resources = pairs(args.trial_resources, "--trial-resources", number=True)
     check_search(args.algorithm, config, space)  # bad input fails before a cluster starts
-    out = args.out or Path("runs") / f"tune-{args.algorithm}-{config.get('env', 'env')}"
+    out = take_search_dir(args, config)
     if args.resume and not (out / "search.pkl").exists():
         raise ValueError(f"nothing to resume in {out}: it holds no search.pkl")
     options = dict(
@@ -767,6 +775,26 @@ def run_tune(args) -> int:
           f"config {best['config']}; checkpoint {best['checkpoint']}; "
           f"table in {out / 'results.csv'}, curves in {out / 'curves.png'}")  # fmt: skip
     return 0
+
+
+def take_search_dir(args, config: dict) -> Path:
+    """The directory a search writes to: ``--out``, or ``runs/tune-ALGO-ENV`` when
+    resuming, else the first free of ``runs/tune-ALGO-ENV``, ``-2``, ...; a new search's
+    taken before any cluster starts.
+
+    Raises:
+        RunDirError: if a new search's ``--out`` holds another run's files, without
+            ``--force``.
+    """
+    from hrl_tasks.run_dir import claim
+
+    default = Path("runs") / f"tune-{args.algorithm}-{env_label(config)}"
+    if args.resume:
+        return args.out or default
+    out, aside = claim(args.out, default, force=args.force)
+    if aside is not None:
+        print(f"moved the earlier run's files in {out} to {aside}", flush=True)
+    return out
 
 
 def tune_workers(args, config: dict) -> int:

@@ -144,6 +144,62 @@ def test_train_writes_metrics_curve_checkpoints_and_resumes(tmp_path, capsys):
     assert json.loads(lines[2])["env_steps_sampled"] > json.loads(lines[1])["env_steps_sampled"]
 
 
+def files_of(path: Path) -> dict:
+    """Every file under ``path``, relative name -> bytes."""
+    return {
+        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
+    }
+
+
+TINY_PPO = ["--env", "CartPole-v1", "--num-workers", "1", "--set", "train_batch_size=64",
+            "--set", "num_envs_per_worker=2", "--set", "rollout_fragment_length=16",
+            "--no-progress"]  # fmt: skip
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_a_second_run_into_a_used_out_leaves_the_first_byte_for_byte(tmp_path, capsys):
+    run_a = tmp_path / "runA"
+    argv = ["train", "ppo", "--stop-iters", "4", "--out", str(run_a), "--checkpoint-every", "2"]
+    assert main([*argv, *TINY_PPO]) == 0
+    first = files_of(run_a)
+    assert {"checkpoints/checkpoint-000002.hrl", "checkpoints/checkpoint-000004.hrl"} <= set(first)
+    capsys.readouterr()
+    a2c = ["train", "a2c", "--env", "CartPole-v1", "--stop-iters", "1", "--out", str(run_a),
+           "--num-workers", "1", "--set", "train_batch_size=32", "--no-progress"]  # fmt: skip
+    assert main(a2c) == 2
+    err = capsys.readouterr().err
+    assert f"{run_a} holds another run's files" in err and "--resume" in err and "--force" in err
+    assert files_of(run_a) == first
+    # The checkpoint of iteration 2 made to look newest, as a copy without times may do:
+    # the run still resumes from iteration 4.
+    (run_a / "checkpoints" / "checkpoint-000002.hrl").touch()
+    assert main(["train", "ppo", "--resume", str(run_a), "--stop-iters", "5", "--no-progress"]) == 0
+    lines = (run_a / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3, 4, 5]
+    resumed = files_of(run_a)
+    capsys.readouterr()
+    assert main([*a2c, "--force"]) == 0
+    (aside,) = tmp_path.glob("runA.old-*")
+    assert f"moved the earlier run's files in {run_a} to {aside}" in capsys.readouterr().out
+    assert files_of(aside) == resumed
+    assert [
+        json.loads(x)["iteration"] for x in (run_a / "metrics.jsonl").read_text().splitlines()
+    ] == [1]
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_the_same_command_twice_gives_two_runs(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for run in ("ppo-CartPole-v1", "ppo-CartPole-v1-2"):
+        assert main(["train", "ppo", "--stop-iters", "1", *TINY_PPO]) == 0
+        assert f"writing to {Path('runs') / run}/" in capsys.readouterr().out
+        assert (tmp_path / "runs" / run / "checkpoints" / "checkpoint-000001.hrl").exists()
+    first = tmp_path / "runs" / "ppo-CartPole-v1"
+    assert len((first / "metrics.jsonl").read_text().splitlines()) == 1
+
+
 EXPERIMENT = """
 from hrl_tasks.policies.policy_map import PolicySpec
 
@@ -363,3 +419,44 @@ def test_stop_conditions_read_at_least_and_at_most():
     assert stop_reached({"iteration": 3, "loss_rate/minimax": 0.0}, stop)
     with pytest.raises(ValueError, match="METRIC<=NUMBER"):
         parse_stop("loss_rate/minimax<=none")
+
+
+def test_an_env_id_from_a_checkpoint_or_a_recording_imports_no_local_module_unasked(
+    tmp_path, capsys, monkeypatch
+):
+    import numpy as np
+
+    import hrl_tasks
+    from hrl_tasks.algorithms.checkpoint import read_checkpoint, write_checkpoint
+    from hrl_tasks.cli import plan_train
+    from hrl_tasks.data.experience import PartWriter
+
+    (tmp_path / "evilmod.py").write_text("open('imported', 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    evil = "evilmod:EvilCartPole-v0"
+    checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-000001.hrl"
+    with hrl_tasks.SyncEngine() as engine:
+        algo, _ = hrl_tasks.train("ppo", "CartPole-v1", stop={"iteration": 1}, engine=engine,
+                                  num_workers=1, train_batch_size=64)  # fmt: skip
+        state = algo.get_state()
+        algo.stop()
+    state["config"]["env"] = evil
+    write_checkpoint(checkpoint, state)
+    assert read_checkpoint(checkpoint)["config"]["env"] == evil
+    writer = PartWriter(str(tmp_path / "recording"), "demo", {"env": evil})
+    writer.add({"obs": np.zeros((3, 4), np.float32), "actions": np.array([0, 1, 0]),
+                "rewards": np.ones(3, np.float32), "terminateds": np.array([False, False, True]),
+                "truncateds": np.zeros(3, bool), "eps_id": np.zeros(3, np.int64),
+                "t": np.arange(3)})  # fmt: skip
+    writer.flush()
+    resume = ["train", "ppo", "--resume", str(tmp_path / "run"), "--stop-iters", "2"]
+    train_from = ["train", "bc", "--train-from", str(tmp_path / "recording"), "--stop-iters", "1"]
+    for argv, source in ((resume, str(checkpoint)), (train_from, str(tmp_path / "recording"))):
+        assert main([*argv, "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert f"{source}: its env {evil!r} would import the module 'evilmod'" in err
+        assert "--trust-env-modules" in err and err.count("\n") == 1
+        trusted = plan_train(build_parser().parse_args([*argv, "--trust-env-modules"]))
+        assert trusted.config["env"] == evil
+    assert not (tmp_path / "imported").exists()

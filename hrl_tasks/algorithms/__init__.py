@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -11,7 +12,7 @@ from hrl_tasks.algorithms.algorithm import Algorithm, CheckpointError
 from hrl_tasks.algorithms.alphazero import AlphaZero, AlphaZeroConfig
 from hrl_tasks.algorithms.apex import ApeX, ApeXConfig
 from hrl_tasks.algorithms.appo import APPO, APPOConfig
-from hrl_tasks.algorithms.checkpoint import read_checkpoint
+from hrl_tasks.algorithms.checkpoint import latest_checkpoint, read_checkpoint
 from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.algorithms.cql import CQL, CQLConfig
 from hrl_tasks.algorithms.dqn import DQN, DQNConfig
@@ -40,6 +41,12 @@ def train(
     stop: Mapping[str, float] | None = None,
     engine=None,
     callback: Callable[[dict], None] | None = None,
+    *,
+    out: str | os.PathLike | None = None,
+    resume: bool = False,
+    force: bool = False,
+    checkpoint_every: int = 10,
+    keep_checkpoints: int = 5,
     **config,
 ) -> tuple[Algorithm, dict]:
     """Train until a stop condition holds; returns the algorithm (still running) and the last metrics.
@@ -54,6 +61,14 @@ def train(
             Default: 10 iterations.
         engine: run on this engine instead of an embedded cluster.
         callback: called with each iteration's metrics.
+        out: a directory to write the run into, as ``hrl-tasks train --out`` does:
+            ``metrics.jsonl`` and ``checkpoints/checkpoint-NNNNNN.hrl`` (every
+            ``checkpoint_every`` iterations and at the end, the ``keep_checkpoints``
+            of the highest iterations kept; 0 keeps all). None writes nothing.
+        resume: continue the run saved in ``out`` (its last checkpoint and config,
+            ``config`` over it).
+        force: if ``out`` holds another run's files, move them aside to
+            ``<out>.old-<time>`` instead of refusing.
         **config: the algorithm's config keys.
 
     A ``time_total_s`` stop also bounds every wait: an iteration still waiting on
@@ -61,15 +76,54 @@ def train(
     metrics are returned (the algorithm's state is then that of an iteration cut
     short: save it only if a checkpoint of that state will do).
 
+    Raises:
+        RunDirError: if ``out`` holds another run's files, neither ``resume`` nor
+            ``force`` given (before any cluster starts).
+        ConfigError: for a bad config or stop key.
+
     Example::
 
         algo, result = hrl_tasks.train("ppo", env="CartPole-v1", stop={"episode_return_mean": 450})
         algo.stop()
     """
+    stop = dict(stop or {"iteration": 10})
+    config = dict(config, env=env)
+    state = None
+    if out is not None and resume:
+        state = read_checkpoint(Path(out) / "checkpoints")
+        config = {**state["config"], **config}
+    algo_cls = get_algorithm(algorithm)
+    algo_cls.config_class.from_dict(config)  # a bad config fails before the directory is taken
+    if out is not None and not resume:
+        claim(Path(out), Path(out), force=force, resume_hint="resume=True")
+    algo = algo_cls(config, engine=engine)
+    try:
+        if state is not None:
+            algo.set_state(state)
+        files = RunFiles(out, checkpoint_every, keep_checkpoints) if out is not None else None
+        with files or contextlib.nullcontext():
+            result, cut_short = train_until(algo, stop, callback, files)
+            if files is not None and not cut_short:  # a cut iteration's state is not saved
+                files.save(algo, result["iteration"])
+    except BaseException:
+        algo.stop()
+        raise
+    return algo, result
+
+
+def train_until(
+    algo: Algorithm, stop: Mapping, callback, files: RunFiles | None
+) -> tuple[dict, bool]:
+    """Train ``algo`` until a ``stop`` condition holds (or its time stop cut an iteration
+    short); returns the last finished iteration's metrics, and whether an iteration was
+    cut short.
+
+    Raises:
+        ConfigError: if ``stop`` names a metric the algorithm does not report.
+        DeadlineReached: if the time stop cut the first iteration short.
+    """
     from hrl_tasks.scheduler import DeadlineReached
 
-    stop = dict(stop or {"iteration": 10})
-    algo = get_algorithm(algorithm)(dict(config, env=env), engine=engine)
     result = None
     with algo.engine.time_limit(time_limit(stop, algo)):
         while True:
@@ -77,19 +131,31 @@ def train(
                 result = algo.train()
             except DeadlineReached:  # an iteration that could not end in time
                 if result is None:
-                    algo.stop()
                     raise
-                return algo, result
-            unknown = [k for k in stop if k not in result and "/" not in k]
-            if unknown:
-                algo.stop()
-                raise ConfigError(
-                    f"unknown stop keys {unknown}; {algorithm} reports: {sorted(result)}"
-                )
+                return result, True
+            check_stop_keys(stop, result, algo.name)
+            if files is not None:
+                files.record(algo, result)
             if callback is not None:
                 callback(result)
             if stop_reached(result, stop):
-                return algo, result
+                return result, False
+
+
+def check_stop_keys(stop: Mapping, result: Mapping, algorithm: str) -> None:
+    """Stop conditions must name metrics the algorithm reports (known after one
+    iteration); evaluation metrics may appear later, so keys with a '/' are only
+    checked by name. Pure.
+
+    Raises:
+        ConfigError: naming the keys and the metrics reported.
+    """
+    unknown = [k for k in stop if k not in result and "/" not in k]
+    if unknown:
+        reported = ", ".join(sorted(k for k in result if not k.startswith("info/")))
+        raise ConfigError(
+            f"stop {', '.join(unknown)}: not reported by {algorithm}; the metrics are: {reported}"
+        )
 
 
 def time_limit(stop: Mapping, algo: Algorithm, grace_s: float = STOP_GRACE_S) -> float | None:

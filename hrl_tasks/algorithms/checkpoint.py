@@ -4,12 +4,21 @@ A file is ``MAGIC``, the SHA-256 digest of the payload, then the payload (the
 state encoded by `hrl_tasks.data.encode`). A truncated or corrupted file fails
 the digest and is named in a `CheckpointError`; nothing is loaded from it.
 Files without the header (written before it existed) are read without the check.
+
+A run's checkpoints are ``checkpoint-NNNNNN.hrl``, NNNNNN its iteration: only
+these count when a run resumes or prunes, ordered by the iteration in the name
+(not by modification time, which a copy may not keep). A write goes to a temp
+file beside the checkpoint, is fsynced, renamed over it, and the directory is
+fsynced, so that a crash leaves the old file or the new one; the temp file of a
+crashed write is removed when a run starts in the directory
+(`remove_stale_writes`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +28,10 @@ CHECKPOINT_SUFFIX = ".hrl"
 FORMAT = "hrl_tasks.checkpoint/1"
 MAGIC = b"HRLCKPT\x01"
 DIGEST_BYTES = 32
+RUN_CHECKPOINT = re.compile(r"checkpoint-(\d+)\.hrl")
+"""A run's checkpoint file: ``checkpoint-<iteration>.hrl``, the iteration zero-padded."""
+STALE_WRITE = re.compile(r"\..+\.tmp-\d+")
+"""The temp file of a write (`write_checkpoint`), left behind if the process died."""
 
 
 class CheckpointError(ValueError):
@@ -36,39 +49,82 @@ def write_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_directory(path.parent)
     return path
 
 
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (a crash right after it may otherwise
+    bring back the old name)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run_checkpoints(directory: str | os.PathLike) -> list[Path]:
+    """The run's checkpoints in ``directory`` (``checkpoint-NNNNNN.hrl``), by iteration."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [
+        (int(match.group(1)), entry)
+        for entry in directory.iterdir()
+        if (match := RUN_CHECKPOINT.fullmatch(entry.name))
+    ]
+    return [entry for _, entry in sorted(found)]
+
+
 def latest_checkpoint(path: str | os.PathLike) -> Path:
-    """``path`` if it is a file, else the newest checkpoint in the directory."""
+    """``path`` if it is a file, else the run's checkpoint of the highest iteration in
+    the directory.
+
+    Raises:
+        CheckpointError: if ``path`` does not exist, or is a directory holding no
+            ``checkpoint-NNNNNN.hrl``.
+    """
     path = Path(path)
     if path.is_dir():
-        found = sorted(path.glob(f"*{CHECKPOINT_SUFFIX}"), key=lambda p: p.stat().st_mtime)
+        found = run_checkpoints(path)
         if not found:
-            raise CheckpointError(f"no *{CHECKPOINT_SUFFIX} checkpoint in {path}")
+            others = sorted(p.name for p in path.glob(f"*{CHECKPOINT_SUFFIX}"))
+            named = f"; name one of {', '.join(others)} as the file to read" if others else ""
+            raise CheckpointError(f"no checkpoint-NNNNNN{CHECKPOINT_SUFFIX} in {path}{named}")
         return found[-1]
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {path}")
     return path
 
 
-def prune_checkpoints(
-    directory: str | os.PathLike, keep: int, pattern: str = "checkpoint-*"
-) -> list[Path]:
-    """Delete all but the ``keep`` newest checkpoints matching ``pattern`` in ``directory``
-    (newest by modification time, the order `latest_checkpoint` uses); ``keep=0`` keeps all.
+def prune_checkpoints(directory: str | os.PathLike, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` checkpoints of the highest iterations among the run's
+    (``checkpoint-NNNNNN.hrl``) in ``directory``; other files stay. ``keep=0`` keeps all.
 
     Returns:
-        The deleted files, oldest first.
+        The deleted files, lowest iteration first.
     """
     if keep <= 0:
         return []
-    found = sorted(
-        Path(directory).glob(f"{pattern}{CHECKPOINT_SUFFIX}"), key=lambda p: p.stat().st_mtime
-    )
-    stale = found[:-keep]
+    stale = run_checkpoints(directory)[:-keep]
     for path in stale:
         path.unlink(missing_ok=True)
+    return stale
+
+
+def remove_stale_writes(directory: str | os.PathLike) -> list[Path]:
+    """Remove the temp files of writes that never finished (their process died) from
+    ``directory``; call it before a run starts writing there.
+
+    Returns:
+        The files removed.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = [entry for entry in directory.iterdir() if STALE_WRITE.fullmatch(entry.name)]
+    for entry in stale:
+        entry.unlink(missing_ok=True)
     return stale
 
 

@@ -41,6 +41,9 @@ class TuneOptions:
     tensorboard is installed; None writes nothing."""
     resume: bool = False
     """Continue the search saved in ``out``: ended trials are not run again."""
+    force: bool = False
+    """If ``out`` holds another run's files (and ``resume`` is not set), move them aside
+    to ``<out>.old-<time>`` instead of refusing."""
     seed: int | None = 0
     """Makes the sampler and PBT repeatable."""
     checkpoint_interval_s: float = 60.0

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hrl_tasks.run_dir import claim
 from hrl_tasks.search.samplers import Sampler, make_sampler
 from hrl_tasks.search.schedulers import (
     CONTINUE,
@@ -674,7 +675,8 @@ def tune(algorithm: str, env: Any = None, space: Mapping[str, Any] | None = None
     Args: ``algorithm`` (a name of ``hrl_tasks.algorithms.ALGORITHMS``), ``env`` (an env
     spec, `hrl_tasks.envs.make`; or ``config["env"]``), ``space`` (keys to search, each a
     domain of `hrl_tasks.search` or a constant), ``config`` (the fixed keys), and the
-    ``options`` of `TuneOptions` (``num_samples``, ``scheduler``, ``stop``, ``out``...).
+    ``options`` of `TuneOptions` (``num_samples``, ``scheduler``, ``stop``, ``out``...;
+    an ``out`` that holds another run's files is refused unless ``resume`` or ``force``).
     Returns a `TuneResult` (``trials``, ``best_config``, ``best_checkpoint``). Raises
     ``ConfigError`` or ``SearchError`` for a bad config, space, sampler or scheduler
     before any cluster starts, ``ResourceError`` if a trial could never fit. Example::
@@ -686,6 +688,8 @@ def tune(algorithm: str, env: Any = None, space: Mapping[str, Any] | None = None
 
     opts, space = TuneOptions.from_keywords(options), dict(space or {})
     settings = search_settings(algorithm, fixed_config(config, env), space, opts)
+    if settings["out"] is not None and not opts.resume:  # before any cluster starts
+        claim(settings["out"], settings["out"], force=opts.force, resume_hint="resume=True")
     decisions = {} if opts.resume else new_decisions(space, settings["stop"], opts)
     own_engine, engine = engine is None, engine or Engine.local()
     try:

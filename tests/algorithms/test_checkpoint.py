@@ -14,6 +14,7 @@ from hrl_tasks.algorithms.checkpoint import (
     latest_checkpoint,
     prune_checkpoints,
     read_checkpoint,
+    remove_stale_writes,
     write_checkpoint,
 )
 from hrl_tasks.data import encode
@@ -83,3 +84,35 @@ def test_pruning_keeps_the_newest_and_only_the_runs_own_files(tmp_path):
     ]
     assert latest_checkpoint(tmp_path).name == "checkpoint-000005.hrl"
     assert prune_checkpoints(tmp_path, keep=0) == [] and len(list(tmp_path.iterdir())) == 3
+
+
+def test_the_last_checkpoint_is_the_highest_iteration_whatever_the_times(tmp_path):
+    """A run directory copied without its times (or a clock that went back) still resumes
+    from, and prunes to, the iterations in the names; other ``.hrl`` files never count."""
+    for iteration, mtime in ((12, 100), (5, 300), (10, 200)):
+        path = write_checkpoint(tmp_path / f"checkpoint-{iteration:06d}.hrl", {"i": iteration})
+        os.utime(path, (mtime, mtime))
+    newest = write_checkpoint(tmp_path / "a2c.hrl", {"i": -1})
+    os.utime(newest, (400, 400))
+    assert latest_checkpoint(tmp_path).name == "checkpoint-000012.hrl"
+    assert [p.name for p in prune_checkpoints(tmp_path, keep=2)] == ["checkpoint-000005.hrl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a2c.hrl",
+        "checkpoint-000010.hrl",
+        "checkpoint-000012.hrl",
+    ]
+
+
+def test_a_directory_without_run_checkpoints_names_the_files_it_has(tmp_path):
+    write_checkpoint(tmp_path / "best.hrl", {"i": 0})
+    with pytest.raises(CheckpointError, match=r"no checkpoint-NNNNNN\.hrl in .*best\.hrl"):
+        latest_checkpoint(tmp_path)
+
+
+def test_temp_files_of_a_crashed_write_are_removed_at_start(tmp_path):
+    kept = write_checkpoint(tmp_path / "checkpoint-000001.hrl", {"i": 1})
+    crashed = tmp_path / ".checkpoint-000002.hrl.tmp-4242"
+    crashed.write_bytes(b"half a checkpoint")
+    assert remove_stale_writes(tmp_path) == [crashed]
+    assert sorted(tmp_path.iterdir()) == [kept]
+    assert remove_stale_writes(tmp_path / "missing") == []

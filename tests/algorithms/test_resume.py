@@ -1,5 +1,7 @@
 """A restored algorithm is in the state its checkpoint saved, and bad checkpoints are named."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,7 @@ from hrl_tasks.algorithms import (
     CheckpointError,
 )
 from hrl_tasks.algorithms.algorithm import read_checkpoint
+from hrl_tasks.errors import ConfigError
 
 pytestmark = pytest.mark.cluster
 
@@ -152,3 +155,35 @@ def test_a_missing_checkpoint_is_named(saved_ppo, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match=r"no \*.hrl checkpoint in .*empty"):
         algo.restore(tmp_path / "empty")
+
+
+@pytest.mark.timeout(240)
+def test_train_in_python_writes_its_run_and_never_overwrites_another(tmp_path):
+    import hrl_tasks
+    from hrl_tasks.run_dir import RunDirError
+
+    out = tmp_path / "run"
+    tiny = {**TINY, "num_workers": 1, "train_batch_size": 64, "minibatch_size": 32}
+    every = {"checkpoint_every": 1, "keep_checkpoints": 1}
+    algo, result = hrl_tasks.train("ppo", "CartPole-v1", {"iteration": 2}, out=out, **every, **tiny)
+    algo.stop()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["checkpoint-000002.hrl"]
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(RunDirError, match="resume=True.*force=True"):
+        hrl_tasks.train("a2c", "CartPole-v1", out=out)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    algo, result = hrl_tasks.train("ppo", "CartPole-v1", {"iteration": 3}, out=out, resume=True)
+    algo.stop()
+    assert result["iteration"] == 3
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+    assert read_checkpoint(out / "checkpoints")["iteration"] == 3
+
+
+def test_tune_in_python_refuses_a_used_out_before_any_cluster(tmp_path):
+    import hrl_tasks
+
+    (tmp_path / "trials.json").write_text("[]")
+    with pytest.raises(ConfigError, match="holds another run's files.*force=True"):
+        hrl_tasks.tune("ppo", "CartPole-v1", {}, out=tmp_path)
+    assert (tmp_path / "trials.json").read_text() == "[]"
