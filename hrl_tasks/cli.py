@@ -409,7 +409,7 @@ def runner_engine(args, run_dir: Path):
     the scheduler and worker ranks this serves until the run ends, then exits; on the
     driver rank it returns the engine, which ends the other ranks when it closes."""
     from hrl_tasks.scheduler import Engine
-    from hrl_tasks.scheduler.runners import end_on_lost_rank, join_allocation
+    from hrl_tasks.scheduler.runners import end_on_lost_rank, forget_decision, join_allocation
 
     allocation = join_allocation(args.runner, run_dir, ports=args.ports)
     try:
@@ -423,6 +423,7 @@ def runner_engine(args, run_dir: Path):
     except BaseException:
         engine.close()
         raise
+    forget_decision(args.runner, run_dir.parent)  # every rank has joined, so has read it
     if args.runner == "mpi":
         end_on_lost_rank(engine, run_dir)
     print(f"{args.runner} runner: scheduler {allocation.address}, {allocation.workers} worker "
@@ -634,15 +635,28 @@ def take_run_dir(setup: TrainSetup, args) -> TrainSetup:
     Raises:
         RunDirError: if ``--out`` holds another run's files, without ``--force``.
     """
-    from hrl_tasks.run_dir import claim
-
     if args.resume is not None and setup.out == args.resume:
         return setup
     default = Path("runs") / f"{setup.algorithm}-{env_label(setup.config)}"
-    out, aside = claim(setup.out, default, force=args.force)
-    if aside is not None:
-        print(f"moved the earlier run's files in {out} to {aside}", flush=True)
-    return setup._replace(out=out)
+    return setup._replace(out=claim_run_dir(args, setup.out, default))
+
+
+def claim_run_dir(args, out: Path | None, default: Path) -> Path:
+    """`hrl_tasks.run_dir.claim` for this command; under ``--runner``, where every rank
+    runs it, taken once by the scheduler's rank and read by the others."""
+    from hrl_tasks.run_dir import claim
+
+    def decide() -> Path:
+        taken, aside = claim(out, default, force=args.force)
+        if aside is not None:
+            print(f"moved the earlier run's files in {taken} to {aside}", flush=True)
+        return taken
+
+    if args.runner is None:
+        return decide()
+    from hrl_tasks.scheduler.runners import decided_once
+
+    return Path(decided_once(args.runner, (out or default).parent, decide))
 
 
 def env_label(config: dict) -> str:
@@ -786,15 +800,10 @@ def take_search_dir(args, config: dict) -> Path:
         RunDirError: if a new search's ``--out`` holds another run's files, without
             ``--force``.
     """
-    from hrl_tasks.run_dir import claim
-
     default = Path("runs") / f"tune-{args.algorithm}-{env_label(config)}"
     if args.resume:
         return args.out or default
-    out, aside = claim(args.out, default, force=args.force)
-    if aside is not None:
-        print(f"moved the earlier run's files in {out} to {aside}", flush=True)
-    return out
+    return claim_run_dir(args, args.out, default)
 
 
 def tune_workers(args, config: dict) -> int:

@@ -75,6 +75,85 @@ def check_world(system: str, size: int) -> None:
         )
 
 
+JOB_KEYS = {
+    "slurm": (("SLURM_JOB_ID", "SLURM_STEP_ID"),),
+    "mpi": (("PMIX_NAMESPACE",), ("OMPI_MCA_ess_base_jobid",), ("PMI_KVSNAME",)),
+}
+"""What names one run of a launcher: SLURM's job and step; mpirun's job (PMIx's
+namespace, OpenMPI's job id, or MPICH's key-value space)."""
+DECISION_WAIT_S = 120.0  # how long a rank waits for the scheduler's rank's decision
+
+
+def job_key(system: str, environ) -> str:
+    """The key of this run of the launcher, the same on every rank. Pure.
+
+    Raises:
+        EngineError: if the launcher set none of `JOB_KEYS`.
+    """
+    for names in JOB_KEYS[system]:
+        if all(name in environ for name in names):
+            return "-".join(environ[name] for name in names).replace("/", "_")
+    raise EngineError(
+        f"--runner {system}: none of {', '.join('+'.join(n) for n in JOB_KEYS[system])} is "
+        "set, so the ranks cannot tell this run from another: start it with "
+        + ("srun" if system == "slurm" else "mpirun")
+    )
+
+
+def decision_file(system: str, where: Path) -> Path:
+    """Where the scheduler's rank leaves a decision about this run for the other ranks."""
+    return where / f".hrl-run-{job_key(system, os.environ)}.json"
+
+
+def decided_once(system: str, where: Path, decide) -> str:
+    """A decision about the run that every rank of it shares (its output directory):
+    the scheduler's rank calls ``decide()`` and leaves the answer (or the error's
+    message) in `decision_file` under ``where``; the others wait for it and read it.
+    The driver removes the file once every rank has joined (`forget_decision`).
+
+    Raises:
+        ValueError: with ``decide``'s message, on every rank, if it raised one.
+        EngineError: if the scheduler's rank left nothing within `DECISION_WAIT_S`.
+    """
+    import json
+    import time
+
+    rank, _ = rank_and_size(system, os.environ)
+    note = decision_file(system, where)
+    if rank == SCHEDULER_RANK:
+        try:
+            answer = {"value": str(decide())}
+        except ValueError as exc:
+            answer = {"error": str(exc)}
+        where.mkdir(parents=True, exist_ok=True)
+        tmp = note.with_name(f"{note.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(answer))
+        os.replace(tmp, note)
+    else:
+        deadline = time.monotonic() + DECISION_WAIT_S
+        while not note.exists():
+            if time.monotonic() > deadline:
+                raise EngineError(
+                    f"--runner {system}: the scheduler's rank (rank {SCHEDULER_RANK}) left no "
+                    f"decision in {note} within {DECISION_WAIT_S:g} s; do all ranks see the "
+                    "same file system there?"
+                )
+            time.sleep(0.1)
+        answer = json.loads(note.read_text())
+    if "error" in answer:
+        raise ValueError(answer["error"])
+    return answer["value"]
+
+
+def forget_decision(system: str, where: Path) -> None:
+    """Remove the run's `decision_file` (every rank has read it once all have joined)."""
+    try:
+        note = decision_file(system, where)
+    except EngineError:  # no job key: no decision was left
+        return
+    note.unlink(missing_ok=True)
+
+
 def free_port(ports: str | None) -> int:
     """A port free on this host now: any (0 is left to the system) or the first free
     one of ``LOW:HIGH``.

@@ -5,11 +5,14 @@ import socket
 
 import pytest
 
-from hrl_tasks.scheduler import EngineError
+from hrl_tasks.scheduler import EngineError, runners
 from hrl_tasks.scheduler.runners import (
     check_world,
+    decided_once,
     ends_the_run,
+    forget_decision,
     free_port,
+    job_key,
     lost_ranks,
     rank_and_size,
 )
@@ -57,3 +60,50 @@ def test_mpiruns_sigcont_ends_the_run_only_with_a_rank_gone_and_its_sigterm_alwa
     assert not ends_the_run(cont, [])  # a stopped run that continues
     assert ends_the_run(term, []) and ends_the_run(cont + term, [])
     assert not ends_the_run(bytes([signal.SIGINT]), ["3"])
+
+
+def test_a_run_of_a_launcher_has_one_key_on_every_rank():
+    assert job_key("slurm", {"SLURM_JOB_ID": "17", "SLURM_STEP_ID": "2"}) == "17-2"
+    assert job_key("mpi", {"PMIX_NAMESPACE": "1362886657", "PMI_KVSNAME": "x"}) == "1362886657"
+    assert job_key("mpi", {"PMI_KVSNAME": "kvs/8_0"}) == "kvs_8_0"
+    with pytest.raises(EngineError, match="SLURM_JOB_ID\\+SLURM_STEP_ID"):
+        job_key("slurm", {"SLURM_JOB_ID": "17"})
+
+
+def as_rank(monkeypatch, rank: int) -> None:
+    monkeypatch.setenv("SLURM_PROCID", str(rank))
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_JOB_ID", "17")
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+
+
+def test_the_scheduler_rank_decides_and_the_others_read_its_answer(tmp_path, monkeypatch):
+    as_rank(monkeypatch, 0)
+    assert decided_once("slurm", tmp_path, lambda: "runs/ppo-2") == "runs/ppo-2"
+    as_rank(monkeypatch, 3)
+
+    def never() -> str:
+        raise AssertionError("only the scheduler's rank decides")
+
+    assert decided_once("slurm", tmp_path, never) == "runs/ppo-2"
+    forget_decision("slurm", tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refusal_reaches_every_rank(tmp_path, monkeypatch):
+    def refuse() -> str:
+        raise ValueError("runs/ppo holds another run's files")
+
+    as_rank(monkeypatch, 0)
+    with pytest.raises(ValueError, match="holds another run's files"):
+        decided_once("slurm", tmp_path, refuse)
+    as_rank(monkeypatch, 2)
+    with pytest.raises(ValueError, match="holds another run's files"):
+        decided_once("slurm", tmp_path, refuse)
+
+
+def test_a_rank_that_gets_no_answer_says_where_it_looked(tmp_path, monkeypatch):
+    as_rank(monkeypatch, 1)
+    monkeypatch.setattr(runners, "DECISION_WAIT_S", 0.3)
+    with pytest.raises(EngineError, match=r"left no decision in .*\.hrl-run-17-0\.json"):
+        decided_once("slurm", tmp_path, lambda: "unused")

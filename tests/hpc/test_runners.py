@@ -185,3 +185,30 @@ def test_two_mpiruns_and_an_embedded_run_at_once_collide_in_nothing_and_leave_no
         assert not processes_with("HRL_RUN_TAG", tag), "a process of the run outlived it"
         assert not (out / "dask-scratch").exists()
     assert scratch_dirs() <= before
+
+
+def files_of(path: Path) -> dict:
+    return {
+        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.mark.once
+@pytest.mark.timeout(300)
+def test_under_mpirun_every_rank_takes_the_directory_the_scheduler_rank_chose(mpi, tmp_path):
+    names = ["ppo-CartPole-v1", "ppo-CartPole-v1-2"]
+    for name in names:  # the README's way, twice: each run its own directory
+        done = subprocess.run([*MPIRUN, *command("--runner", "mpi", "--stop-iters", "1")],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert [r["iteration"] for r in iterations(tmp_path / "runs" / name)] == [1]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == names  # no note left
+    first = tmp_path / "runs" / names[0]
+    before = files_of(first)
+    refused = subprocess.run(
+        [*MPIRUN, *command("--runner", "mpi", "--stop-iters", "1", "--out", str(first))],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert f"{first} holds another run's files" in refused.stderr
+    assert files_of(first) == before
