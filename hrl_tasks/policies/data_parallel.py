@@ -11,12 +11,15 @@ diagnostics (`mean`), and random draws made for the whole batch and sliced
 
 `split_rows` is the pure part; `DataParallel` wraps a gloo process group
 (``torch.distributed``), joined through a ``TCPStore`` whose address the
-learner group passes around (`hrl_tasks.rollout.learner_group`).
+learner group passes around (`hrl_tasks.rollout.learner_group`). The store and
+each learner's gloo connections listen on the address given (the learner's
+worker's), never on every interface: on an embedded cluster, the loopback only.
 """
 
 from __future__ import annotations
 
 import datetime
+import socket
 import time
 from collections.abc import Sequence
 
@@ -51,6 +54,23 @@ def split_rows(n_rows: int, parts: int, unit: int = 1, allow_empty: bool = False
     return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
+def gloo_options(host: str):
+    """Options of a gloo process group whose connections listen on ``host`` only.
+
+    Gloo's default device listens on the address the machine's hostname resolves
+    to (or on the interface ``GLOO_SOCKET_IFNAME`` names, for the whole process).
+    """
+    import torch.distributed as dist
+
+    # Why: a gloo group takes its devices only through these private options (torch's
+    # own tests build groups so); the public way is GLOO_SOCKET_IFNAME, an interface
+    # name for every group of the process. Public replacement: none.
+    options = dist.ProcessGroupGloo._Options()  # noqa: SLF001
+    options._timeout = datetime.timedelta(seconds=GROUP_TIMEOUT_S)  # noqa: SLF001
+    options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]  # noqa: SLF001
+    return options
+
+
 class DataParallel:
     """A learner's membership in a group of ``world`` learners (rank ``rank``).
 
@@ -58,16 +78,20 @@ class DataParallel:
         host, port: the group's ``TCPStore`` (rank 0 serves it: `serve_store`).
         rank, world: this learner's place and the group's size.
         store: rank 0's own store, kept alive while the group lives.
+        local_host: the address this learner's gloo connections listen on (that of
+            its worker; default ``host``).
     """
 
-    def __init__(self, host: str, port: int, rank: int, world: int, store=None) -> None:
+    def __init__(
+        self, host: str, port: int, rank: int, world: int, store=None, local_host: str | None = None
+    ) -> None:
         import torch.distributed as dist
 
         timeout = datetime.timedelta(seconds=GROUP_TIMEOUT_S)
         if store is None:
             store = dist.TCPStore(host, port, world, False, timeout=timeout)
         self.store = store
-        self.group = dist.ProcessGroupGloo(store, rank, world, timeout)
+        self.group = dist.ProcessGroupGloo(store, rank, world, gloo_options(local_host or host))
         self.rank, self.world = rank, world
         self.share: slice | None = None  # this learner's rows of the batch in hand
         self.total_rows = 0
@@ -75,12 +99,28 @@ class DataParallel:
 
     @staticmethod
     def serve_store(host: str, world: int):
-        """Rank 0's ``TCPStore`` on a free port of ``host``; returns ``(store, port)``."""
+        """Rank 0's ``TCPStore`` on a free port of ``host``, listening there only;
+        returns ``(store, port)``.
+
+        A ``TCPStore`` that opens its own socket listens on every interface whatever
+        its host: it is handed a socket bound to ``host`` instead (and owns it).
+        """
         import torch.distributed as dist
 
+        family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.create_server((host, 0), family=family)
+        port = int(listener.getsockname()[1])
         timeout = datetime.timedelta(seconds=GROUP_TIMEOUT_S)
-        store = dist.TCPStore(host, 0, world, True, timeout=timeout, wait_for_workers=False)
-        return store, int(store.port)
+        store = dist.TCPStore(
+            host,
+            port,
+            world,
+            True,
+            timeout=timeout,
+            wait_for_workers=False,
+            master_listen_fd=listener.detach(),
+        )
+        return store, port
 
     def set_share(self, share: slice, total_rows: int) -> None:
         """The rows of the whole batch this learner's loss reads (`randn` slices them)."""

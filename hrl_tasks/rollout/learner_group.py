@@ -6,7 +6,8 @@ learners average their gradients with a gloo all-reduce
 (`hrl_tasks.policies.data_parallel`), so that the update equals the one the
 driver's policy would take on the whole batch. The rendezvous goes through the
 engine: learner 0 serves a ``TCPStore`` on its worker's host, the driver passes
-its address to the others.
+its address to the others; each learner's connections listen on its own worker's
+host (the address its worker listens on: the loopback on an embedded cluster).
 
 The driver's policy stays the one the rollout workers, evaluation and checkpoints
 read: `pull_weights` loads the learners' weights into it before each broadcast
@@ -75,11 +76,14 @@ class Learner:
         self._store, port = DataParallel.serve_store(host, world)
         return port
 
-    def join(self, host: str, port: int, rank: int, world: int) -> None:
-        """Joins the group whose store is at ``host:port`` (waits for every member)."""
+    def join(
+        self, host: str, port: int, rank: int, world: int, local_host: str | None = None
+    ) -> None:
+        """Joins the group whose store is at ``host:port`` (waits for every member),
+        its connections listening on ``local_host`` (its worker's host; default ``host``)."""
         if rank != 0:
             self.leave()
-        self.policy.data_parallel = DataParallel(host, port, rank, world, self._store)
+        self.policy.data_parallel = DataParallel(host, port, rank, world, self._store, local_host)
 
     def leave(self) -> None:
         group = self.policy.data_parallel
@@ -207,8 +211,8 @@ class LearnerGroup:
         host = host_of(addresses[0])
         port = self.handles[0].call("serve", host, self.size, direct=True).result()
         refs = [
-            handle.call("join", host, port, rank, self.size, direct=True)
-            for rank, handle in enumerate(self.handles)
+            handle.call("join", host, port, rank, self.size, host_of(address), direct=True)
+            for rank, (handle, address) in enumerate(zip(self.handles, addresses, strict=True))
         ]
         for ref in refs:
             ref.result()

@@ -8,6 +8,7 @@ group over loopback TCP (what `Learner` does in a worker process); the tests of
 import threading
 
 import numpy as np
+import psutil
 import pytest
 
 from hrl_tasks.data import SampleBatch
@@ -166,3 +167,28 @@ def test_a_learning_snapshot_puts_back_what_an_update_changed(name):
     assert again["total"] == pytest.approx(expected["total"])
     for key, value in twin.get_weights().items():
         np.testing.assert_array_equal(policy.get_weights()[key], value)
+
+
+def listening() -> set[tuple[str, int]]:
+    """The (host, port) of each TCP socket this process listens on."""
+    connections = psutil.Process().net_connections("inet")
+    return {(c.laddr.ip, c.laddr.port) for c in connections if c.status == psutil.CONN_LISTEN}
+
+
+def test_a_group_listens_on_the_address_given_only():
+    """The store and each learner's gloo connections listen on the learners' address
+    (a loopback address other than the hostname's here), not on every interface."""
+    host = "127.0.0.2"
+    first = CASES["ppo"]()
+    spaces = (first.observation_space, first.action_space)
+    learners = [Learner(type(first), *spaces, first.config, num_threads=None) for _ in range(2)]
+    before = listening()
+    port = learners[0].serve(host, 2)
+    try:
+        run_all(learners, lambda rank, learner: learner.join(host, port, rank, 2))
+        opened = listening() - before
+    finally:
+        for learner in learners:
+            learner.leave()
+    assert len(opened) >= 3, opened  # the store, and a listener per learner
+    assert {ip for ip, _ in opened} == {host}, opened

@@ -2,6 +2,7 @@
 reachable from another machine (an unsecured Dask server runs whatever code reaches it)."""
 
 import ipaddress
+import os
 
 import psutil
 import pytest
@@ -88,3 +89,18 @@ def test_workers_of_their_own_resources_take_the_clusters_protocol_and_security(
         workers = engine.client.scheduler_info()["workers"]
         assert len(workers) == 2
         assert all(address.startswith("tls://127.0.0.1:") for address in workers)
+
+
+def test_a_learner_group_on_an_embedded_cluster_listens_on_the_loopback_only():
+    from hrl_tasks.algorithms import PPO
+
+    settings = {"num_workers": 1, "rollout_fragment_length": 32, "train_batch_size": 64}
+    settings |= {"minibatch_size": 32, "num_sgd_iter": 1, "seed": 3, "num_learners": 2}
+    with PPO(settings) as algo:
+        algo.train()  # the learners' group stays formed until the algorithm stops
+        pids = algo.engine.client.run(os.getpid)  # by worker address
+        learners = {pids[handle.address] for handle in algo.workers.learner_group.handles}
+        sockets = listening_sockets()
+        check_loopback_only()
+    by_learner = [sum(pid == learner for pid, _, _ in sockets) for learner in learners]
+    assert min(by_learner) >= 3  # its worker, the worker's HTTP server, the group's
