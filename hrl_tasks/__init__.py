@@ -44,12 +44,19 @@ def train(algorithm: str, env: str, stop=None, engine=None, callback=None, **con
     return train_algorithm(algorithm, env, stop=stop, engine=engine, callback=callback, **config)
 
 
-def load(path, *, train: bool = False, engine=None, env=None, config=None):
+def load(path, *, train: bool = False, engine=None, env=None, config=None, trust_env_modules=False):
     """Restore any algorithm from a checkpoint or run directory, ready to act (no cluster
     unless ``train``); see :func:`hrl_tasks.algorithms.load`."""
     from hrl_tasks.algorithms import load as load_algorithm
 
-    return load_algorithm(path, train=train, engine=engine, env=env, config=config)
+    return load_algorithm(
+        path,
+        train=train,
+        engine=engine,
+        env=env,
+        config=config,
+        trust_env_modules=trust_env_modules,
+    )
 
 
 def tune(algorithm: str, env=None, space=None, config=None, **options):

@@ -498,8 +498,10 @@ def config_from_args(args) -> dict:
             config[key] = value
     if "experience_input" in config and "env" not in config:  # the recording's own env
         from hrl_tasks.data.experience import recorded_env
+        from hrl_tasks.envs.make import check_env_from_file
 
         env = recorded_env(config["experience_input"])
+        check_env_from_file(env, config["experience_input"], args.trust_env_modules)
         if env is not None:
             config["env"] = env
     return config
@@ -616,7 +618,13 @@ def plan_train(args) -> TrainSetup:
     config = {**experiment_config(experiment), **config_from_args(args)}
     checkpoint = None
     if args.resume is not None:
-        checkpoint = read_checkpoint(args.resume / "checkpoints")
+        from hrl_tasks.algorithms.checkpoint import latest_checkpoint
+        from hrl_tasks.envs.make import check_env_from_file
+
+        path = latest_checkpoint(args.resume / "checkpoints")
+        checkpoint = read_checkpoint(path)
+        if "env" not in config:  # the env the checkpoint names
+            check_env_from_file(checkpoint["config"].get("env"), path, args.trust_env_modules)
         config = {**checkpoint["config"], **config}
     algorithm = args.algorithm or experiment.get("algorithm")
     if algorithm is None:

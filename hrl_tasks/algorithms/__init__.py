@@ -24,6 +24,7 @@ from hrl_tasks.algorithms.pg import A2C, A2CConfig
 from hrl_tasks.algorithms.ppo import PPO, PPOConfig
 from hrl_tasks.algorithms.sac import SAC, SACConfig
 from hrl_tasks.algorithms.td3 import TD3, TD3Config
+from hrl_tasks.envs.make import check_env_from_file
 from hrl_tasks.errors import ConfigError
 from hrl_tasks.registry import ALGORITHM_PATHS, get_algorithm, load_object
 
@@ -170,7 +171,13 @@ def time_limit(stop: Mapping, algo: Algorithm, grace_s: float = STOP_GRACE_S) ->
 
 
 def load(
-    path: str | os.PathLike, *, train: bool = False, engine=None, env=None, config=None
+    path: str | os.PathLike,
+    *,
+    train: bool = False,
+    engine=None,
+    env=None,
+    config=None,
+    trust_env_modules: bool = False,
 ) -> Algorithm:
     """Restores any algorithm from a checkpoint, ready to act.
 
@@ -185,12 +192,19 @@ def load(
             checkpoint keeps only its name).
         config: Keys over the checkpoint's config, e.g. the code a checkpoint does
             not keep: ``{"policy_mapping_fn": fn}`` to train a multi-agent run on.
+        trust_env_modules: Accept a checkpoint's env id that imports a module no
+            installed distribution provides (``mymodule:MyEnv-v0`` with ``mymodule.py``
+            in the working directory): importing runs the module's code, so say it
+            only of checkpoints you trust. An ``env`` given here is not checked.
 
     Returns:
         The algorithm; call ``compute_single_action(observation)`` on it.
 
     Raises:
         CheckpointError: If ``path`` holds no readable checkpoint.
+        UntrustedEnvError: If the checkpoint's env would import such a module, and
+            ``trust_env_modules`` is not given
+            (`hrl_tasks.envs.make.check_env_from_file`).
 
     Example::
 
@@ -200,7 +214,10 @@ def load(
     path = Path(path)
     if path.is_dir() and (path / "checkpoints").is_dir():
         path = path / "checkpoints"
+    path = latest_checkpoint(path)
     state = read_checkpoint(path)
+    if env is None and "env" not in (config or {}):  # the env the file names
+        check_env_from_file(state["config"].get("env"), path, trust_env_modules)
     cls = get_algorithm(str(state.get("algorithm")))
     config = dict(state["config"], **({} if env is None else {"env": env}), **(config or {}))
     if train or engine is not None:

@@ -20,6 +20,13 @@ An env argument is one of (the one env-spec rule, for every algorithm and the CL
 Gymnasium ids win over PettingZoo names. Single-agent algorithms refuse
 PettingZoo envs with `MultiAgentEnvError`.
 
+An env id read from a file (a checkpoint's config, a recording's metadata) may
+import only modules that an installed distribution provides
+(`check_env_from_file`): ``module:Id`` and a dotted PettingZoo path import their
+module, which runs its code, so a file naming a module of the working directory
+is refused unless its reader is told to trust it (``trust_env_modules=True``,
+``hrl-tasks train --trust-env-modules``). Ids the user gives are not checked.
+
 ``env_config`` is passed as keyword arguments: to ``gymnasium.make`` for ids,
 names and specs, to `make_atari` for ``ALE/`` ids (its wrappers' options, e.g.
 ``clip_rewards=False``, and ``gymnasium.make``'s), and to the callable
@@ -39,8 +46,12 @@ import contextlib
 import difflib
 import functools
 import importlib
+import importlib.machinery
+import importlib.metadata
 import importlib.util
+import os
 import pkgutil
+import sys
 from collections.abc import Callable, Mapping
 from copy import deepcopy
 from dataclasses import dataclass
@@ -52,6 +63,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector.utils import concatenate, iterate
 
 from hrl_tasks.envs.atari import INSTALL_HINT, is_ale_id, make_atari, register_ale
+from hrl_tasks.errors import ConfigError
 
 PETTINGZOO_FAMILIES = ("classic", "butterfly", "sisl", "atari")
 
@@ -96,6 +108,99 @@ EXTRAS_OF_ENTRY_POINTS = {"gymnasium.envs.mujoco": "mujoco"}
 
 class MultiAgentEnvError(ValueError):
     """A PettingZoo (multi-agent) env given to a single-agent algorithm."""
+
+
+class UntrustedEnvError(ConfigError):
+    """An env id read from a file that would import a module no installed distribution
+    provides."""
+
+
+def check_env_from_file(env: Any, source: str | os.PathLike, trust: bool = False) -> None:
+    """Refuses an env id read from ``source`` that would import a module no installed
+    distribution provides.
+
+    Resolving ``module:Id`` imports ``module``, and a dotted PettingZoo path its
+    package: importing runs the module's code, so an id read from a file may import
+    only a module that an installed distribution provides, found where it was
+    installed (not a file of the working directory, or of the script's, that shadows
+    it). Registered gymnasium ids, ALE ids and PettingZoo names import nothing else.
+
+    Args:
+        env: The id as read (what is not a string is left to `resolve_env`).
+        source: The file it was read from, for the message.
+        trust: Accept any id: the file is trusted as code is.
+
+    Raises:
+        UntrustedEnvError: Naming the id, ``source`` and how to allow it.
+    """
+    if trust or not isinstance(env, str):
+        return
+    module = imported_module(env)
+    if module is None or installed_module(module):
+        return
+    raise UntrustedEnvError(
+        f"{os.fspath(source)}: its env {env!r} would import the module {module!r}, which is "
+        "not one of an installed distribution (a file of the working directory, say), and "
+        "importing runs its code. If you trust this file, allow it with "
+        "trust_env_modules=True (hrl_tasks.load) or --trust-env-modules (hrl-tasks train, tune), "
+        "or name the env yourself (env=..., --env)"
+    )
+
+
+def imported_module(env_id: str) -> str | None:
+    """The module resolving ``env_id`` imports by its name: ``module`` of ``module:Id``,
+    the id itself for a dotted id gymnasium has not registered (a PettingZoo module
+    path); None for the others. Pure."""
+    if ":" in env_id:
+        return env_id.partition(":")[0]
+    if "." in env_id and env_id not in gym.registry:
+        return env_id
+    return None
+
+
+def installed_module(module: str) -> bool:
+    """Whether ``module``'s top-level package is one an installed distribution provides,
+    found where the import system finds it once the working directory and the script's
+    directory are left out of ``sys.path`` (a file there must not shadow it)."""
+    top = module.partition(".")[0]
+    if not top or top not in importlib.metadata.packages_distributions():
+        return False
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    installed = find_outside(top, [entry for entry in sys.path if not local_entry(entry)])
+    return found is not None and installed is not None and where(found) == where(installed)
+
+
+def local_entry(entry: str) -> bool:
+    """Whether a ``sys.path`` entry is the working directory or the script's directory."""
+    if entry in ("", ".") or (sys.path and entry == sys.path[0]):
+        return True
+    try:
+        return os.path.realpath(entry) == os.path.realpath(os.getcwd())
+    except OSError:  # the working directory was removed: nothing can be found in it
+        return False
+
+
+def find_outside(name: str, path: list[str]):
+    """The spec the import system would find for the top-level ``name`` with ``path`` as
+    ``sys.path`` (the meta path's finders in their order, the path finder on ``path``)."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        on_path = finder is importlib.machinery.PathFinder
+        with contextlib.suppress(ImportError, ValueError):
+            spec = find(name, path) if on_path else find(name, None)
+            if spec is not None:
+                return spec
+    return None
+
+
+def where(spec) -> tuple:
+    """Where a module spec's code lies: its file, or a namespace package's directories."""
+    return spec.origin, tuple(spec.submodule_search_locations or ())
 
 
 def register_env(name: str, creator: Callable[..., gym.Env], **spec_kwargs: Any) -> None:

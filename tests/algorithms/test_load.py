@@ -116,3 +116,65 @@ def test_loading_to_train_continues_the_run(tmp_path):
 def test_a_missing_checkpoint_is_named(tmp_path):
     with pytest.raises(CheckpointError, match="no \\*.hrl checkpoint in"):
         load(tmp_path)
+
+
+UNTRUSTED = """
+import pathlib
+
+import gymnasium as gym
+
+pathlib.Path(__file__).with_name("imported").write_text("evilmod ran")
+gym.register(
+    "EvilCartPole-v0",
+    entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
+    max_episode_steps=500,
+)
+"""
+
+
+@pytest.fixture
+def untrusted_module(tmp_path, monkeypatch):
+    """``evilmod.py`` in the working directory (and on ``sys.path``): importing it writes
+    the file ``imported`` beside it and registers ``EvilCartPole-v0``."""
+    import sys
+
+    import gymnasium as gym
+
+    (tmp_path / "evilmod.py").write_text(UNTRUSTED)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path / "imported"
+    sys.modules.pop("evilmod", None)
+    gym.registry.pop("EvilCartPole-v0", None)
+
+
+def with_env(path, env: str):
+    """The checkpoint at ``path`` rewritten with ``env`` in its config."""
+    from hrl_tasks.algorithms.checkpoint import read_checkpoint, write_checkpoint
+
+    state = read_checkpoint(path)
+    state["config"]["env"] = env
+    return write_checkpoint(path, state)
+
+
+def test_a_checkpoint_env_of_an_uninstalled_module_is_imported_only_when_trusted(
+    tmp_path, untrusted_module
+):
+    from hrl_tasks.envs import UntrustedEnvError
+
+    observations, actions = trained_once("ppo", "CartPole-v1", tmp_path / "c.hrl")
+    for env in ("CartPole-v1", "gymnasium.envs.classic_control:CartPole-v1"):  # as before
+        loaded = load(with_env(tmp_path / "c.hrl", env))
+        assert loaded.compute_single_action(observations[0]) == actions[0]
+    checkpoint = with_env(tmp_path / "c.hrl", "evilmod:EvilCartPole-v0")
+    with pytest.raises(UntrustedEnvError) as refused:
+        load(checkpoint)
+    message = str(refused.value)
+    assert str(checkpoint) in message and "'evilmod:EvilCartPole-v0'" in message
+    assert "trust_env_modules=True" in message
+    loaded = load(checkpoint, env="CartPole-v1")  # an env the user gives is not checked
+    assert loaded.compute_single_action(observations[0]) == actions[0]
+    assert not untrusted_module.exists()  # nothing of evilmod ran
+    loaded = hrl_tasks.load(checkpoint, trust_env_modules=True)
+    assert untrusted_module.read_text() == "evilmod ran"
+    assert loaded.compute_single_action(observations[0]) == actions[0]
