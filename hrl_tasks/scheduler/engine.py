@@ -487,8 +487,10 @@ class Engine:
     def page_link(self) -> str:
         """The address of the engine's live page: every engine task by worker and by
         name (the direct route's too, which Dask's dashboard does not see) and the
-        stateful workers, refreshed every second; ``/json`` gives the same as JSON.
-        Served from the first time this is read, by this process, on 127.0.0.1."""
+        stateful workers, refreshed every second; ``json`` after it gives the same as
+        JSON. Served from the first time this is read, by this process, on 127.0.0.1,
+        to requests that carry the link's random token and a loopback ``Host``
+        (`hrl_tasks.scheduler.page`): pass the link on only to those who may read it."""
         with self.backend.lock:
             if self._page is None:
                 self._page = EnginePage(self.view)

@@ -3,20 +3,59 @@
 Dask's dashboard shows the tasks its scheduler runs; tasks of the direct route
 skip it. This page shows every engine task by worker and by name, and the
 stateful objects, from the engine's own state (`EngineState.view`); it
-refreshes itself every second. ``/`` is the page, ``/json`` the same as JSON.
-Served by a small HTTP server in a thread of the driver, on 127.0.0.1 and a
-free port, from the first time its address is asked for (``engine.page_link``).
+refreshes itself every second. Served by a small HTTP server in a thread of the
+driver, on 127.0.0.1 and a free port, from the first time its address is asked
+for (``engine.page_link``).
+
+The link holds a random token as its first path segment: ``/TOKEN/`` is the
+page, ``/TOKEN/json`` the same as JSON, and the page's refresh reloads its own
+address, token included. Any other user of the machine can reach a loopback
+port, and a web page can through DNS rebinding, so `answer` refuses with 403 a
+request without the token (compared in constant time) or addressed to another
+host than the server's own loopback ``host:port`` (``127.0.0.1``, ``localhost``,
+``[::1]``).
 """
 
 from __future__ import annotations
 
+import hmac
 import html
 import json
+import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 REFRESH_S = 1
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+PARTS = {"": "page", "json": "json"}
+"""What follows the token in a path, and what it serves."""
+
+
+def own_hosts(host: str, port: int) -> frozenset[str]:
+    """The ``Host`` headers a request to the server at ``host:port`` may carry. Pure."""
+    return frozenset(f"{name}:{port}".lower() for name in (*LOOPBACK_NAMES, host))
+
+
+def answer(target: str, host_header: str | None, token: str, hosts: Collection[str]):
+    """What a GET of ``target`` gets: ``(200, "page")``, ``(200, "json")``, or an error
+    status and its reason. Pure.
+
+    Args:
+        target: The request's target, e.g. ``/TOKEN/json``.
+        host_header: Its ``Host`` header (None if it had none).
+        token: The page's token.
+        hosts: The ``Host`` headers accepted (`own_hosts`).
+    """
+    if (host_header or "").lower() not in hosts:
+        return 403, "the engine's page answers requests to its own loopback address only"
+    given, _, rest = urlsplit(target).path.removeprefix("/").partition("/")
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        return 403, "the engine's page needs the token of its link (engine.page_link)"
+    if rest not in PARTS:
+        return 404, "the engine's page has / and /json under its token"
+    return 200, PARTS[rest]
 
 
 def render(view: dict) -> str:
@@ -67,10 +106,13 @@ class EnginePage:
     """An HTTP server in a daemon thread serving ``view()`` as a page and as JSON."""
 
     def __init__(self, view: Callable[[], dict], host: str = "127.0.0.1"):
+        self.token = secrets.token_urlsafe(24)
+
         def handler_class(*args):
-            return _Handler(view, *args)
+            return _Handler(view, self.token, self.hosts, *args)
 
         self.server = ThreadingHTTPServer((host, 0), handler_class)
+        self.hosts = own_hosts(host, self.server.server_address[1])
         self.server.daemon_threads = True
         self.thread = threading.Thread(
             target=self.server.serve_forever, name="hrl-tasks-page", daemon=True
@@ -80,7 +122,7 @@ class EnginePage:
     @property
     def link(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://{host}:{port}/{self.token}/"
 
     def close(self) -> None:
         self.server.shutdown()
@@ -88,18 +130,19 @@ class EnginePage:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def __init__(self, view, *args):
-        self.view = view
+    def __init__(self, view, token: str, hosts: frozenset[str], *args):
+        self.view, self.token, self.hosts = view, token, hosts
         super().__init__(*args)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        if self.path.split("?")[0] == "/json":
-            body, kind = json.dumps(self.view()).encode(), "application/json"
-        elif self.path.split("?")[0] == "/":
-            body, kind = render(self.view()).encode(), "text/html; charset=utf-8"
-        else:
-            self.send_error(404, "the engine's page has / and /json")
+        status, what = answer(self.path, self.headers.get("Host"), self.token, self.hosts)
+        if status != 200:
+            self.send_error(status, what)
             return
+        if what == "json":
+            body, kind = json.dumps(self.view()).encode(), "application/json"
+        else:
+            body, kind = render(self.view()).encode(), "text/html; charset=utf-8"
         self.send_response(200)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))

@@ -25,3 +25,34 @@ def test_the_page_counts_tasks_by_name_and_escapes_what_it_shows():
             urllib.request.urlopen(f"{link}nothing", timeout=5)
     with pytest.raises(OSError):  # closed with its engine
         urllib.request.urlopen(link, timeout=2)
+
+
+def get(url: str, host: str | None = None) -> int:
+    """The status of a GET of ``url`` (with ``host`` as its Host header if given)."""
+    headers = {} if host is None else {"Host": host}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_the_page_answers_only_its_token_and_its_own_loopback_host():
+    with hrl.SyncEngine() as engine:
+        link = engine.page_link
+        scheme, _, address, token, rest = link.split("/")
+        port = address.rpartition(":")[2]
+        assert (scheme, address, rest) == ("http:", f"127.0.0.1:{port}", "")
+        assert len(token) >= 32
+        assert get(link) == 200 and get(f"{link}json") == 200
+        root = f"http://127.0.0.1:{port}/"
+        for url in (root, f"{root}json", f"{root}{token[:-1]}/json", f"{root}json/{token}/",
+                    f"{root}?token={token}", f"{root}{token}x/"):  # fmt: skip
+            assert get(url) == 403, url
+        for host in (f"localhost:{port}", f"[::1]:{port}", f"127.0.0.1:{port}"):
+            assert get(f"{link}json", host=host) == 200, host
+        for host in (f"evil.example:{port}", "127.0.0.1:1", f"localhost.evil.example:{port}"):
+            assert get(f"{link}json", host=host) == 403, host
+        page = urllib.request.urlopen(link, timeout=5).read().decode()
+        assert '<meta http-equiv="refresh" content="1">' in page  # reloads itself, token kept
+        assert token not in page
