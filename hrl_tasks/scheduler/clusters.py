@@ -168,7 +168,10 @@ def connection_refused(address: str, security, exc: BaseException | str) -> str:
     """Why a scheduler that listens did not take the connection, and what would help."""
     scheme = address.partition("://")[0]
     if scheme == "tls" and security is None:
-        hint = "a tls:// scheduler needs certificates: --tls-ca-file, --tls-cert, --tls-key"
+        hint = (
+            "a tls:// scheduler needs certificates: --tls-ca-file, --tls-cert, --tls-key "
+            "(or Dask's config: distributed.comm.tls.ca-file, .client.cert, .client.key)"
+        )
     elif scheme == "tls":
         hint = "the certificates were refused: are they the cluster's (its CA, a valid key)?"
     else:

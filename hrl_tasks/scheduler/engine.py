@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 
 from distributed import Client, get_client, get_worker
+from distributed.security import Security
 
 from hrl_tasks.scheduler import dask_compat, worker_events
 from hrl_tasks.scheduler import events as ev
@@ -317,7 +318,9 @@ class Engine:
         Args:
             address: the scheduler's address (``tls://`` with ``security``).
             timeout: seconds to wait for the scheduler to answer.
-            security: a ``distributed.Security`` (TLS certificates), as for Dask's Client.
+            security: a ``distributed.Security`` (TLS certificates), as for Dask's Client;
+                None: Dask's configured one (``distributed.comm.tls.*``), as Dask's
+                Client takes it.
             upload: copy this package to the workers first (Dask's ``UploadDirectory``
                 plugin), for workers that have its dependencies but not it.
             **engine_kwargs: as for :class:`Engine` (``retries``, ``lost_worker_timeout``).
@@ -327,6 +330,8 @@ class Engine:
                 does not answer within ``timeout``, or refuses the connection (TLS).
             EngineError: naming each worker whose environment does not match.
         """
+        if security is None:
+            security = Security()  # reads distributed.comm.tls.* from dask.config
         probe_address(address, timeout=min(5.0, timeout), security=security)
         try:
             client = Client(address, timeout=timeout, security=security)

@@ -214,6 +214,39 @@ def test_a_tls_cluster_takes_its_certificates_and_refuses_others_clearly(capsys)
         check_the_command_line(address, security, capsys)
 
 
+@pytest.mark.timeout(120)
+def test_a_tls_address_without_certificates_takes_dask_configured_ones(tmp_path):
+    import dask
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    security = Security.temporary()  # a CA of its own, and certificates it signed
+    pems = {
+        "ca-file": security.tls_ca_file,
+        "client.cert": security.tls_client_cert,
+        "client.key": security.tls_client_key,
+    }
+    files = {}
+    for key, pem in pems.items():
+        files[f"distributed.comm.tls.{key}"] = str(tmp_path / f"{key}.pem")
+        (tmp_path / f"{key}.pem").write_text(pem)
+    configured = {**files, "distributed.comm.require-encryption": True}
+    cluster = LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        security=security,
+        protocol="tls",
+        host="127.0.0.1",
+        dashboard_address=":0",
+    )
+    with cluster:
+        address = cluster.scheduler_address
+        with dask.config.set(configured), hrl.Engine.connect(address, timeout=30) as engine:
+            assert engine.submit(tasks.inc, 1).result(timeout=60) == 2
+        with pytest.raises(OSError, match="needs certificates.*distributed.comm.tls.ca-file"):
+            hrl.Engine.connect(address, timeout=5)  # no certificates in Dask's config either
+
+
 def check_the_command_line(address, security, capsys):
     """The command line's --tls-* options: certificates from files, or a clear refusal."""
     import tempfile
@@ -228,11 +261,13 @@ def check_the_command_line(address, security, capsys):
             paths[option] = Path(files) / option.strip("-")
             paths[option].write_text(pem)
         tiny = ["--stop-iters", "1", "--num-workers", "1", "--set", "train_batch_size=32",
-                "--no-progress", "--out", str(Path(files) / "run")]  # fmt: skip
+                "--no-progress"]  # fmt: skip
         certificates = [x for option, path in paths.items() for x in (option, str(path))]
-        assert main(["train", "ppo", "--address", address, *certificates, *tiny]) == 0
+        first = ["--out", str(Path(files) / "run")]
+        assert main(["train", "ppo", "--address", address, *certificates, *tiny, *first]) == 0
         capsys.readouterr()
-        assert main(["train", "ppo", "--address", address, *tiny]) == 2
+        second = ["--out", str(Path(files) / "run-2")]  # the first run's directory is taken
+        assert main(["train", "ppo", "--address", address, *tiny, *second]) == 2
         assert "needs certificates: --tls-ca-file" in capsys.readouterr().err
 
 
