@@ -22,11 +22,13 @@ from hrl_tasks.algorithms.marwil import BC, MARWIL, BCConfig, MARWILConfig
 from hrl_tasks.algorithms.mpc import MPC, MPCConfig
 from hrl_tasks.algorithms.pg import A2C, A2CConfig
 from hrl_tasks.algorithms.ppo import PPO, PPOConfig
+from hrl_tasks.algorithms.run_files import RunFiles
 from hrl_tasks.algorithms.sac import SAC, SACConfig
 from hrl_tasks.algorithms.td3 import TD3, TD3Config
 from hrl_tasks.envs.make import check_env_from_file
 from hrl_tasks.errors import ConfigError
 from hrl_tasks.registry import ALGORITHM_PATHS, get_algorithm, load_object
+from hrl_tasks.run_dir import claim
 
 STOP_GRACE_S = 5.0  # how long past a time stop an iteration may go on waiting
 
