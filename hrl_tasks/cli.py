@@ -772,8 +772,10 @@ def run_tune(args) -> int:
     resources = pairs(args.trial_resources, "--trial-resources", number=True)
     check_search(args.algorithm, config, space)  # bad input fails before a cluster starts
     out = take_search_dir(args, config)
-    if args.resume and not (out / "search.pkl").exists():
-        raise ValueError(f"nothing to resume in {out}: it holds no search.pkl")
+    if args.resume:  # its state file, or one line naming what is missing (or how to convert)
+        from hrl_tasks.tuning.state_file import check_resumable
+
+        check_resumable(out)
     options = dict(
         space=space, config=config, num_samples=args.samples, scheduler=args.scheduler,
         sampler=args.sampler, metric=args.metric, mode=args.mode,

@@ -2,7 +2,8 @@
 
 A search space is a dict of config keys to domains (or constants); a sampler
 proposes each trial's config from it; a trial scheduler decides, from each
-result a trial reports, whether it continues, stops or exploits another::
+result a trial reports, whether it continues, stops or exploits another (each
+writes its state as plain JSON values, `hrl_tasks.search.state`)::
 
     from hrl_tasks.search import ASHAScheduler, loguniform, make_sampler, uniform
 
@@ -21,6 +22,7 @@ from hrl_tasks.search.samplers import (
     Sampler,
     grid_points,
     make_sampler,
+    sampler_from_state,
 )
 from hrl_tasks.search.schedulers import (
     CONTINUE,
@@ -34,6 +36,7 @@ from hrl_tasks.search.schedulers import (
     bottom_and_top,
     perturb,
     rung_iterations,
+    scheduler_from_state,
 )
 from hrl_tasks.search.space import (
     ACCEPTED_FORMS,
@@ -80,5 +83,7 @@ __all__ = [
     "randint",
     "rung_iterations",
     "sample_config",
+    "sampler_from_state",
+    "scheduler_from_state",
     "uniform",
 ]

@@ -17,6 +17,10 @@ The three samplers:
   times); any other domain is an error, since it has no finite list of values.
 - ``"optuna"``: TPE through Optuna's ask-and-tell interface, for ``num_samples``
   trials; Optuna is imported only here (``pip install optuna``).
+
+Each sampler writes its state as plain JSON values (``sampler.to_state()``), and
+`sampler_from_state` builds one that proposes what it would have proposed next: a
+search's state file holds it (`hrl_tasks.search.state`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import itertools
 import math
 import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import numpy as np
@@ -40,6 +44,14 @@ from hrl_tasks.search.space import (
     loguniform,
     randint,
     uniform,
+)
+from hrl_tasks.search.state import (
+    from_json,
+    rng_from_json,
+    rng_to_json,
+    space_from_state,
+    space_to_state,
+    to_json,
 )
 
 SAMPLERS = ("random", "grid", "optuna")
@@ -58,6 +70,9 @@ class Sampler(ABC):
 
     num_trials: int
     """How many configs `suggest` proposes in all."""
+    kind: str | None = None
+    """The name its state is saved under (`sampler_from_state`); None for a class
+    of another package, which is not saved."""
 
     @abstractmethod
     def suggest(self, trial_id: Hashable) -> dict | None:
@@ -70,26 +85,64 @@ class Sampler(ABC):
         """
         return None
 
+    def to_state(self) -> dict:
+        """What `sampler_from_state` rebuilds this sampler from, as plain JSON values.
+
+        A class that is not one of `SAMPLERS` is named, not saved: a search with it
+        writes its outputs but cannot resume.
+        """
+        return {"kind": None, "class": f"{type(self).__module__}.{type(self).__qualname__}"}
+
 
 class RandomSampler(Sampler):
     """Every combination of the `grid` keys crossed with random draws of the others,
-    ``num_samples`` times. Deterministic given ``seed`` and the order of calls."""
+    ``num_samples`` times. Deterministic given ``seed`` and the order of calls.
 
-    def __init__(self, space: Mapping[str, Any], num_samples: int, seed: int | None = None):
+    State: the space, ``num_samples``, how many configs it proposed, and its random
+    generator (``seed`` may be a numpy ``Generator`` to draw from, as `from_state` passes).
+    """
+
+    kind = "random"
+
+    def __init__(
+        self,
+        space: Mapping[str, Any],
+        num_samples: int,
+        seed: int | np.random.Generator | None = None,
+    ):
         self._space = dict(space)
         self._rng = np.random.default_rng(seed)
-        points = grid_points(self._space)
-        self.num_trials = num_samples * len(points)
-        self._points: Iterator[dict] = itertools.chain.from_iterable(
-            itertools.repeat(points, num_samples)
-        )
+        self._points = grid_points(self._space)
+        self.num_samples = num_samples
+        self.num_trials = num_samples * len(self._points)
+        self.proposed = 0
+        """How many configs it proposed so far."""
 
     def suggest(self, trial_id: Hashable) -> dict | None:
         """The next grid point with the other keys drawn at random; None after the last."""
-        point = next(self._points, None)
-        if point is None:
+        if self.proposed >= self.num_trials:
             return None
+        point = self._points[self.proposed % len(self._points)]
+        self.proposed += 1
         return {key: _draw(key, value, point, self._rng) for key, value in self._space.items()}
+
+    def to_state(self) -> dict:
+        """The space, ``num_samples``, the count proposed and the generator, as JSON values."""
+        return {
+            "kind": self.kind,
+            "space": space_to_state(self._space),
+            "num_samples": self.num_samples,
+            "proposed": self.proposed,
+            "rng": rng_to_json(self._rng),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> RandomSampler:
+        """The sampler `to_state` described, about to propose what it would have next."""
+        space, rng = space_from_state(state["space"]), rng_from_json(state["rng"])
+        sampler = cls(space, int(state["num_samples"]), seed=rng)
+        sampler.proposed = int(state["proposed"])
+        return sampler
 
 
 def _draw(key: str, value: Any, point: Mapping[str, Any], rng: np.random.Generator) -> Any:
@@ -105,7 +158,14 @@ class GridSampler(RandomSampler):
         SearchError: if the space has a uniform, loguniform or randint key.
     """
 
-    def __init__(self, space: Mapping[str, Any], num_samples: int = 1, seed: int | None = None):
+    kind = "grid"
+
+    def __init__(
+        self,
+        space: Mapping[str, Any],
+        num_samples: int = 1,
+        seed: int | np.random.Generator | None = None,
+    ):
         continuous = [
             f"{key}={value!r}"
             for key, value in space.items()
@@ -132,14 +192,20 @@ def grid_points(space: Mapping[str, Any]) -> list[dict]:
 class OptunaSampler(Sampler):
     """Optuna's TPE (Bergstra et al. 2011) through ``study.ask()`` and ``study.tell()``.
 
-    Domains map to Optuna's: `uniform` and `loguniform` to ``suggest_float`` (with
-    ``log=True``), `randint` to ``suggest_int`` (whose high is included, so
-    ``high - 1``), `choice` to ``suggest_categorical``. Constants pass through.
+    Domains map to Optuna's distributions (`optuna_distributions`). Each proposal is
+    asked of a TPE sampler seeded from this sampler's own generator, so that what it
+    proposes next follows from the trials told and that generator alone.
+
+    State: the space, ``num_samples``, the metric and mode, the generator, every trial
+    asked (its params, and its value, or that it failed or is still running), and which
+    trial id each running one has.
 
     Raises:
         ImportError: if Optuna is not installed, saying how to install it.
         SearchError: for a `grid` key (TPE does not enumerate; use `choice`).
     """
+
+    kind = "optuna"
 
     def __init__(
         self,
@@ -147,7 +213,7 @@ class OptunaSampler(Sampler):
         num_samples: int,
         metric: str,
         mode: Mode = "max",
-        seed: int | None = None,
+        seed: int | np.random.Generator | None = None,
     ):
         optuna = import_optuna()
         grids = [key for key, value in space.items() if isinstance(value, grid)]
@@ -157,53 +223,130 @@ class OptunaSampler(Sampler):
                 f"write choice([...]) for them, or use the random or grid sampler"
             )
         self._space = dict(space)
-        self._failed = optuna.trial.TrialState.FAIL
-        self.metric = metric
+        self._distributions = optuna_distributions(self._space)
+        self.metric, self.mode = metric, check_mode(mode)
         self.num_trials = num_samples
-        self._study = optuna.create_study(
-            direction="maximize" if mode == "max" else "minimize",
-            sampler=optuna.samplers.TPESampler(seed=seed),
-        )
-        self._pending: dict[Hashable, Any] = {}
-        self._asked = 0
+        self._rng = np.random.default_rng(seed)
+        # Each ask gets a TPE sampler of its own (`suggest`): none is given here.
+        self._study = optuna.create_study(direction="maximize" if mode == "max" else "minimize")
+        self._pending: dict[Hashable, int] = {}  # trial id -> Optuna's trial number
 
     def suggest(self, trial_id: Hashable) -> dict | None:
         """The config TPE proposes next, or None after ``num_samples`` proposals."""
-        if self._asked >= self.num_trials:
+        if len(self._study.get_trials(deepcopy=False)) >= self.num_trials:
             return None
         if trial_id in self._pending:
             raise SearchError(f"trial {trial_id!r} was already suggested and not yet observed")
-        trial = self._study.ask()
-        self._asked += 1
-        self._pending[trial_id] = trial
-        return {key: optuna_suggest(trial, key, value) for key, value in self._space.items()}
+        seed = int(self._rng.integers(2**32))
+        self._study.sampler = import_optuna().samplers.TPESampler(seed=seed)
+        trial = self._study.ask(self._distributions)
+        self._pending[trial_id] = trial.number
+        return optuna_config(self._space, trial.params)
 
     def observe(self, trial_id: Hashable, config: dict, value: float | None) -> None:
         """Tell Optuna the trial's metric; None or NaN marks it failed."""
         try:
-            trial = self._pending.pop(trial_id)
+            number = self._pending.pop(trial_id)
         except KeyError:
             raise SearchError(f"trial {trial_id!r} was not suggested by this sampler") from None
         if value is None or math.isnan(value):
-            self._study.tell(trial, state=self._failed)
+            self._study.tell(number, state=import_optuna().trial.TrialState.FAIL)
         else:
-            self._study.tell(trial, float(value))
+            self._study.tell(number, float(value))
+
+    def to_state(self) -> dict:
+        """The space, ``num_samples``, metric, mode, generator and trials, as JSON values."""
+        trials = [
+            {"params": to_json(t.params), "state": t.state.name, "value": t.value}
+            for t in self._study.get_trials(deepcopy=False)
+        ]
+        return {
+            "kind": self.kind,
+            "space": space_to_state(self._space),
+            "num_samples": self.num_trials,
+            "metric": self.metric,
+            "mode": self.mode,
+            "rng": rng_to_json(self._rng),
+            "trials": trials,
+            "pending": [[to_json(trial_id), number] for trial_id, number in self._pending.items()],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> OptunaSampler:
+        """The sampler `to_state` described: a study with its trials added again (those
+        still running too, to be told later), and its generator where it was.
+
+        Raises:
+            SearchError: for a trial state other than complete, failed or running.
+        """
+        space, rng = space_from_state(state["space"]), rng_from_json(state["rng"])
+        sampler = cls(space, int(state["num_samples"]), state["metric"], state["mode"], rng)
+        for trial in state["trials"]:
+            sampler._study.add_trial(optuna_trial(trial, sampler._distributions))
+        sampler._pending = {from_json(trial_id): int(n) for trial_id, n in state["pending"]}
+        return sampler
 
 
-def optuna_suggest(trial: Any, key: str, value: Any) -> Any:
-    """The value Optuna's ``trial`` suggests for ``key`` from domain ``value``."""
-    if isinstance(value, uniform):
-        return trial.suggest_float(key, value.low, value.high)
-    if isinstance(value, loguniform):
-        return trial.suggest_float(key, value.low, value.high, log=True)
-    if isinstance(value, randint):
-        return trial.suggest_int(key, value.low, value.high - 1)
-    if isinstance(value, choice):
-        if all(v is None or isinstance(v, (bool, int, float, str)) for v in value.values):
-            return trial.suggest_categorical(key, list(value.values))
-        # Optuna stores only plain values: choose among the positions of other ones.
-        return value.values[trial.suggest_categorical(key, list(range(len(value.values))))]
-    return value
+def optuna_trial(trial: Mapping[str, Any], distributions: Mapping[str, Any]) -> Any:
+    """The Optuna trial that `OptunaSampler.to_state` wrote as ``trial``, to add to a study.
+
+    Raises:
+        SearchError: for a state other than complete, failed or running.
+    """
+    optuna = import_optuna()
+    if trial["state"] not in ("COMPLETE", "FAIL", "RUNNING"):
+        raise SearchError(f"an Optuna trial in state {trial['state']!r} in a search's state")
+    return optuna.trial.create_trial(
+        params=from_json(trial["params"]),
+        distributions=dict(distributions),
+        value=trial["value"],
+        state=optuna.trial.TrialState[trial["state"]],
+    )
+
+
+def optuna_distributions(space: Mapping[str, Any]) -> dict:
+    """Optuna's distribution of each domain of ``space`` (constants have none): `uniform`
+    and `loguniform` a ``FloatDistribution`` (with ``log=True``), `randint` an
+    ``IntDistribution`` (whose high is included, so ``high - 1``), `choice` a
+    ``CategoricalDistribution`` of its values, or of their positions when they are not
+    plain values (Optuna stores only None, bools, numbers and strings)."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    distributions = {}
+    for key, value in space.items():
+        if isinstance(value, (uniform, loguniform)):
+            log = isinstance(value, loguniform)
+            distributions[key] = FloatDistribution(value.low, value.high, log=log)
+        elif isinstance(value, randint):
+            distributions[key] = IntDistribution(value.low, value.high - 1)
+        elif isinstance(value, choice):
+            plain = all(_is_plain(v) for v in value.values)
+            choices = value.values if plain else range(len(value.values))
+            distributions[key] = CategoricalDistribution(list(choices))
+    return distributions
+
+
+def optuna_config(space: Mapping[str, Any], params: Mapping[str, Any]) -> dict:
+    """The config of an Optuna trial's ``params`` (`optuna_distributions` of ``space``):
+    a choice of values that are not plain is the value at the position chosen;
+    constants are as they are."""
+    config = {}
+    for key, value in space.items():
+        if key not in params:
+            config[key] = value
+        elif isinstance(value, choice) and not all(_is_plain(v) for v in value.values):
+            config[key] = value.values[params[key]]
+        else:
+            config[key] = params[key]
+    return config
+
+
+def _is_plain(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def import_optuna():
@@ -262,3 +405,20 @@ def make_sampler(
             )
         return OptunaSampler(space, int(num_samples), metric, mode, seed)
     raise SearchError(f"unknown sampler {name!r}; available: {', '.join(SAMPLERS)}")
+
+
+def sampler_from_state(state: Mapping[str, Any]) -> Sampler:
+    """The sampler whose ``to_state()`` is ``state``, about to propose what it would have.
+
+    Raises:
+        SearchError: for a sampler of a class that was named, not saved, or an unknown kind.
+    """
+    classes = {cls.kind: cls for cls in (RandomSampler, GridSampler, OptunaSampler)}
+    if state.get("kind") is None:
+        raise SearchError(
+            f"the search ran with a sampler of class {state.get('class')}, which is not "
+            f"saved: a search resumes with the {', '.join(SAMPLERS)} samplers only"
+        )
+    if state["kind"] not in classes:
+        raise SearchError(f"unknown sampler {state['kind']!r} in a search's state")
+    return classes[state["kind"]].from_state(state)

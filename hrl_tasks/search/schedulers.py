@@ -18,6 +18,10 @@ no I/O; the caller runs the trials and carries the decisions out::
   at a rung (asynchronous successive halving).
 - `PBTScheduler` has trials at the bottom of the population copy trials at the
   top and perturb their hyper-parameters (population based training).
+
+Each writes its state as plain JSON values (``scheduler.to_state()``), and
+`scheduler_from_state` builds one that decides as it would have: a search's state
+file holds it (`hrl_tasks.search.state`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,14 @@ from hrl_tasks.search.space import (
     loguniform,
     randint,
     uniform,
+)
+from hrl_tasks.search.state import (
+    from_json,
+    rng_from_json,
+    rng_to_json,
+    space_from_state,
+    space_to_state,
+    to_json,
 )
 
 CONTINUE = "continue"
@@ -73,7 +85,14 @@ class TrialScheduler(ABC):
     ``iteration`` is the trial's progress in whatever unit the caller counts: `tune`
     passes training iterations, or env steps when its only budget is ``--stop-steps``
     (``max_t``, grace periods and intervals are then in env steps too).
+
+    A scheduler's state is saved with `to_state` and read back with `from_state`
+    (`scheduler_from_state`); a subclass that keeps more state overrides both.
     """
+
+    kind: str | None = None
+    """The name its state is saved under (`scheduler_from_state`); None for a class of
+    another package, which is not saved."""
 
     def on_trial_add(self, trial_id: Hashable, config: Mapping[str, Any]) -> None:
         """A trial starts with ``config``."""
@@ -106,13 +125,31 @@ class TrialScheduler(ABC):
         None if none will. A runner can train a trial that far without asking."""
         return None
 
+    def to_state(self) -> dict:
+        """What `scheduler_from_state` rebuilds this scheduler from, as plain JSON values.
+
+        A class that is not one of this module's is named, not saved: a search with it
+        writes its outputs but cannot resume.
+        """
+        return {"kind": None, "class": f"{type(self).__module__}.{type(self).__qualname__}"}
+
 
 class FIFOScheduler(TrialScheduler):
     """Never stops a trial: each runs until the search's own stop condition."""
 
+    kind = "fifo"
+
     def on_result(self, trial_id: Hashable, iteration: int, value: float) -> Decision:
         """Always ``"continue"``."""
         return CONTINUE
+
+    def to_state(self) -> dict:
+        """Its kind alone: it keeps nothing."""
+        return {"kind": self.kind}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> FIFOScheduler:
+        return cls()
 
 
 def _score(value: float, mode: Mode) -> float:
@@ -149,6 +186,8 @@ class ASHAScheduler(TrialScheduler):
         SearchError: for ``grace_period``, ``max_t`` or ``reduction_factor``
             below their minimum (1, ``grace_period``, 2), or a bad mode.
     """
+
+    kind = "asha"
 
     def __init__(
         self,
@@ -197,6 +236,37 @@ class ASHAScheduler(TrialScheduler):
         """The values recorded at ``rung`` (one of `rungs`), by trial, in arrival order."""
         return dict(self._recorded[rung])
 
+    def to_state(self) -> dict:
+        """Its settings and, per rung, ``[trial id, value]`` in arrival order."""
+        recorded = [
+            [rung, [[to_json(trial_id), value] for trial_id, value in values.items()]]
+            for rung, values in self._recorded.items()
+        ]
+        return {
+            "kind": self.kind,
+            "max_t": self.max_t,
+            "grace_period": self.grace_period,
+            "reduction_factor": self.reduction_factor,
+            "mode": self.mode,
+            "recorded": recorded,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> ASHAScheduler:
+        """The scheduler `to_state` described.
+
+        Raises:
+            SearchError: for values recorded at an iteration that is not one of its rungs.
+        """
+        settings = ("max_t", "grace_period", "reduction_factor", "mode")
+        asha = cls(*(state[name] for name in settings))
+        for rung, values in state["recorded"]:
+            if rung not in asha._recorded:
+                message = f"ASHA's state records values at {rung}, not at a rung {asha.rungs}"
+                raise SearchError(message)
+            asha._recorded[rung] = {from_json(trial_id): value for trial_id, value in values}
+        return asha
+
 
 def rung_iterations(grace_period: int, reduction_factor: int, max_t: int) -> tuple[int, ...]:
     """``grace_period * reduction_factor**k`` for k = 0, 1, ... while at most ``max_t``."""
@@ -215,6 +285,26 @@ class _Member:
     score: float | None = None
     last_perturbation: int = 0
     checkpoint_config: dict | None = None  # the config its latest checkpoint was trained with
+
+
+def member_to_state(member: _Member) -> dict:
+    """What PBT knows of a trial, as plain JSON values."""
+    return {
+        "config": to_json(member.config),
+        "score": member.score,
+        "last_perturbation": member.last_perturbation,
+        "checkpoint_config": to_json(member.checkpoint_config),  # None before its first save
+    }
+
+
+def member_from_state(state: Mapping[str, Any]) -> _Member:
+    """What `member_to_state` wrote."""
+    return _Member(
+        config=from_json(state["config"]),
+        score=state["score"],
+        last_perturbation=int(state["last_perturbation"]),
+        checkpoint_config=from_json(state["checkpoint_config"]),
+    )
 
 
 class PBTScheduler(TrialScheduler):
@@ -242,6 +332,8 @@ class PBTScheduler(TrialScheduler):
             outside [0, 0.5], ``resample_probability`` outside [0, 1], or a bad mode.
     """
 
+    kind = "pbt"
+
     def __init__(
         self,
         space: Mapping[str, Any],
@@ -249,7 +341,7 @@ class PBTScheduler(TrialScheduler):
         mode: Mode = "max",
         quantile_fraction: float = 0.25,
         resample_probability: float = 0.25,
-        seed: int | None = None,
+        seed: int | np.random.Generator | None = None,
     ):
         self.perturbation_interval = _positive_int(
             "PBTScheduler", "perturbation_interval", perturbation_interval
@@ -317,6 +409,35 @@ class PBTScheduler(TrialScheduler):
     def config_of(self, trial_id: Hashable) -> dict:
         """The trial's current config, as PBT last set it."""
         return dict(self._member(trial_id).config)
+
+    def to_state(self) -> dict:
+        """Its settings, space and generator, and ``[trial id, member]`` for each trial of
+        the population, in the order they joined."""
+        members = [[to_json(trial_id), member_to_state(m)] for trial_id, m in self._members.items()]
+        return {
+            "kind": self.kind,
+            "space": space_to_state(self.space),
+            "perturbation_interval": self.perturbation_interval,
+            "mode": self.mode,
+            "quantile_fraction": self.quantile_fraction,
+            "resample_probability": self.resample_probability,
+            "rng": rng_to_json(self._rng),
+            "members": members,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> PBTScheduler:
+        """The scheduler `to_state` described, drawing what it would have drawn next."""
+        pbt = cls(
+            space_from_state(state["space"]),
+            state["perturbation_interval"],
+            state["mode"],
+            state["quantile_fraction"],
+            state["resample_probability"],
+            seed=rng_from_json(state["rng"]),
+        )
+        pbt._members = {from_json(t): member_from_state(m) for t, m in state["members"]}
+        return pbt
 
     def _member(self, trial_id: Hashable) -> _Member:
         try:
@@ -389,3 +510,20 @@ def _neighbour(values: Sequence, value: Any, rng: np.random.Generator) -> Any:
         return values[int(rng.integers(len(values)))]
     index = values.index(value) + (1 if rng.random() < 0.5 else -1)
     return values[min(max(index, 0), len(values) - 1)]
+
+
+def scheduler_from_state(state: Mapping[str, Any]) -> TrialScheduler:
+    """The trial scheduler whose ``to_state()`` is ``state``, deciding as it would have.
+
+    Raises:
+        SearchError: for a scheduler of a class that was named, not saved, or an unknown kind.
+    """
+    classes = {cls.kind: cls for cls in (FIFOScheduler, ASHAScheduler, PBTScheduler)}
+    if state.get("kind") is None:
+        raise SearchError(
+            f"the search ran with a trial scheduler of class {state.get('class')}, which is "
+            f"not saved: a search resumes with the {', '.join(classes)} schedulers only"
+        )
+    if state["kind"] not in classes:
+        raise SearchError(f"unknown trial scheduler {state['kind']!r} in a search's state")
+    return classes[state["kind"]].from_state(state)

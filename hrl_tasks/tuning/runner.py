@@ -14,7 +14,8 @@ the trial's state; trains to the scheduler's next decision point, a stop
 condition, or ``checkpoint_interval_s`` seconds; and returns the results and the
 state. The driver decides between chunks with the pure schedulers of
 `hrl_tasks.search.schedulers`; a chunk lost with its worker is run again from the
-state it started from, and a stopped search resumes from its output directory.
+state it started from, and a stopped search resumes from its output directory, whose
+state file (`hrl_tasks.tuning.state_file`) holds the decisions and the trials.
 
 What a trial holds while its chunk runs: ``trial_resources`` for the chunk's task
 (which runs the learner) and the algorithm's ``rollout_worker_resources`` for each
@@ -29,7 +30,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +48,16 @@ from hrl_tasks.search.schedulers import (
     TrialScheduler,
 )
 from hrl_tasks.search.space import Mode, SearchError, check_mode, is_domain
+from hrl_tasks.search.state import from_json
 from hrl_tasks.tuning.options import TuneOptions
+from hrl_tasks.tuning.state_file import (
+    STATE_FILE,
+    check_resumable,
+    decisions_state,
+    read_search,
+    read_state,
+    write_search,
+)
 
 SCHEDULERS = ("fifo", "asha", "pbt")
 DEFAULT_TRIAL_RESOURCES = {"CPU": 1}
@@ -160,7 +169,7 @@ class Trial:
     env_steps: int = 0
     start_time: float | None = None
     end_time: float | None = None
-    checkpoint: str | None = None
+    checkpoint: str | None = None  # its latest, relative to the search's output directory
     failures: int = 0
     error: str | None = None
     chunks: list = field(default_factory=list)  # (start, end, worker) of each chunk that ended
@@ -169,7 +178,8 @@ class Trial:
     curve: list | None = field(default_factory=list, repr=False)
 
     def record(self) -> dict:
-        """What the result reports of the trial (and trials.json keeps)."""
+        """What the state file and trials.json keep of the trial (`located` under the
+        output directory, what the result reports)."""
         return {
             "trial_id": self.trial_id, "config": dict(self.config), "last": dict(self.last),
             "best": self.best, "iterations": self.iterations, "env_steps": self.env_steps,
@@ -180,7 +190,8 @@ class Trial:
 
 
 def record_text(record: Mapping[str, Any]) -> bytes:
-    """A trial's record as its line of trials.json (numpy values as plain JSON)."""
+    """A trial's record as its line of the state file and trials.json (numpy values as
+    plain JSON)."""
     return json.dumps(record, default=plain).encode()
 
 
@@ -208,7 +219,8 @@ class EndedTrial:
         self.text = record_text(record)
 
     def record(self) -> dict:
-        """What the result reports of the trial (and trials.json keeps)."""
+        """What the state file and trials.json keep of the trial (`located` under the
+        output directory, what the result reports)."""
         return json.loads(self.text)
 
     @property
@@ -249,7 +261,7 @@ class TuneResult:
 
     @property
     def best_checkpoint(self) -> str | None:
-        """The best trial's latest checkpoint file (None without ``out``)."""
+        """The best trial's latest checkpoint file, a path under ``out`` (None without it)."""
         best = self.best_trial
         return None if best is None else best["checkpoint"]
 
@@ -498,8 +510,8 @@ class Search:
         return [dict(self.trial_resources), *[dict(per_worker)] * int(workers)]
 
     def result(self) -> TuneResult:
-        return TuneResult([t.record() for t in self.trials.values()], self.metric, self.mode,
-                          self.out, dict(self.config))  # fmt: skip
+        records = [located(t.record(), self.out) for t in self.trials.values()]
+        return TuneResult(records, self.metric, self.mode, self.out, dict(self.config))
 
     # The output directory ----------------------------------------------------------------
 
@@ -532,21 +544,20 @@ class Search:
         directory = self.trial_dir(trial) / "checkpoints"
         path = write_checkpoint(directory / f"checkpoint-{trial.iterations:06d}.hrl", trial.state)
         prune_checkpoints(directory, keep=2)
-        trial.checkpoint = str(path)
+        trial.checkpoint = path.relative_to(self.out).as_posix()
 
     def save_trials(self) -> None:
-        """trials.json and the schedulers' state, so that `resume` continues from here."""
+        """The search's state file, then trials.json (`write_search`), so that `resume`
+        continues from here."""
         if self.out is None:
             return
         self.out.mkdir(parents=True, exist_ok=True)
         # A trial a line; an ended trial's line is the text it keeps, not encoded again.
         lines = [t.text if isinstance(t, EndedTrial) else record_text(t.record())
                  for t in self.trials.values()]  # fmt: skip
-        write_atomically(self.out / "trials.json", b"[\n" + b",\n".join(lines) + b"\n]\n")
-        decisions = {"sampler": self.sampler, "scheduler": self.scheduler,
-                     "exhausted": self.exhausted, "stop": self.stop,
-                     "time_attr": self.time_attr}  # fmt: skip
-        write_atomically(self.out / "search.pkl", pickle.dumps(decisions))
+        sampler, scheduler = self.sampler.to_state(), self.scheduler.to_state()
+        decisions = decisions_state(sampler, scheduler, self.stop, self.time_attr, self.exhausted)
+        write_search(self.out, decisions, lines)
 
     def write_summary(self) -> None:
         """results.csv (a row per trial) and curves.png (every trial's curve)."""
@@ -583,11 +594,11 @@ class Search:
         their latest checkpoint, and the sampler and scheduler as they were."""
         from hrl_tasks.algorithms.checkpoint import read_checkpoint
 
-        decisions = read_decisions(out)
+        decisions, records = read_search(out)
         search = cls(sampler=decisions["sampler"], scheduler=decisions["scheduler"], out=out,
-                     time_attr=decisions.get("time_attr", "iteration"), **kwargs)  # fmt: skip
+                     time_attr=decisions["time_attr"], **kwargs)  # fmt: skip
         search.exhausted = decisions["exhausted"]
-        for record in json.loads((out / "trials.json").read_text()):
+        for record in records:
             if record["status"] in ENDED:
                 search.trials[record["trial_id"]] = EndedTrial(record)
                 continue
@@ -595,15 +606,17 @@ class Search:
             trial = Trial(**fields, curve=None)
             trial.curve = search.curve(trial)
             trial.status = PAUSED if trial.checkpoint else PENDING
-            trial.state = read_checkpoint(trial.checkpoint) if trial.checkpoint else None
+            trial.state = read_checkpoint(out / trial.checkpoint) if trial.checkpoint else None
             search.trials[trial.trial_id] = trial
         return search
 
 
-def read_decisions(out: Path) -> dict:
-    """What `Search.save_trials` saved of a search's decisions in ``out``: its sampler,
-    trial scheduler, stop conditions and the units its scheduler counts."""
-    return pickle.loads((out / "search.pkl").read_bytes())
+def located(record: dict, out: Path | None) -> dict:
+    """A trial's record with its checkpoint as a path under ``out`` (the record names it
+    relative to ``out``), as `TuneResult` reports it. Pure."""
+    if out is None or record["checkpoint"] is None:
+        return record
+    return {**record, "checkpoint": str(Path(out) / record["checkpoint"])}
 
 
 def check_search(algorithm: str, config: Mapping[str, Any], space: Mapping[str, Any]) -> None:
@@ -635,12 +648,6 @@ def with_table(reporter: Callable[[Search], None] | None):
 
     report.table = table
     return report
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def plot_trials(
@@ -714,8 +721,8 @@ def search_settings(algorithm: str, config: dict, space: dict, opts: TuneOptions
     check_search(algorithm, config, space)
     trial_resources = trial_request(opts.trial_resources)
     out = None if opts.out is None else Path(opts.out)
-    if opts.resume and (out is None or not (out / "search.pkl").exists()):
-        raise SearchError(f"nothing to resume in {out}: it holds no search.pkl")
+    if opts.resume:
+        check_resumable(out)
     return dict(algorithm=algorithm, config=config, metric=opts.metric, mode=opts.mode,
                 stop=stop, trial_resources=trial_resources, out=out,
                 max_concurrent=opts.max_concurrent, max_failures=opts.max_failures,
@@ -734,8 +741,8 @@ def fixed_config(config: Mapping[str, Any] | None, env: Any) -> dict:
 def trial_stop(stop: Mapping[str, Any] | None, out: str | Path | None, resume: bool) -> dict:
     """Each trial's stop conditions: ``stop``; none given when resuming, those of the
     search saved in ``out``; else 10 iterations."""
-    if resume and not stop and out is not None and (Path(out) / "search.pkl").exists():
-        stop = read_decisions(Path(out)).get("stop")  # the saved search's, unless given anew
+    if resume and not stop and out is not None and (Path(out) / STATE_FILE).exists():
+        stop = from_json(read_state(Path(out))["stop"])  # the saved search's, unless given anew
     return dict(stop or {"iteration": 10})
 
 

@@ -1,4 +1,6 @@
 import itertools
+import json
+import math
 import sys
 from collections import Counter
 
@@ -7,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hrl_tasks.search import (
+    SAMPLERS,
     SearchError,
     choice,
     grid,
@@ -14,9 +17,10 @@ from hrl_tasks.search import (
     loguniform,
     make_sampler,
     randint,
+    sampler_from_state,
     uniform,
 )
-from hrl_tasks.search.samplers import optuna_suggest
+from hrl_tasks.search.samplers import Sampler, optuna_config, optuna_distributions
 
 SPACE = {
     "env": "CartPole-v1",
@@ -126,40 +130,21 @@ def test_missing_optuna_says_how_to_install_it(monkeypatch):
         make_sampler("optuna", {"lr": uniform(0, 1)}, num_samples=2, metric="loss", mode="min")
 
 
-class RecordingTrial:
-    """Stands in for an Optuna trial: records each suggest call, returns its low end."""
+def test_domains_map_to_optunas_distributions_and_back():
+    pytest.importorskip("optuna")
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    def __init__(self):
-        self.calls = []
-
-    def suggest_float(self, name, low, high, log=False):
-        self.calls.append(("float", name, low, high, log))
-        return low
-
-    def suggest_int(self, name, low, high):
-        self.calls.append(("int", name, low, high))
-        return low
-
-    def suggest_categorical(self, name, choices):
-        self.calls.append(("categorical", name, choices))
-        return choices[-1]
-
-
-def test_domains_map_to_optunas_suggest_calls():
-    trial = RecordingTrial()
-    assert optuna_suggest(trial, "g", uniform(0.9, 0.99)) == 0.9
-    assert optuna_suggest(trial, "lr", loguniform(1e-4, 1e-2)) == 1e-4
-    assert optuna_suggest(trial, "n", randint(1, 4)) == 1
-    assert optuna_suggest(trial, "act", choice(["tanh", "relu"])) == "relu"
-    assert optuna_suggest(trial, "h", choice([(64,), (32, 32)])) == (32, 32)
-    assert optuna_suggest(trial, "env", "CartPole-v1") == "CartPole-v1"
-    assert trial.calls == [
-        ("float", "g", 0.9, 0.99, False),
-        ("float", "lr", 1e-4, 1e-2, True),
-        ("int", "n", 1, 3),  # Optuna's high is included
-        ("categorical", "act", ["tanh", "relu"]),
-        ("categorical", "h", [0, 1]),  # non-plain values are chosen by position
-    ]
+    space = {"g": uniform(0.9, 0.99), "lr": loguniform(1e-4, 1e-2), "n": randint(1, 4)}
+    space |= {"act": choice(["tanh", "relu"]), "h": choice([(64,), (32, 32)]), "env": "x"}
+    assert optuna_distributions(space) == {
+        "g": FloatDistribution(0.9, 0.99),
+        "lr": FloatDistribution(1e-4, 1e-2, log=True),
+        "n": IntDistribution(1, 3),  # Optuna's high is included
+        "act": CategoricalDistribution(["tanh", "relu"]),
+        "h": CategoricalDistribution([0, 1]),  # non-plain values are chosen by position
+    }
+    params = {"g": 0.9, "lr": 1e-4, "n": 1, "act": "relu", "h": 1}
+    assert optuna_config(space, params) == {**params, "h": (32, 32), "env": "x"}
 
 
 OPTUNA_SPACE = {
@@ -209,3 +194,94 @@ def test_optuna_names_trials_it_does_not_know():
         sampler.suggest("t0")
     with pytest.raises(SearchError, match="'t9' was not suggested"):
         sampler.observe("t9", config, 1.0)
+
+
+# --- a sampler's state, written to a file and read back ------------------------------------
+
+GRID_SPACE = {"a": grid([1, 2, 3]), "b": choice(["x", "y"]), "h": choice([(64, 64), (32,)])}
+RESUMED = {
+    "random": dict(space=SPACE, num_samples=2),  # 12 configs
+    "grid": dict(space=GRID_SPACE, num_samples=2),  # 24 configs
+    "optuna": dict(space={**OPTUNA_SPACE, "h": choice([(64,), (32, 32)])}, num_samples=14),
+}
+
+
+def new_sampler(name: str) -> Sampler:
+    if name == "optuna":
+        pytest.importorskip("optuna")
+    return make_sampler(name, seed=5, metric="loss", mode="min", **RESUMED[name])
+
+
+def loss(config: dict) -> float | None:
+    """A metric of a config; None (a failed trial) for some."""
+    if config.get("act") == "tanh" and config.get("iters") == 2:
+        return None
+    return math.log10(config.get("lr", 1e-3)) ** 2 + config.get("iters", 0)
+
+
+def run_lagged(sampler: Sampler, ids, waiting=None) -> tuple[list[dict], tuple | None]:
+    """Propose a config for each of ``ids``, observing each trial once the next one is
+    proposed (as in a search, one trial is still running when the next starts).
+
+    Args:
+        waiting: the trial proposed before ``ids[0]`` and not observed yet.
+
+    Returns:
+        The configs proposed, and the trial proposed last, not observed yet.
+    """
+    configs = []
+    for trial_id in ids:
+        config = sampler.suggest(trial_id)
+        if config is None:
+            break
+        configs.append(config)
+        if waiting is not None:
+            sampler.observe(*waiting)
+        waiting = (trial_id, config, loss(config))
+    return configs, waiting
+
+
+def read_back(sampler: Sampler, path) -> Sampler:
+    """A new sampler from ``sampler``'s state, written to the file ``path`` as JSON."""
+    path.write_text(json.dumps(sampler.to_state()))
+    return sampler_from_state(json.loads(path.read_text()))
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+@pytest.mark.parametrize("cut", [0, 1, 5, 11])
+def test_a_sampler_read_back_from_a_file_proposes_what_it_would_have(name, cut, tmp_path):
+    whole, _ = run_lagged(new_sampler(name), range(30))
+    sampler = new_sampler(name)
+    first, waiting = run_lagged(sampler, range(cut))
+    again = read_back(sampler, tmp_path / "sampler.json")
+    assert type(again) is type(sampler) and again.num_trials == sampler.num_trials
+    rest, _ = run_lagged(again, range(cut, 30), waiting)
+    assert first + rest == whole
+    assert len(whole) == again.num_trials and again.suggest("one more") is None
+
+
+def test_an_optuna_sampler_read_back_keeps_its_trials_and_those_still_running(tmp_path):
+    sampler = new_sampler("optuna")
+    configs, (running, config, _) = run_lagged(sampler, range(4))
+    state = read_back(sampler, tmp_path / "sampler.json").to_state()
+    assert [t["state"] for t in state["trials"]] == ["COMPLETE"] * 3 + ["RUNNING"]
+    assert state["pending"] == [[running, 3]] and state["trials"][3]["params"]["h"] in (0, 1)
+    again = sampler_from_state(state)
+    with pytest.raises(SearchError, match="already suggested"):
+        again.suggest(running)
+    again.observe(running, config, 1.0)  # told once read back
+    told = {**state["trials"][3], "state": "COMPLETE", "value": 1.0}
+    assert again.to_state()["trials"][3] == told
+
+
+def test_a_sampler_of_another_class_is_named_not_saved():
+    class EveryOther(Sampler):
+        num_trials = 2
+
+        def suggest(self, trial_id):
+            return {"lr": 1e-3}
+
+    state = EveryOther().to_state()
+    assert state["kind"] is None and state["class"].endswith("EveryOther")
+    with pytest.raises(SearchError, match="EveryOther, which is not saved"):
+        sampler_from_state(state)

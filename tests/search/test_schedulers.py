@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -13,6 +14,7 @@ from hrl_tasks.search import (
     FIFOScheduler,
     PBTScheduler,
     SearchError,
+    TrialScheduler,
     bottom_and_top,
     choice,
     grid,
@@ -20,6 +22,7 @@ from hrl_tasks.search import (
     perturb,
     randint,
     rung_iterations,
+    scheduler_from_state,
     uniform,
 )
 
@@ -313,3 +316,85 @@ def test_a_restored_trial_takes_its_next_pbt_step_an_interval_after_the_restored
     pbt.on_trial_restore("low", 30)  # it copied a trial that was further on
     assert pbt.next_decision("low", 30) == 35
     assert pbt.on_result("low", 31, 0.0) == CONTINUE
+
+
+# --- a scheduler's state, written to a file and read back ----------------------------------
+
+RESUMED_SPACE = {"lr": loguniform(1e-4, 1e-1), "hidden": choice([(64, 64), (256, 256)])}
+STARTS = {f"t{i}": {"lr": 10.0 ** -(i + 1), "hidden": (64, 64)} for i in range(4)}
+STEPS = [
+    (trial, iteration, math.nan if (trial, iteration) == ("t3", 5) else rank + 0.1 * iteration)
+    for iteration in range(1, 13)
+    for rank, trial in enumerate(STARTS)
+]
+"""Each trial's result at each iteration, round robin: ``(trial, iteration, value)``."""
+
+SCHEDULERS = {
+    "fifo": FIFOScheduler,
+    "asha": lambda: ASHAScheduler(max_t=12, grace_period=2, reduction_factor=2),
+    "pbt": lambda: PBTScheduler(RESUMED_SPACE, 3, quantile_fraction=0.5, seed=0),
+}
+
+
+def drive(scheduler, steps, stopped: set) -> list:
+    """Feed ``steps`` to ``scheduler`` as a search would, and carry out its decisions:
+    a stopped trial (in ``stopped``) reports no more, one that exploits is restored,
+    and every trial saves a checkpoint every second iteration. Returns the decisions."""
+    decisions = []
+    for trial, iteration, value in steps:
+        if trial in stopped:
+            continue
+        if iteration == 1:
+            scheduler.on_trial_add(trial, STARTS[trial])
+        decision = scheduler.on_result(trial, iteration, value)
+        decisions.append((trial, iteration, decision))
+        if decision == STOP:
+            stopped.add(trial)
+            scheduler.on_trial_complete(trial)
+        elif isinstance(decision, Exploit):
+            scheduler.on_trial_restore(trial, iteration)
+        elif iteration % 2 == 0:
+            scheduler.on_checkpoint(trial)
+    return decisions
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+@pytest.mark.parametrize("cut", [0, 7, 21, 40])
+def test_a_scheduler_read_back_from_a_file_decides_what_it_would_have(name, cut, tmp_path):
+    whole = drive(SCHEDULERS[name](), STEPS, set())
+    scheduler, stopped = SCHEDULERS[name](), set()
+    first = drive(scheduler, STEPS[:cut], stopped)
+    path = tmp_path / "scheduler.json"
+    path.write_text(json.dumps(scheduler.to_state()))
+    again = scheduler_from_state(json.loads(path.read_text()))
+    assert type(again) is type(scheduler)
+    assert first + drive(again, STEPS[cut:], stopped) == whole
+    if name != "fifo":  # the run decides something besides continuing
+        assert {type(d) for _, _, d in whole if d != CONTINUE} == {"asha": {str}, "pbt": {Exploit}}[
+            name
+        ]
+
+
+def test_pbt_read_back_keeps_tuples_in_its_configs_and_asha_its_rungs_order():
+    pbt = SCHEDULERS["pbt"]()
+    drive(pbt, STEPS, set())
+    again = scheduler_from_state(json.loads(json.dumps(pbt.to_state())))
+    assert {t: again.config_of(t) for t in STARTS} == {t: pbt.config_of(t) for t in STARTS}
+    assert all(isinstance(again.config_of(t)["hidden"], tuple) for t in STARTS)
+    asha = SCHEDULERS["asha"]()
+    drive(asha, STEPS, set())
+    again = scheduler_from_state(json.loads(json.dumps(asha.to_state())))
+    assert [list(again.results_at(r).items()) for r in asha.rungs] == [
+        list(asha.results_at(r).items()) for r in asha.rungs
+    ]
+
+
+def test_a_scheduler_of_another_class_is_named_not_saved():
+    class Patient(TrialScheduler):
+        def on_result(self, trial_id, iteration, value):
+            return CONTINUE
+
+    state = Patient().to_state()
+    assert state["kind"] is None and state["class"].endswith("Patient")
+    with pytest.raises(SearchError, match="Patient, which is not saved"):
+        scheduler_from_state(state)

@@ -210,20 +210,29 @@ class StopAfterFirstEnd:
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
 def test_a_stopped_search_resumes_without_rerunning_its_finished_trials(engine, tmp_path):
-    options = dict(space={"lr": loguniform(1e-4, 1e-2)}, config=TINY, num_samples=4,
-                   stop={"iteration": 4}, out=tmp_path, engine=engine,
-                   trial_resources={"CPU": 1})  # fmt: skip
+    space = {"lr": loguniform(1e-4, 1e-2)}
+    options = dict(space=space, config=TINY, num_samples=4, stop={"iteration": 4},
+                   engine=engine, trial_resources={"CPU": 1})  # fmt: skip
     with pytest.raises(KeyboardInterrupt):
-        hrl_tasks.tune("ppo", "CartPole-v1", reporter=StopAfterFirstEnd(), **options)
-    before = {t["trial_id"]: t for t in json.loads((tmp_path / "trials.json").read_text())}
+        hrl_tasks.tune("ppo", "CartPole-v1", reporter=StopAfterFirstEnd(), out=tmp_path / "a",
+                       **options)  # fmt: skip
+    written = {p.name for p in (tmp_path / "a").iterdir()}
+    assert "search.json" in written and "search.pkl" not in written
+    before = {t["trial_id"]: t for t in json.loads((tmp_path / "a" / "trials.json").read_text())}
     finished = {i for i, t in before.items() if t["status"] == "TERMINATED"}
     assert finished and len(finished) < 4
-    result = hrl_tasks.tune("ppo", "CartPole-v1", resume=True, **options)
+    out = tmp_path / "b"  # moved: its trials' checkpoints are found within it
+    (tmp_path / "a").rename(out)
+    result = hrl_tasks.tune("ppo", "CartPole-v1", resume=True, out=out, **options)
     assert len(result.trials) == 4 and {t["status"] for t in result.trials} == {"TERMINATED"}
+    # The configs an uninterrupted search proposes (tune's seed is 0), those before and after.
+    sampler = make_sampler("random", space, 4, seed=0)
+    assert [t["config"] for t in result.trials] == [sampler.suggest(i) for i in range(4)]
     for trial in result.trials:
         if trial["trial_id"] in finished:
             assert trial["chunks"] == before[trial["trial_id"]]["chunks"]  # not run again
-        lines = (tmp_path / "trials" / trial["trial_id"] / "metrics.jsonl").read_text()
+        assert trial["checkpoint"].startswith(str(out)) and os.path.exists(trial["checkpoint"])
+        lines = (out / "trials" / trial["trial_id"] / "metrics.jsonl").read_text()
         iterations = [json.loads(x)["iteration"] for x in lines.splitlines()]
         assert iterations[-1] == 4 and max(iterations) == 4
 
@@ -292,7 +301,8 @@ def test_only_as_many_trials_run_at_once_as_the_ledger_has_room_for():
 @pytest.mark.timeout(240)
 def test_asha_counts_env_steps_when_the_budget_is_env_steps(engine, tmp_path):
     # --stop-steps alone: rungs and the end are in env steps, not a default of 100 iterations.
-    from hrl_tasks.tuning.runner import make_scheduler, read_decisions
+    from hrl_tasks.tuning.runner import make_scheduler
+    from hrl_tasks.tuning.state_file import read_decisions
 
     asha = make_scheduler("asha", {}, {"env_steps_sampled": 640}, "max", 0)
     assert asha.max_t == 640 and asha.rungs == (40, 160, 640)
