@@ -1,13 +1,13 @@
 """Runs on clusters asked of a real Dask Gateway (dask-gateway-server, local-process
 backend, password authentication), started here with `.ci/gateway-ci.sh`.
 
-In CI (``CI=true``) a gateway that cannot start fails these; elsewhere they skip,
-saying why.
+The gateway and its clusters run this Python (`CLUSTER_PYTHON`), so that its
+clusters' distributed is this client's, in a virtual environment too. In CI
+(``CI=true``) a gateway that cannot start fails these; elsewhere they skip, saying why.
 """
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,36 +19,38 @@ import pytest
 
 import hrl_tasks
 from hrl_tasks.scheduler import EngineError
+from tests.conftest import require_real_part
 
 pytestmark = [pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 18224  # not the recipe's default: a gateway of the user's own may be on that one
+CLUSTER_PYTHON = sys.executable
+"""The Python that runs the gateway's server and its clusters' schedulers and workers
+(`.ci/gateway-ci.sh`'s GATEWAY_PYTHON): this one, whose distributed is the client's."""
 
 
 def unavailable() -> str | None:
+    """What the gateway's tests miss here, or None."""
     try:
         import dask_gateway  # noqa: F401
-    except ImportError:
-        return "needs dask-gateway: pip install -e .[test]"
-    if shutil.which("dask-gateway-server") is None:
-        return "needs dask-gateway-server on PATH: pip install 'dask-gateway-server[local]'"
-    return None
+        import dask_gateway_server  # noqa: F401
+    except ImportError as exc:
+        return f"needs {exc.name}: pip install -e .[test]"
+    return other_distributed()
 
 
 def other_distributed() -> str | None:
-    """Why the gateway's clusters would not run this process's distributed: its local
-    backend starts them with the server's own Python, the interpreter this one's venv
-    (if any) is made from. CI's pass against the oldest distributed runs the client in
-    such a venv, and Dask does not support a client and a scheduler of different versions."""
+    """Why the gateway's clusters would not run this process's distributed (Dask does
+    not support a client and a scheduler of different versions), or None: asks the
+    Python that runs them."""
     import distributed
 
-    base = getattr(sys, "_base_executable", sys.executable)
-    theirs = subprocess.run([base, "-c", "import distributed; print(distributed.__version__)"],
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    asked = [CLUSTER_PYTHON, "-c", "import distributed; print(distributed.__version__)"]
+    theirs = subprocess.run(asked, capture_output=True, text=True).stdout.strip()
     if theirs != distributed.__version__:
         return (
-            f"the gateway's clusters run distributed {theirs} (the server's Python), this "
-            f"client {distributed.__version__}: Dask needs one version on both sides"
+            f"the gateway's clusters ({CLUSTER_PYTHON}) run distributed {theirs or 'none'}, "
+            f"this client {distributed.__version__}: Dask needs one version on both sides"
         )
     return None
 
@@ -56,14 +58,9 @@ def other_distributed() -> str | None:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     """A gateway's client settings, as environment variables, while the gateway runs."""
-    missing = unavailable()
-    if missing is not None and os.environ.get("CI") == "true":
-        pytest.fail(f"CI installs the test extra, which has the gateway: {missing}")
-    why = missing or other_distributed()  # CI's pass against the oldest distributed skips
-    if why is not None:
-        pytest.skip(why)
-    env = {**os.environ, "GATEWAY_DIR": str(tmp_path_factory.mktemp("gateway")),
-           "GATEWAY_PORT": str(PORT)}  # fmt: skip
+    require_real_part("the Dask Gateway", unavailable())
+    env = {**os.environ, "GATEWAY_PORT": str(PORT), "GATEWAY_PYTHON": CLUSTER_PYTHON}
+    env["GATEWAY_DIR"] = str(tmp_path_factory.mktemp("gateway"))
     script = str(ROOT / ".ci" / "gateway-ci.sh")
     started = subprocess.run(["bash", script, "start"], env=env, capture_output=True, text=True)
     if started.returncode != 0:
@@ -197,9 +194,9 @@ def wait_for_line(proc, text: str, timeout: float) -> str:
 def test_ctrl_c_leaves_no_cluster_behind(configured, tmp_path):
     env = dict(os.environ)
     argv = ["train", "ppo", "--env", "CartPole-v1", "--gateway", "--no-progress",
-            "--stop-iters", "10000", "--out", str(tmp_path / "run")]  # fmt: skip
+            "--stop-iters", "10000"]  # fmt: skip
     # Mid-run: after the first iteration's checkpoint folder exists.
-    proc = hrl_tasks_command(*argv, env=env)
+    proc = hrl_tasks_command(*argv, "--out", str(tmp_path / "run"), env=env)
     name = wait_for_line(proc, "gateway cluster: ", 120).split("gateway cluster: ")[1].split()[0]
     wait_for_line(proc, "writing to", 60)
     time.sleep(3)
@@ -209,7 +206,7 @@ def test_ctrl_c_leaves_no_cluster_behind(configured, tmp_path):
     assert name not in running_clusters()
     # While the cluster is being created: the interrupt waits for its name, then ends it.
     before = running_clusters()
-    proc = hrl_tasks_command(*argv, env=env)
+    proc = hrl_tasks_command(*argv, "--out", str(tmp_path / "second"), env=env)  # a new run
     wait_for_line(proc, "asking the gateway", 60)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)

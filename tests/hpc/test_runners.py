@@ -15,36 +15,33 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_real_part
+
 pytestmark = [pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "slurm" / "train_ppo_runner.sbatch"
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "4"]
 
 
-def need(why: str | None) -> None:
-    if why is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI installs and starts this (.ci/run), but {why}")
-    pytest.skip(why)
-
-
 @pytest.fixture
 def mpi():
-    need(None if shutil.which("mpirun") else "no mpirun on PATH (apt install openmpi-bin)")
+    missing = None if shutil.which("mpirun") else "no mpirun on PATH (apt install openmpi-bin)"
+    require_real_part("MPI", missing)
     try:
         import dask_mpi  # noqa: F401
         import mpi4py  # noqa: F401
     except ImportError:
-        need("needs dask-mpi and mpi4py: pip install -e .[test]")
+        require_real_part("MPI", "needs dask-mpi and mpi4py: pip install -e .[test]")
 
 
 @pytest.fixture
 def slurm():
-    found = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True) \
-        if shutil.which("sinfo") else None  # fmt: skip
-    need(None if found is not None and found.returncode == 0 and found.stdout.strip()
-         else "no SLURM controller answers (.ci/slurm-ci.sh start)")  # fmt: skip
+    found = None
+    if shutil.which("sinfo"):
+        found = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+    answers = found is not None and found.returncode == 0 and found.stdout.strip()
+    missing = None if answers else "no SLURM controller answers (.ci/slurm-ci.sh start)"
+    require_real_part("SLURM", missing)
 
 
 def command(*args) -> list[str]:

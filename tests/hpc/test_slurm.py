@@ -19,6 +19,7 @@ import hrl_tasks
 from hrl_tasks.algorithms import PPO
 from hrl_tasks.cli import main
 from hrl_tasks.scheduler.clusters import job_ids
+from tests.conftest import require_real_part
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slurm]
 JOB = {"cores": 1, "memory": "2GB", "walltime": "00:20:00"}
@@ -34,16 +35,11 @@ def slurm():
         found = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
         if found.returncode != 0 or not set(found.stdout.split()) & {"idle", "mixed", "allocated"}:
             why = f"sinfo finds no SLURM node: {found.stderr.strip() or found.stdout.strip()}"
-    if why is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI runs SLURM (.ci/run starts it), but {why}")
-        pytest.skip(why)
+    require_real_part("SLURM", why)
     try:
         import dask_jobqueue  # noqa: F401
     except ImportError:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI installs the test extra, which has dask-jobqueue")
-        pytest.skip("needs the hpc extra: pip install -e .[hpc]")
+        require_real_part("SLURM", "needs dask-jobqueue (the hpc extra): pip install -e .[hpc]")
 
 
 def queued() -> set[str]:
