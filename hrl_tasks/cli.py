@@ -180,6 +180,16 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         help="with --runner: take the scheduler's, dashboards' and workers' ports from this "
         "range (default: any free port)",
     )  # fmt: skip
+    command.add_argument(
+        "--interface", metavar="NAME",
+        help="with --runner: the network interface every rank listens on, e.g. ib0 "
+        "(default: the one that reaches the scheduler's rank; printed at start)",
+    )  # fmt: skip
+    command.add_argument(
+        "--no-tls", action="store_true",
+        help="with --runner: plain TCP instead of TLS with a certificate made for the run "
+        "(anyone who can reach the run's nodes could then run code as you)",
+    )  # fmt: skip
     command.add_argument("--tls-ca-file", help="with a tls:// --address: the cluster's CA")
     command.add_argument("--tls-cert", help="with a tls:// --address: this client's certificate")
     command.add_argument("--tls-key", help="with a tls:// --address: this client's private key")
@@ -309,8 +319,8 @@ def check_cluster_options(args) -> None:
     """
     if args.cluster is None and (args.cluster_opt or args.resources):
         raise ValueError("--cluster-opt and --resources go with --cluster")
-    if args.runner is None and args.ports:
-        raise ValueError("--ports goes with --runner")
+    if args.runner is None and (args.ports or args.interface or args.no_tls):
+        raise ValueError("--ports, --interface and --no-tls go with --runner")
     if args.ports:
         low, sep, high = args.ports.partition(":")
         if not (low.isdigit() and (not sep or high.isdigit())):
@@ -409,11 +419,13 @@ def runner_engine(args, run_dir: Path):
     the scheduler and worker ranks this serves until the run ends, then exits; on the
     driver rank it returns the engine, which ends the other ranks when it closes."""
     from hrl_tasks.scheduler import Engine
+    from hrl_tasks.scheduler.runner_network import interface_of
     from hrl_tasks.scheduler.runners import end_on_lost_rank, forget_decision, join_allocation
 
-    allocation = join_allocation(args.runner, run_dir, ports=args.ports)
+    allocation = join_allocation(args.runner, run_dir, ports=args.ports,
+                                 interface=args.interface, tls=not args.no_tls)  # fmt: skip
     try:
-        engine = Engine.connect(allocation.address)
+        engine = Engine.connect(allocation.address, security=allocation.security)
     except BaseException:
         allocation.close()
         raise
@@ -423,11 +435,14 @@ def runner_engine(args, run_dir: Path):
     except BaseException:
         engine.close()
         raise
-    forget_decision(args.runner, run_dir.parent)  # every rank has joined, so has read it
+    forget_decision(args.runner, run_dir.parent)  # every rank has joined, so has read them
+    forget_decision(args.runner, run_dir, "network")
     if args.runner == "mpi":
         end_on_lost_rank(engine, run_dir)
-    print(f"{args.runner} runner: scheduler {allocation.address}, {allocation.workers} worker "
-          "ranks", flush=True)  # fmt: skip
+    tls = "TLS with a certificate made for this run" if allocation.security else "plain TCP"
+    host = allocation.address.partition("://")[2].rpartition(":")[0]
+    print(f"{args.runner} runner: scheduler {allocation.address} ({tls}) on "
+          f"{interface_of(host) or host}, {allocation.workers} worker ranks", flush=True)  # fmt: skip
     return engine
 
 
@@ -578,6 +593,7 @@ def run_train(args) -> int:
     from hrl_tasks.algorithms.run_files import RunFiles
     from hrl_tasks.tensorboard import metrics_writer
 
+    check_cluster_options(args)  # a usage error before anything is decided or written
     setup = take_run_dir(plan_train(args), args)
     import_in_background()
     engine = engine_from_args(args, embedded=False, run_dir=setup.out,
@@ -654,14 +670,14 @@ def claim_run_dir(args, out: Path | None, default: Path) -> Path:
     runs it, taken once by the scheduler's rank and read by the others."""
     from hrl_tasks.run_dir import claim
 
-    def decide() -> Path:
+    def decide() -> str:
         taken, aside = claim(out, default, force=args.force)
         if aside is not None:
             print(f"moved the earlier run's files in {taken} to {aside}", flush=True)
-        return taken
+        return str(taken)
 
     if args.runner is None:
-        return decide()
+        return Path(decide())
     from hrl_tasks.scheduler.runners import decided_once
 
     return Path(decided_once(args.runner, (out or default).parent, decide))
@@ -771,6 +787,7 @@ def run_tune(args) -> int:
     space = dict(parse_space_item(item) for item in args.space)
     resources = pairs(args.trial_resources, "--trial-resources", number=True)
     check_search(args.algorithm, config, space)  # bad input fails before a cluster starts
+    check_cluster_options(args)
     out = take_search_dir(args, config)
     if args.resume:  # its state file, or one line naming what is missing (or how to convert)
         from hrl_tasks.tuning.state_file import check_resumable

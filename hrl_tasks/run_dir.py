@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hrl_tasks.errors import ConfigError
 
-RUNNER_ENTRIES = ("scheduler-*.json", "dask-scratch", "worker-logs")
+RUNNER_ENTRIES = ("scheduler-*.json", "dask-scratch", "worker-logs", ".hrl-network-*.json*")
 """What ``--runner`` and ``--cluster`` put in the run's directory for the run itself."""
 SHOWN = 4  # entries named in a refusal
 

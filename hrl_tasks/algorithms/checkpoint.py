@@ -78,20 +78,22 @@ def run_checkpoints(directory: str | os.PathLike) -> list[Path]:
 
 def latest_checkpoint(path: str | os.PathLike) -> Path:
     """``path`` if it is a file, else the run's checkpoint of the highest iteration in
-    the directory.
+    the directory (or, if it holds none, its only ``.hrl`` file).
 
     Raises:
         CheckpointError: if ``path`` does not exist, or is a directory holding no
-            ``checkpoint-NNNNNN.hrl``.
+            ``checkpoint-NNNNNN.hrl`` and not exactly one other ``.hrl`` file.
     """
     path = Path(path)
     if path.is_dir():
         found = run_checkpoints(path)
-        if not found:
-            others = sorted(p.name for p in path.glob(f"*{CHECKPOINT_SUFFIX}"))
-            named = f"; name one of {', '.join(others)} as the file to read" if others else ""
-            raise CheckpointError(f"no checkpoint-NNNNNN{CHECKPOINT_SUFFIX} in {path}{named}")
-        return found[-1]
+        if found:
+            return found[-1]
+        others = sorted(path.glob(f"*{CHECKPOINT_SUFFIX}"))
+        if len(others) == 1:  # a directory with one checkpoint of another name: that one
+            return others[0]
+        named = f"; name one of {', '.join(p.name for p in others)}" if others else ""
+        raise CheckpointError(f"no checkpoint-NNNNNN{CHECKPOINT_SUFFIX} in {path}{named}")
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {path}")
     return path

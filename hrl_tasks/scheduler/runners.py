@@ -38,6 +38,7 @@ class Allocation(NamedTuple):
     address: str  # the scheduler's
     workers: int  # worker ranks
     close: object  # ends the scheduler and so every worker rank
+    security: object = None  # the run's distributed.Security; None without TLS
 
 
 def rank_and_size(system: str, environ) -> tuple[int, int]:
@@ -100,15 +101,16 @@ def job_key(system: str, environ) -> str:
     )
 
 
-def decision_file(system: str, where: Path) -> Path:
+def decision_file(system: str, where: Path, topic: str = "run") -> Path:
     """Where the scheduler's rank leaves a decision about this run for the other ranks."""
-    return where / f".hrl-run-{job_key(system, os.environ)}.json"
+    return where / f".hrl-{topic}-{job_key(system, os.environ)}.json"
 
 
-def decided_once(system: str, where: Path, decide) -> str:
-    """A decision about the run that every rank of it shares (its output directory):
-    the scheduler's rank calls ``decide()`` and leaves the answer (or the error's
-    message) in `decision_file` under ``where``; the others wait for it and read it.
+def decided_once(system: str, where: Path, decide, topic: str = "run"):
+    """A decision about the run that every rank of it shares (its output directory,
+    its certificate): the scheduler's rank calls ``decide()`` and leaves the answer,
+    a JSON value (or the message of the ``ValueError`` it raised), in `decision_file`
+    under ``where``, readable by the user alone; the others wait for it and read it.
     The driver removes the file once every rank has joined (`forget_decision`).
 
     Raises:
@@ -119,15 +121,17 @@ def decided_once(system: str, where: Path, decide) -> str:
     import time
 
     rank, _ = rank_and_size(system, os.environ)
-    note = decision_file(system, where)
+    note = decision_file(system, where, topic)
     if rank == SCHEDULER_RANK:
         try:
-            answer = {"value": str(decide())}
+            answer = {"value": decide()}
         except ValueError as exc:
             answer = {"error": str(exc)}
         where.mkdir(parents=True, exist_ok=True)
         tmp = note.with_name(f"{note.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(answer))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # a key may be in it
+        with os.fdopen(fd, "w") as f:
+            json.dump(answer, f)
         os.replace(tmp, note)
     else:
         deadline = time.monotonic() + DECISION_WAIT_S
@@ -145,10 +149,10 @@ def decided_once(system: str, where: Path, decide) -> str:
     return answer["value"]
 
 
-def forget_decision(system: str, where: Path) -> None:
+def forget_decision(system: str, where: Path, topic: str = "run") -> None:
     """Remove the run's `decision_file` (every rank has read it once all have joined)."""
     try:
-        note = decision_file(system, where)
+        note = decision_file(system, where, topic)
     except EngineError:  # no job key: no decision was left
         return
     note.unlink(missing_ok=True)
@@ -176,44 +180,80 @@ def free_port(ports: str | None) -> int:
     raise EngineError(f"--ports {ports}: every port of the range is taken on this node")
 
 
-def join_allocation(system: str, run_dir: Path, threads: int = 1, ports: str | None = None):
+def join_allocation(
+    system: str,
+    run_dir: Path,
+    threads: int = 1,
+    ports: str | None = None,
+    interface: str | None = None,
+    tls: bool = True,
+):
     """Take this process's part in the run: on the driver rank return an `Allocation`;
     on the others serve as scheduler or worker until the driver ends the run, then
     exit the process.
 
     Args:
         system: ``"slurm"`` (dask-jobqueue's ``SLURMRunner``) or ``"mpi"`` (dask-mpi).
-        run_dir: the run's directory: the scheduler file and the workers' temporary
-            and spill files go under it (never shared with another run).
+        run_dir: the run's directory: the scheduler file, the run's certificate (until
+            every rank has joined) and the workers' temporary and spill files go under
+            it (never shared with another run).
         threads: threads per worker, each declared as one ``CPU``.
         ports: ``LOW:HIGH`` to take every port from (a site's firewall), else free ones.
+        interface: the network interface every rank listens on (default: see
+            `hrl_tasks.scheduler.runner_network`).
+        tls: every connection of the run requires TLS with a certificate made for it.
     """
+    import dask
+
+    from hrl_tasks.scheduler import runner_network as net
+
     rank, size = rank_and_size(system, os.environ)
     check_world(system, size)
+    network = net.RunNetwork(
+        *decided_once(system, run_dir, lambda: net.new_run_network(interface, tls), "network")
+    )
+    host = network.scheduler_host if rank == SCHEDULER_RANK else (
+        net.rank_host(interface, network.scheduler_host))  # fmt: skip
+    if not tls and rank == SCHEDULER_RANK:
+        print(f"hrl-tasks: warning: {net.NO_TLS_WARNING.format(host=host)}", file=sys.stderr)
+    dask.config.set(net.tls_settings(network))  # every connection of this process, Dask's own too
+    security = net.run_security(network)
     scratch = run_dir / "dask-scratch"
     scratch.mkdir(parents=True, exist_ok=True)
     worker_options = {
         "nthreads": threads,
         "resources": {"CPU": threads},
         "local_directory": str(scratch),
+        "host": host,
+        "security": security,
     }  # each worker is named by its rank
     if ports:
         worker_options["port"] = ports
-    dashboard = f":{free_port(ports)}" if rank == SCHEDULER_RANK else ":0"
+    dashboard = f"{host}:{free_port(ports) if rank == SCHEDULER_RANK else 0}"
+    listen = Listen(host, "tls" if tls else "tcp", security, dashboard)
     if system == "slurm":
-        allocation = slurm_runner(run_dir, rank, size, worker_options, dashboard, ports)
+        allocation = slurm_runner(run_dir, rank, size, worker_options, listen, ports)
     else:
-        allocation = mpi_runner(rank, size, worker_options, dashboard)
+        allocation = mpi_runner(rank, size, worker_options, listen)
     end = allocation.close
 
     def close() -> None:
         end()
         shutil.rmtree(scratch, ignore_errors=True)  # what the workers left: the run is over
 
-    return allocation._replace(close=close)
+    return allocation._replace(close=close, security=security)
 
 
-def slurm_runner(run_dir: Path, rank: int, size: int, worker_options: dict, dashboard: str,
+class Listen(NamedTuple):
+    """How the scheduler's rank listens: host, protocol, security, dashboard address."""
+
+    host: str
+    protocol: str
+    security: object
+    dashboard: str
+
+
+def slurm_runner(run_dir: Path, rank: int, size: int, worker_options: dict, listen: Listen,
                  ports: str | None):  # fmt: skip
     try:
         from dask_jobqueue.slurm import SLURMRunner
@@ -228,32 +268,39 @@ def slurm_runner(run_dir: Path, rank: int, size: int, worker_options: dict, dash
         scheduler_file.unlink(missing_ok=True)  # a file of an earlier step: not this one's
     runner = SLURMRunner(
         scheduler_file=str(scheduler_file),
-        scheduler_options={"port": free_port(ports), "dashboard_address": dashboard},
+        scheduler_options={"port": free_port(ports), "dashboard_address": listen.dashboard,
+                           "host": listen.host, "protocol": listen.protocol,
+                           "security": listen.security},
         worker_options=worker_options,
-    )
+    )  # fmt: skip
     # Only the driver gets here; the other ranks served and exited.
     signal.signal(signal.SIGINT, before)
+    # The runner's own way to end the scheduler (an rpc without the run's certificate)
+    # cannot speak TLS: `end_run` ends it through a client instead.
+    runner.scheduler_comm = None
 
     def close() -> None:
-        retire_workers(runner.scheduler_address)
-        runner.close()  # the scheduler ends
+        end_run(runner.scheduler_address, listen.security)
+        runner.close()
 
     return Allocation("slurm", runner.scheduler_address, size - 2, close)
 
 
-def retire_workers(address: str) -> None:
-    """End the worker ranks before their scheduler (each would print the broken
-    connection otherwise)."""
+def end_run(address: str, security=None, shutdown: bool = True) -> None:
+    """End the worker ranks, then (``shutdown``) the scheduler, so that each worker
+    does not print the broken connection."""
     from distributed import Client
 
     try:
-        with Client(address, timeout=10) as client:
+        with Client(address, timeout=10, security=security) as client:
             client.retire_workers(close_workers=True, remove=True)
+            if shutdown:
+                client.shutdown()
     except (OSError, TimeoutError):
         pass  # the scheduler is gone already: so are the workers
 
 
-def mpi_runner(rank: int, size: int, worker_options: dict, dashboard: str):
+def mpi_runner(rank: int, size: int, worker_options: dict, listen: Listen):
     try:
         import dask_mpi
     except ImportError:
@@ -261,18 +308,23 @@ def mpi_runner(rank: int, size: int, worker_options: dict, dashboard: str):
             "--runner mpi needs dask-mpi and mpi4py: pip install 'hrl_tasks[mpi]' (mpi4py "
             "builds against the MPI on PATH)"
         ) from None
+    from hrl_tasks.scheduler.runner_network import interface_of
+
     options = {k: v for k, v in worker_options.items() if k not in ("nthreads", "local_directory")}
-    dask_mpi.initialize(
+    dask_mpi.initialize(  # its scheduler takes an interface and Dask's configured security
+        interface=interface_of(listen.host) if rank == SCHEDULER_RANK else None,
+        protocol=listen.protocol,
         nthreads=worker_options["nthreads"],
         local_directory=worker_options["local_directory"],
-        dashboard_address=dashboard,
+        dashboard_address=listen.dashboard,
         worker_options=options,
         exit=True,
     )
     import dask
 
     def close() -> None:
-        retire_workers(dask.config.get("scheduler_address"))
+        address = dask.config.get("scheduler_address")
+        end_run(address, listen.security, shutdown=False)
         dask_mpi.send_close_signal()  # the scheduler ends
         from mpi4py import MPI
 

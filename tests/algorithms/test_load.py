@@ -114,7 +114,7 @@ def test_loading_to_train_continues_the_run(tmp_path):
 
 
 def test_a_missing_checkpoint_is_named(tmp_path):
-    with pytest.raises(CheckpointError, match="no \\*.hrl checkpoint in"):
+    with pytest.raises(CheckpointError, match="no checkpoint-NNNNNN.hrl in"):
         load(tmp_path)
 
 

@@ -96,6 +96,11 @@ def test_srun_trains_ppo_to_450_and_a_killed_worker_rank_costs_only_its_work(slu
     )  # fmt: skip
     job = proc.communicate(timeout=30)[0].strip().split(";")[0]
     wait_for_iterations(out, 3, lambda: job in queued(), 150)
+    (scheduler_file,) = out.glob("scheduler-*.json")
+    assert_strangers_are_refused(json.loads(scheduler_file.read_text())["address"])
+    assert_nothing_listens_everywhere(
+        [p for p in processes_with("SLURM_JOB_ID", job) if is_rank(p)]
+    )
     ranks = {
         p for p in processes_with("SLURM_JOB_ID", job) if p in processes_with("SLURM_PROCID", "3")
     }
@@ -107,13 +112,14 @@ def test_srun_trains_ppo_to_450_and_a_killed_worker_rank_costs_only_its_work(slu
         assert time.monotonic() < deadline, "the job did not end"
         time.sleep(0.5)
     log = next(tmp_path.glob("runner-*.out")).read_text()
-    assert "slurm runner: scheduler tcp://" in log and "2 worker ranks" in log
+    assert "slurm runner: scheduler tls://" in log and "2 worker ranks" in log
     assert "done: iteration" in log, log[-3000:]
     assert iterations(out)[-1]["episode_return_mean"] >= 450, log[-3000:]
     # Nothing of the run is left outside its directory, and no process of the job.
     # (the scheduler file was under the run's directory; the scheduler removed it at its end)
     assert not list(tmp_path.glob("dask-scratch-space")) and not list(tmp_path.glob("*.json"))
     assert not list(out.glob("scheduler-*.json")) and not (out / "dask-scratch").exists()
+    assert not list(tmp_path.glob(".hrl-*")) and not list(out.glob(".hrl-*"))  # the run's key too
     assert not processes_with("SLURM_JOB_ID", job)
 
 
@@ -141,7 +147,7 @@ def test_a_rank_killed_under_mpirun_ends_the_run_in_one_line_and_resume_trains_t
                                              "--stop-reward", "450", "--stop-iters", "300")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=170)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "mpi runner: scheduler tcp://" in done.stdout and "2 worker ranks" in done.stdout
+    assert "mpi runner: scheduler tls://" in done.stdout and "2 worker ranks" in done.stdout
     resumed = [r for r in iterations(out) if r["iteration"] > saved]
     assert resumed[0]["iteration"] == saved + 1  # from the checkpoint, nothing repeated
     assert resumed[-1]["episode_return_mean"] >= 450
@@ -209,3 +215,84 @@ def test_under_mpirun_every_rank_takes_the_directory_the_scheduler_rank_chose(mp
     assert refused.returncode != 0
     assert f"{first} holds another run's files" in refused.stderr
     assert files_of(first) == before
+
+
+def is_rank(pid: int) -> bool:
+    """Whether ``pid`` is a Python process running hrl-tasks (not its launcher)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return "python" in Path(argv[0].decode()).name and any(b"hrl" in arg for arg in argv[1:3])
+
+
+def assert_strangers_are_refused(address: str) -> None:
+    """A plain-TCP client, and a TLS client with a certificate not the run's, both fail
+    to reach the scheduler at ``address`` (``tls://host:port``)."""
+    from distributed import Client
+    from distributed.security import Security
+
+    assert address.startswith("tls://"), address
+    for scheme, security in (("tcp", None), ("tls", Security.temporary())):
+        with pytest.raises((OSError, TimeoutError)):
+            Client(f"{scheme}://{address[len('tls://') :]}", security=security, timeout=5)
+
+
+def assert_nothing_listens_everywhere(pids: list[int]) -> None:
+    """No process of ``pids`` listens on every interface (0.0.0.0 or ::)."""
+    import psutil
+
+    assert pids
+    everywhere = []
+    for pid in pids:
+        try:
+            sockets = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        everywhere += [(pid, c.laddr) for c in sockets
+                       if c.status == psutil.CONN_LISTEN and c.laddr.ip in ("0.0.0.0", "::")]  # fmt: skip
+    assert not everywhere, f"listening on every interface: {everywhere}"
+
+
+@pytest.mark.once
+@pytest.mark.timeout(240)
+def test_under_mpirun_the_run_listens_on_one_interface_and_refuses_strangers(mpi, tmp_path):
+    import uuid
+
+    tag = uuid.uuid4().hex
+    out = tmp_path / "run"
+    # MPI's own sockets (mpirun's, and the TCP transport's on every interface unless
+    # btl_tcp_if_include says otherwise) are the MPI library's: this run's ranks share
+    # one node and memory, so the transport is left out and every socket seen is ours.
+    mpirun = [*MPIRUN, "--mca", "btl", "self,vader"]
+    proc = subprocess.Popen(
+        [*mpirun, *command("--runner", "mpi", "--out", str(out), "--stop-iters", "1000")],
+        cwd=tmp_path, env={**os.environ, "HRL_RUN_TAG": tag},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("mpi runner: scheduler tls://"), first
+        assert "(TLS with a certificate made for this run)" in first
+        wait_for_iterations(out, 1, lambda: proc.poll() is None, 120)
+        assert_strangers_are_refused(first.split()[3])
+        ranks = [p for p in processes_with("HRL_RUN_TAG", tag) if is_rank(p)]
+        assert len(ranks) == 4
+        assert_nothing_listens_everywhere(ranks)
+        assert not list(out.glob(".hrl-*")) and not list(tmp_path.glob(".hrl-*"))
+    finally:
+        proc.terminate()  # mpirun ends every rank
+        proc.wait(timeout=60)
+
+
+@pytest.mark.once
+@pytest.mark.timeout(240)
+def test_no_tls_is_plain_tcp_and_says_what_it_exposes(mpi, tmp_path):
+    done = subprocess.run(
+        [*MPIRUN, *command("--runner", "mpi", "--no-tls", "--stop-iters", "1")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mpi runner: scheduler tcp://" in done.stdout and "(plain TCP)" in done.stdout
+    assert "--no-tls: this run's scheduler and workers speak plain TCP" in done.stderr
+    assert "can run code as you" in done.stderr
