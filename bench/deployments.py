@@ -11,6 +11,8 @@ Interleaved, ``--reps`` times each (the machine's speed drifts):
 * ``runner_slurm``: ``srun -n 4 --overcommit ... --runner slurm`` (its allocation
   included; ``sbatch --wait`` would add 10-30 s of polling the job's state);
 * ``runner_mpi``: ``mpirun -n 4 ... --runner mpi``;
+* ``runner_slurm_no_tls``, ``runner_mpi_no_tls``: the same with ``--no-tls`` (the
+  runners' default is TLS with a certificate made for the run);
 * ``gateway``: ``--gateway`` to a dask-gateway-server started here
   (`.ci/gateway-ci.sh`, local processes, TLS).
 
@@ -88,16 +90,18 @@ def main() -> None:
             "--cluster-opt", "memory=1GB", "--cluster-opt", f"log_directory={work}"]  # fmt: skip
         # srun as a user types it (an allocation of its own, waited for): `sbatch --wait`
         # would add its polling of the job's state, 10-30 s here.
-        commands["runner_slurm"] = lambda: ["srun", "--overcommit", "-n", "4",
-                                            "--cpus-per-task=1", "--mem-per-cpu=1G", *TRAIN,
-                                            *out(), "--runner", "slurm"]  # fmt: skip
+        srun = ["srun", "--overcommit", "-n", "4", "--cpus-per-task=1", "--mem-per-cpu=1G"]
+        commands["runner_slurm"] = lambda: [*srun, *TRAIN, *out(), "--runner", "slurm"]
+        commands["runner_slurm_no_tls"] = lambda: [*commands["runner_slurm"](), "--no-tls"]
     else:
         skipped["cluster_slurm"] = skipped["runner_slurm"] = why
+        skipped["runner_slurm_no_tls"] = why
     if shutil.which("mpirun"):
         commands["runner_mpi"] = lambda: ["mpirun", "--allow-run-as-root", "--oversubscribe",
                                           "-n", "4", *TRAIN, *out(), "--runner", "mpi"]  # fmt: skip
+        commands["runner_mpi_no_tls"] = lambda: [*commands["runner_mpi"](), "--no-tls"]
     else:
-        skipped["runner_mpi"] = "no mpirun"
+        skipped["runner_mpi"] = skipped["runner_mpi_no_tls"] = "no mpirun"
     if shutil.which("dask-gateway-server"):
         genv = {**env, "GATEWAY_DIR": f"{work}/gateway", "GATEWAY_PORT": str(GATEWAY_PORT)}
         started = subprocess.run(["bash", str(ROOT / ".ci" / "gateway-ci.sh"), "start"],

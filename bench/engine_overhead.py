@@ -7,7 +7,10 @@ its figures, and the ratios the targets are set on.
 
 The shapes, the same on every side:
 The engine runs twice: ``hrl_tasks`` on the direct route (placed by the engine,
-sent straight to the workers), ``hrl_tasks_dask_route`` through Dask's scheduler.
+sent straight to the workers), ``hrl_tasks_dask_route`` through Dask's scheduler;
+``hrl_tasks_tls`` is the direct route on a cluster that requires TLS (as a
+``--runner`` run does by default: the direct route cannot take over a TLS
+socket, so its messages go through Dask's comm), not in the default systems.
 
 - ``task_ms``: a no-op task's round trip (submit, then wait for the result),
   median of ``--rounds``;
@@ -46,7 +49,7 @@ import subprocess
 import sys
 import time
 
-SYSTEMS = ("hrl_tasks", "hrl_tasks_dask_route", "dask", "ray")
+SYSTEMS = ("hrl_tasks", "hrl_tasks_dask_route", "dask", "ray", "hrl_tasks_tls")
 
 
 def noop(x=None):
@@ -125,6 +128,21 @@ def measure_hrl_tasks(args, route: str = "direct") -> dict:
         return figures
 
 
+def measure_hrl_tasks_tls(args) -> dict:
+    from distributed.security import Security
+
+    import hrl_tasks as hrl
+
+    tls = {"protocol": "tls://", "security": Security.temporary()}
+    with hrl.Engine.local(n_workers=args.workers, threads_per_worker=1, **tls) as engine:
+        return {
+            "task_ms": median_latency(lambda: engine.submit(noop).result(), args.rounds) * 1e3,
+            "map_tasks_per_s": throughput(
+                lambda n: engine.gather(engine.map(noop, range(n))), args.tasks
+            ),
+        }
+
+
 def measure_dask(args) -> dict:
     import hrl_tasks as hrl
 
@@ -200,6 +218,7 @@ MEASURE = {
     "hrl_tasks_dask_route": lambda args: measure_hrl_tasks(args, route="dask"),
     "dask": measure_dask,
     "ray": measure_ray,
+    "hrl_tasks_tls": measure_hrl_tasks_tls,
 }
 
 
@@ -243,7 +262,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=200, help="round trips per latency figure")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--system-rounds", type=int, default=3, help="rounds over the systems")
-    parser.add_argument("--systems", nargs="*", default=list(SYSTEMS), choices=SYSTEMS)
+    parser.add_argument("--systems", nargs="*", default=list(SYSTEMS[:4]), choices=SYSTEMS)
     parser.add_argument("--only", choices=SYSTEMS, help=argparse.SUPPRESS)  # one subprocess
     args = parser.parse_args()
     if args.only:
@@ -261,7 +280,7 @@ def main():
         system: {metric: median_of(r.get(metric) for r in results) for metric in results[0]}
         for system, results in runs.items()
     }
-    engine, _, dask, ray = (figures.get(s, {}) for s in SYSTEMS)
+    engine, _, dask, ray, tls = (figures.get(s, {}) for s in SYSTEMS)
     print(json.dumps({
         "bench": "engine_overhead",
         "date": time.strftime("%Y-%m-%d"),
@@ -277,6 +296,7 @@ def main():
         "map_vs_ray": ratio(engine.get("map_tasks_per_s"), ray.get("map_tasks_per_s")),
         "tree_vs_ray": ratio(engine.get("tree_ms"), ray.get("tree_ms")),
         "call_vs_ray": ratio(engine.get("call_ms"), ray.get("call_ms")),
+        "tls_latency_vs_tcp": ratio(tls.get("task_ms"), engine.get("task_ms")),
         "calls_in_flight_vs_ray_async": ratio(
             engine.get("calls_in_flight_per_s"), ray.get("async_actor_calls_in_flight_per_s")
         ),
