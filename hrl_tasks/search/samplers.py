@@ -47,6 +47,7 @@ from hrl_tasks.search.space import (
 )
 from hrl_tasks.search.state import (
     from_json,
+    restored,
     rng_from_json,
     rng_to_json,
     space_from_state,
@@ -413,12 +414,4 @@ def sampler_from_state(state: Mapping[str, Any]) -> Sampler:
     Raises:
         SearchError: for a sampler of a class that was named, not saved, or an unknown kind.
     """
-    classes = {cls.kind: cls for cls in (RandomSampler, GridSampler, OptunaSampler)}
-    if state.get("kind") is None:
-        raise SearchError(
-            f"the search ran with a sampler of class {state.get('class')}, which is not "
-            f"saved: a search resumes with the {', '.join(SAMPLERS)} samplers only"
-        )
-    if state["kind"] not in classes:
-        raise SearchError(f"unknown sampler {state['kind']!r} in a search's state")
-    return classes[state["kind"]].from_state(state)
+    return restored(state, (RandomSampler, GridSampler, OptunaSampler), "sampler")

@@ -46,6 +46,7 @@ from hrl_tasks.search.space import (
 )
 from hrl_tasks.search.state import (
     from_json,
+    restored,
     rng_from_json,
     rng_to_json,
     space_from_state,
@@ -518,12 +519,4 @@ def scheduler_from_state(state: Mapping[str, Any]) -> TrialScheduler:
     Raises:
         SearchError: for a scheduler of a class that was named, not saved, or an unknown kind.
     """
-    classes = {cls.kind: cls for cls in (FIFOScheduler, ASHAScheduler, PBTScheduler)}
-    if state.get("kind") is None:
-        raise SearchError(
-            f"the search ran with a trial scheduler of class {state.get('class')}, which is "
-            f"not saved: a search resumes with the {', '.join(classes)} schedulers only"
-        )
-    if state["kind"] not in classes:
-        raise SearchError(f"unknown trial scheduler {state['kind']!r} in a search's state")
-    return classes[state["kind"]].from_state(state)
+    return restored(state, (FIFOScheduler, ASHAScheduler, PBTScheduler), "trial scheduler")

@@ -154,3 +154,22 @@ def domain_from_state(state: Mapping[str, Any]) -> Any:
     except TypeError:
         message = f"wrong arguments for {cls.__name__} in a search's state: {arguments}"
         raise SearchError(message) from None
+
+
+def restored(state: Mapping[str, Any], classes: tuple, what: str):
+    """The object of ``classes`` (each with a ``kind`` and ``from_state``) whose
+    ``to_state()`` is ``state``; ``what`` names them in errors ("sampler").
+
+    Raises:
+        SearchError: for an object of a class that was named, not saved (one from
+            outside the package), or an unknown kind.
+    """
+    by_kind = {cls.kind: cls for cls in classes}
+    if state.get("kind") is None:
+        raise SearchError(
+            f"the search ran with a {what} of class {state.get('class')}, which is not "
+            f"saved: a search resumes with the {', '.join(by_kind)} {what}s only"
+        )
+    if state["kind"] not in by_kind:
+        raise SearchError(f"unknown {what} {state['kind']!r} in a search's state")
+    return by_kind[state["kind"]].from_state(state)
