@@ -12,13 +12,20 @@ gives two runs.
 
 The decisions are plain functions of the directory's listing and the clock;
 `claim` carries them out (a rename, a ``mkdir``).
+
+A run's files are written atomically (`write_atomically`): to a name of their own
+beside the file, flushed to disk, renamed over it, and the directory flushed, so
+that a crash leaves the old file or the new one; a crashed write's temp file is
+removed when a run starts in its directory (`remove_stale_writes`).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import time
+import uuid
 from pathlib import Path
 
 from hrl_tasks.errors import ConfigError
@@ -26,6 +33,9 @@ from hrl_tasks.errors import ConfigError
 RUNNER_ENTRIES = ("scheduler-*.json", "dask-scratch", "worker-logs", ".hrl-network-*.json*")
 """What ``--runner`` and ``--cluster`` put in the run's directory for the run itself."""
 SHOWN = 4  # entries named in a refusal
+STALE_WRITE = re.compile(r"\..+\.(tmp-\d+|\d+-[0-9a-f]+\.tmp)")
+"""The temp file of a `write_atomically` (``.NAME.PID-RANDOM.tmp``; ``.NAME.tmp-PID``
+from earlier versions) left behind by a process that died mid-write."""
 
 
 class RunDirError(ConfigError):
@@ -140,3 +150,51 @@ def first_free(default: Path) -> Path:
         elif candidate.is_dir() and not run_entries(candidate):
             return candidate
         n += 1
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old file or the new one:
+    written to a name of its own in the same directory, flushed to disk, renamed over
+    ``path``, and the directory's entry flushed too."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Flush ``directory``'s entries (a rename in it) to disk; a no-op where a directory
+    cannot be opened or flushed (Windows, some network file systems)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_stale_writes(directory: Path) -> list[Path]:
+    """Remove the temp files of writes that never finished (their process died) from
+    ``directory``; call it before a run starts writing there.
+
+    Returns:
+        The files removed.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = [entry for entry in directory.iterdir() if STALE_WRITE.fullmatch(entry.name)]
+    for entry in stale:
+        entry.unlink(missing_ok=True)
+    return stale

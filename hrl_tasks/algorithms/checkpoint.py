@@ -7,11 +7,8 @@ Files without the header (written before it existed) are read without the check.
 
 A run's checkpoints are ``checkpoint-NNNNNN.hrl``, NNNNNN its iteration: only
 these count when a run resumes or prunes, ordered by the iteration in the name
-(not by modification time, which a copy may not keep). A write goes to a temp
-file beside the checkpoint, is fsynced, renamed over it, and the directory is
-fsynced, so that a crash leaves the old file or the new one; the temp file of a
-crashed write is removed when a run starts in the directory
-(`remove_stale_writes`).
+(not by modification time, which a copy may not keep). A write is atomic
+(`hrl_tasks.run_dir.write_atomically`): a crash leaves the old file or the new one.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hrl_tasks.data import DecodeError, decode, encode
+from hrl_tasks.run_dir import write_atomically
 
 CHECKPOINT_SUFFIX = ".hrl"
 FORMAT = "hrl_tasks.checkpoint/1"
@@ -30,8 +28,6 @@ MAGIC = b"HRLCKPT\x01"
 DIGEST_BYTES = 32
 RUN_CHECKPOINT = re.compile(r"checkpoint-(\d+)\.hrl")
 """A run's checkpoint file: ``checkpoint-<iteration>.hrl``, the iteration zero-padded."""
-STALE_WRITE = re.compile(r"\..+\.tmp-\d+")
-"""The temp file of a write (`write_checkpoint`), left behind if the process died."""
 
 
 class CheckpointError(ValueError):
@@ -43,24 +39,8 @@ def write_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = encode(state)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("wb") as f:
-        f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
+    write_atomically(path, MAGIC + hashlib.sha256(payload).digest() + payload)
     return path
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (a crash right after it may otherwise
-    bring back the old name)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def run_checkpoints(directory: str | os.PathLike) -> list[Path]:
@@ -111,22 +91,6 @@ def prune_checkpoints(directory: str | os.PathLike, keep: int) -> list[Path]:
     stale = run_checkpoints(directory)[:-keep]
     for path in stale:
         path.unlink(missing_ok=True)
-    return stale
-
-
-def remove_stale_writes(directory: str | os.PathLike) -> list[Path]:
-    """Remove the temp files of writes that never finished (their process died) from
-    ``directory``; call it before a run starts writing there.
-
-    Returns:
-        The files removed.
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    stale = [entry for entry in directory.iterdir() if STALE_WRITE.fullmatch(entry.name)]
-    for entry in stale:
-        entry.unlink(missing_ok=True)
     return stale
 
 

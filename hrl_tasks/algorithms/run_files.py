@@ -17,12 +17,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hrl_tasks.algorithms.checkpoint import (
-    prune_checkpoints,
-    remove_stale_writes,
-    run_checkpoints,
-)
+from hrl_tasks.algorithms.checkpoint import prune_checkpoints, run_checkpoints
 from hrl_tasks.jsonable import jsonable
+from hrl_tasks.run_dir import remove_stale_writes
 
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"

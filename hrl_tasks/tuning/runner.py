@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hrl_tasks.run_dir import claim
+from hrl_tasks.run_dir import claim, remove_stale_writes
 from hrl_tasks.search.samplers import Sampler, make_sampler
 from hrl_tasks.search.schedulers import (
     CONTINUE,
@@ -595,6 +595,7 @@ class Search:
         from hrl_tasks.algorithms.checkpoint import read_checkpoint
 
         decisions, records = read_search(out)
+        remove_stale_writes(out)  # of a process that died mid-write
         search = cls(sampler=decisions["sampler"], scheduler=decisions["scheduler"], out=out,
                      time_attr=decisions["time_attr"], **kwargs)  # fmt: skip
         search.exhausted = decisions["exhausted"]
@@ -606,6 +607,7 @@ class Search:
             trial = Trial(**fields, curve=None)
             trial.curve = search.curve(trial)
             trial.status = PAUSED if trial.checkpoint else PENDING
+            remove_stale_writes(search.trial_dir(trial) / "checkpoints")
             trial.state = read_checkpoint(out / trial.checkpoint) if trial.checkpoint else None
             search.trials[trial.trial_id] = trial
         return search

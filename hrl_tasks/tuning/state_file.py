@@ -33,12 +33,11 @@ hrl_tasks.tuning.convert DIR``.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hrl_tasks.run_dir import write_atomically
 from hrl_tasks.search.samplers import sampler_from_state
 from hrl_tasks.search.schedulers import scheduler_from_state
 from hrl_tasks.search.space import SearchError
@@ -174,35 +173,3 @@ def read_search(out: Path) -> tuple[dict, list[dict]]:
 def read_decisions(out: Path) -> dict:
     """What the search saved in ``out`` decides with (`read_search`)."""
     return read_search(out)[0]
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old file or the new one:
-    written to a name of its own in the same directory, flushed to disk, renamed over
-    ``path``, and the directory's entry flushed too."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_directory(path.parent)
-
-
-def fsync_directory(directory: Path) -> None:
-    """Flush ``directory``'s entries (a rename in it) to disk; a no-op where a directory
-    cannot be opened or flushed (Windows, some network file systems)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

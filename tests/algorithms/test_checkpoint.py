@@ -14,11 +14,11 @@ from hrl_tasks.algorithms.checkpoint import (
     latest_checkpoint,
     prune_checkpoints,
     read_checkpoint,
-    remove_stale_writes,
     write_checkpoint,
 )
 from hrl_tasks.data import encode
 from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.run_dir import remove_stale_writes
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +115,10 @@ def test_a_directory_without_run_checkpoints_names_the_files_it_has(tmp_path):
 
 def test_temp_files_of_a_crashed_write_are_removed_at_start(tmp_path):
     kept = write_checkpoint(tmp_path / "checkpoint-000001.hrl", {"i": 1})
-    crashed = tmp_path / ".checkpoint-000002.hrl.tmp-4242"
+    crashed = tmp_path / ".checkpoint-000002.hrl.tmp-4242"  # as earlier versions named it
     crashed.write_bytes(b"half a checkpoint")
-    assert remove_stale_writes(tmp_path) == [crashed]
+    also = tmp_path / ".search.json.4242-0123456789ab.tmp"
+    also.write_bytes(b"half a state")
+    assert sorted(remove_stale_writes(tmp_path)) == sorted([crashed, also])
     assert sorted(tmp_path.iterdir()) == [kept]
     assert remove_stale_writes(tmp_path / "missing") == []

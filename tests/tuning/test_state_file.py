@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from hrl_tasks.algorithms.checkpoint import FORMAT as CHECKPOINT
+from hrl_tasks.run_dir import write_atomically
 from hrl_tasks.search import (
     ASHAScheduler,
     FIFOScheduler,
@@ -34,7 +35,6 @@ from hrl_tasks.tuning.state_file import (
     read_decisions,
     read_search,
     state_text,
-    write_atomically,
 )
 
 SAMPLERS = {  # each proposes 12 configs of PPO's: (space, num_samples)
@@ -146,7 +146,15 @@ def test_a_search_moved_elsewhere_resumes_its_trials_from_their_checkpoints(tmp_
     search.end(ended, ERROR)
     search.pause(paused)
     shutil.move(tmp_path / "here", tmp_path / "there")
+    there = tmp_path / "there"
+    crashed = [
+        there / ".search.json.77-0123456789ab.tmp",
+        there / "trials/0000/checkpoints/.checkpoint-000004.hrl.tmp-77",
+    ]
+    for path in crashed:
+        path.write_bytes(b"a write its process did not finish")
     again = Search.resume(tmp_path / "there", **settings())
+    assert not any(path.exists() for path in crashed)
     trial = again.trials["0000"]
     assert trial.status == "PAUSED" and trial.state["weights"].tolist() == [1.0, 2.0]
     checkpoints = {t["trial_id"]: t["checkpoint"] for t in again.result().trials}
