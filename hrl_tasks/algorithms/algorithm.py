@@ -117,6 +117,7 @@ class Algorithm(abc.ABC):
                     resources=self.config.learner_resources or {"CPU": 1},
                     max_restarts=self.config.max_restarts,
                     num_threads=self.config.learner_threads,
+                    plaintext=self.config.learner_group_plaintext,
                 )  # fmt: skip
             self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
             self.plan = self.build_plan(self.workers, self.ctx)

@@ -114,6 +114,13 @@ class AlgorithmConfig:
     """Dask resources each learner holds for its life, e.g. ``{"GPU": 1}``; None:
     ``{"CPU": 1}``. A learner's update waits for its peers, so each must have a thread
     of its own: the request must not let two learners share one."""
+    learner_group_plaintext: bool = False
+    """Accept a learner group of several processes on a cluster that encrypts its
+    connections (TLS): the group's gradients and rendezvous travel unencrypted between
+    the learner processes (gloo over plain TCP; no code runs from them). False refuses
+    such a group before any learner starts; True forms it with a warning. A
+    ``--runner`` run needs no consent (its learners listen on the run's interface) and
+    warns too; a cluster that speaks plain TCP anyway needs none."""
     record_experience: str | None = None
     """A directory (a local path, or any fsspec URL such as ``s3://bucket/run``) where
     every rollout worker writes the steps it samples as Parquet files, whole episodes

@@ -21,17 +21,26 @@ state into every member, forms again and repeats the update: the result is the
 update a group that lost nobody would have made. If every learner was lost,
 the group starts again from the driver's copy (the weights of the last
 broadcast).
+
+Gloo's connections and the store are plain TCP, unauthenticated: on a cluster that
+encrypts its own connections (TLS), a group of several learners forms only with the
+run's consent (``learner_group_plaintext``), or under a ``--runner`` whose every
+process listens on the run's own interface; either way it warns once per process
+(`learner_group_exposure` decides).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from typing import Any
+import warnings
+from typing import Any, Literal
 
 import numpy as np
 
 from hrl_tasks.data import SampleBatch
+from hrl_tasks.errors import ConfigError
 from hrl_tasks.policies.data_parallel import DataParallel, split_rows
 from hrl_tasks.rollout.malloc import keep_heap_for_learning
 from hrl_tasks.scheduler.errors import WorkerLostError
@@ -42,8 +51,70 @@ MAX_REFORMS = 3
 """Times one update is repeated on a re-formed group before the error is raised."""
 
 
+PLAINTEXT_EXPOSURE = (
+    "gradients and the group's rendezvous travel unencrypted between the learner "
+    "processes (gloo over plain TCP, unauthenticated; no code runs from them)"
+)
+"""What a learner group of several processes sends in the clear."""
+
+
 class LearnerGroupError(RuntimeError):
     """The learner group could not take an update (the cause is chained)."""
+
+
+class PlaintextLearnerGroupWarning(UserWarning):
+    """A learner group talks in the clear on a cluster that encrypts its connections."""
+
+
+def learner_group_exposure(
+    encrypted: bool, opted_in: bool, runner: bool
+) -> Literal["refuse", "warn", "none"]:
+    """What a learner group of several processes does about its plaintext channels. Pure.
+
+    Args:
+        encrypted: the cluster encrypts its own connections (`Engine.encrypted`).
+        opted_in: the run accepts plaintext groups (``learner_group_plaintext``).
+        runner: every process of the cluster was started for this run, on the run's
+            interface (``--runner``: `Engine.runner`).
+
+    Returns:
+        ``"none"`` on a cluster that speaks plain TCP anyway (nothing more is exposed),
+        ``"warn"`` with consent or under a runner, ``"refuse"`` otherwise.
+    """
+    if not encrypted:
+        return "none"
+    return "warn" if opted_in or runner else "refuse"
+
+
+@functools.cache
+def warn_plaintext_once() -> None:
+    """Warns of `PLAINTEXT_EXPOSURE`, the first time in this process."""
+    warnings.warn(
+        f"learner group on a cluster that encrypts its connections: {PLAINTEXT_EXPOSURE}",
+        PlaintextLearnerGroupWarning,
+        stacklevel=3,
+    )
+
+
+def admit_plaintext(engine, size: int, opted_in: bool) -> None:
+    """Refuses, warns of or lets pass a group of ``size`` learners on ``engine``
+    (`learner_group_exposure`; a group of one sends nothing between processes).
+
+    Raises:
+        ConfigError: On an encrypted cluster without consent, naming the exposure and
+            the opt-in.
+    """
+    if size < 2:
+        return
+    decision = learner_group_exposure(engine.encrypted, opted_in, engine.runner is not None)
+    if decision == "refuse":
+        raise ConfigError(
+            f"this cluster encrypts its connections, but in a learner group {PLAINTEXT_EXPOSURE}."
+            " To accept that, set learner_group_plaintext=True (on the command line: --set "
+            "learner_group_plaintext=true); or learn in the driver with num_learners=0"
+        )
+    if decision == "warn":
+        warn_plaintext_once()
 
 
 class Learner:
@@ -167,14 +238,27 @@ class LearnerGroup:
         resources: what each learner holds (e.g. ``{"GPU": 1}``).
         max_restarts: re-creations of each learner after its worker died.
         num_threads: torch threads of each learner's process.
+        plaintext: the run accepts a group in the clear on a cluster that encrypts its
+            connections (`admit_plaintext`).
+
+    Raises:
+        ConfigError: Before any learner starts, on such a cluster without ``plaintext``.
     """
 
     def __init__(
-        self, engine, policy, num_learners: int, resources=None, max_restarts=3, num_threads=1
+        self,
+        engine,
+        policy,
+        num_learners: int,
+        resources=None,
+        max_restarts=3,
+        num_threads=1,
+        plaintext: bool = False,
     ):
         self.engine, self.policy, self.size = engine, policy, int(num_learners)
         if self.size < 1:
             raise ValueError(f"a learner group needs num_learners >= 1, got {num_learners!r}")
+        admit_plaintext(engine, self.size, plaintext)
         args = (type(policy), policy.observation_space, policy.action_space, policy.config,
                 policy.get_state(), num_threads)  # fmt: skip
         self.handles = []

@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 
+import dask
 from distributed import Client, get_client, get_worker
 from distributed.security import Security
 
@@ -79,6 +80,13 @@ def validating(validate: bool | None) -> bool:
     if validate is not None:
         return bool(validate)
     return os.environ.get(VALIDATE_VARIABLE, "") == "1"
+
+
+def requires_encryption(client_requires: bool, configured: bool, scheduler_address: str) -> bool:
+    """Whether a cluster's connections are encrypted: its client requires encryption
+    (its ``Security``), or Dask's configuration does (``distributed.comm.require-encryption``),
+    or its scheduler speaks ``tls://``. Pure."""
+    return bool(client_requires or configured) or scheduler_address.startswith("tls://")
 
 
 def default_route(route: str | None) -> str:
@@ -252,6 +260,9 @@ class Engine:
         self._route_ready = False  # the workers take task streams (the direct route)
         self._page: EnginePage | None = None
         self.upkeep = None  # a ClusterUpkeep (adaptive.py) on a gateway's cluster
+        # The launcher that started every process of the cluster for this one run, each
+        # listening on the run's interface (``--runner``: "mpi", "slurm"); None otherwise.
+        self.runner: str | None = None
         self._active_token = _Active.engine.set(self) if activate else None
 
     # --- construction -------------------------------------------------------
@@ -482,6 +493,17 @@ class Engine:
         workers alive (what adaptive scaling sizes the cluster by)."""
         with self.backend.lock:
             return self.state.demand()
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether this cluster's connections are encrypted (`requires_encryption`):
+        then what else its processes send one another in the clear is an exposure."""
+        if self.client is None:  # everything in this process
+            return False
+        configured = dask.config.get("distributed.comm.require-encryption", False)
+        return requires_encryption(
+            self.client.security.require_encryption, configured, self.client.scheduler.address
+        )
 
     @property
     def dashboard_link(self) -> str | None:
