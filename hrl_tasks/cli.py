@@ -46,15 +46,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument(
-        "algorithm", nargs="?", choices=sorted(ALGORITHMS),
+        "algorithm",
+        nargs="?",
+        choices=sorted(ALGORITHMS),
         help="the algorithm to train (optional with --config, whose file names it)",
-    )  # fmt: skip
+    )
     train.add_argument(
-        "--config", type=Path, metavar="EXPERIMENT.py",
+        "--config",
+        type=Path,
+        metavar="EXPERIMENT.py",
         help="a Python file defining `experiment`, a dict with algorithm, env, config, "
         "stop and, for multi-agent envs, policies, policy_mapping_fn and policies_to_train "
         "(code, which the command line cannot hold); options given here override it",
-    )  # fmt: skip
+    )
     add_run_options(train)
     train.add_argument(
         "--out",
@@ -64,17 +68,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--resume", type=Path, help="continue the run saved in this directory")
     train.add_argument(
-        "--force", action="store_true",
+        "--force",
+        action="store_true",
         help="if --out holds another run's files, move them aside to OUT.old-TIME "
         "(never deleted) instead of refusing",
-    )  # fmt: skip
+    )
     train.add_argument(
         "--checkpoint-every", type=count(1), default=10, help="iterations between checkpoints"
     )
     train.add_argument(
-        "--keep-checkpoints", type=count(0), default=5, metavar="N",
+        "--keep-checkpoints",
+        type=count(0),
+        default=5,
+        metavar="N",
         help="keep the N newest checkpoints of the run, delete older ones (0: keep all)",
-    )  # fmt: skip
+    )
     train.add_argument(
         "--no-progress", action="store_true", help="print one line per iteration instead of a bar"
     )
@@ -97,9 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("algorithm", choices=sorted(ALGORITHMS), help="the algorithm to tune")
     tune.add_argument(
-        "--space", action="append", default=[], metavar="KEY=DOMAIN",
+        "--space",
+        action="append",
+        default=[],
+        metavar="KEY=DOMAIN",
         help="a searched config key, e.g. --space 'lr=loguniform(1e-4,1e-2)' (repeatable)",
-    )  # fmt: skip
+    )
     add_run_options(tune)
     tune.add_argument("--samples", type=count(1), default=8, help="trials (grid: its repeats)")
     tune.add_argument("--scheduler", choices=("fifo", "asha", "pbt"), default="fifo",
@@ -109,21 +120,26 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--metric", default="episode_return_mean", help="the metric to optimize")
     tune.add_argument("--mode", choices=("max", "min"), default="max")
     tune.add_argument(
-        "--trial-resources", action="append", default=[], metavar="NAME=AMOUNT",
+        "--trial-resources",
+        action="append",
+        default=[],
+        metavar="NAME=AMOUNT",
         help="what each trial's own task holds (default CPU=1; repeatable; CPU=0 for none)",
-    )  # fmt: skip
+    )
     tune.add_argument("--max-concurrent", type=count(1), help="at most this many trials at once")
     tune.add_argument(
-        "--out", type=Path,
+        "--out",
+        type=Path,
         help="output directory, which must hold no other run's files (default: the first free "
         "of runs/tune-ALGO-ENV, runs/tune-ALGO-ENV-2, ...; with --resume, runs/tune-ALGO-ENV)",
-    )  # fmt: skip
+    )
     tune.add_argument("--resume", action="store_true", help="continue the search saved in --out")
     tune.add_argument(
-        "--force", action="store_true",
+        "--force",
+        action="store_true",
         help="if --out holds another run's files, move them aside to OUT.old-TIME "
         "(never deleted) instead of refusing",
-    )  # fmt: skip
+    )
     keys = commands.add_parser("keys", help="list an algorithm's config keys and defaults")
     keys.add_argument("algorithm", choices=sorted(ALGORITHMS))
     return parser
@@ -148,56 +164,68 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument("--stop-iters", type=int, help="stop after this many iterations")
     command.add_argument(
-        "--stop", action="append", default=[], metavar="METRIC=VALUE",
+        "--stop",
+        action="append",
+        default=[],
+        metavar="METRIC=VALUE",
         help="stop when a reported metric reaches VALUE, e.g. --stop win_rate/random=0.95, or "
         "falls to it with <=, e.g. --stop 'loss_rate/minimax<=0' (repeatable; any condition "
         "ends the run)",
-    )  # fmt: skip
+    )
     where = command.add_mutually_exclusive_group()
     where.add_argument(
         "--address", help="scheduler address of an existing Dask cluster (default: start one here)"
     )
     where.add_argument(
-        "--cluster", choices=("slurm", "pbs", "sge", "lsf"),
+        "--cluster",
+        choices=("slurm", "pbs", "sge", "lsf"),
         help="submit worker jobs to this batch system through dask-jobqueue (only slurm is "
         "tested here); settings not given by --cluster-opt come from Dask's configuration "
         "(jobqueue.<system> in ~/.config/dask/jobqueue.yaml)",
-    )  # fmt: skip
+    )
     where.add_argument(
-        "--gateway", nargs="?", const="", metavar="URL",
+        "--gateway",
+        nargs="?",
+        const="",
+        metavar="URL",
         help="ask this Dask Gateway for a cluster for the run, shut down at its end (URL "
         "left out: gateway.address of Dask's configuration); credentials come from Dask's "
         "configuration (gateway.auth, DASK_GATEWAY__AUTH__...), never from the command line",
-    )  # fmt: skip
+    )
     where.add_argument(
-        "--runner", choices=("slurm", "mpi"),
+        "--runner",
+        choices=("slurm", "mpi"),
         help="every process of the run inside one allocation, started by its launcher: "
         "`srun hrl-tasks train ... --runner slurm` or `mpirun -n 4 hrl-tasks train ... "
         "--runner mpi`; rank 0 runs the scheduler, rank 1 the run, the others are workers",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--ports", metavar="LOW:HIGH",
+        "--ports",
+        metavar="LOW:HIGH",
         help="with --runner: take the scheduler's, dashboards' and workers' ports from this "
         "range (default: any free port)",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--interface", metavar="NAME",
+        "--interface",
+        metavar="NAME",
         help="with --runner: the network interface every rank listens on, e.g. ib0 "
         "(default: the one that reaches the scheduler's rank; printed at start)",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--no-tls", action="store_true",
+        "--no-tls",
+        action="store_true",
         help="with --runner: plain TCP instead of TLS with a certificate made for the run "
         "(anyone who can reach the run's nodes could then run code as you)",
-    )  # fmt: skip
+    )
     command.add_argument("--tls-ca-file", help="with a tls:// --address: the cluster's CA")
     command.add_argument("--tls-cert", help="with a tls:// --address: this client's certificate")
     command.add_argument("--tls-key", help="with a tls:// --address: this client's private key")
     command.add_argument(
-        "--upload", action="store_true",
+        "--upload",
+        action="store_true",
         help="with --address: copy this hrl_tasks to workers that lack it (its dependencies "
         "must be there)",
-    )  # fmt: skip
+    )
     command.add_argument(
         "--wait-for-jobs",
         type=float,
@@ -206,63 +234,83 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         help="with --cluster or --gateway: how long to wait for the workers to start (default 600)",
     )
     command.add_argument(
-        "--gateway-opt", action="append", default=[], metavar="KEY=VALUE",
+        "--gateway-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="with --gateway: a cluster option the gateway offers, e.g. worker_cores=2 "
         "(repeatable; one it does not offer fails, naming those it does)",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--adapt", metavar="MIN:MAX",
+        "--adapt",
+        metavar="MIN:MAX",
         help="with --gateway: scale between MIN and MAX workers with the run's own work (its "
         "queued and running tasks and its rollout workers); default: the workers the run "
         "needs, fixed",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--keep-cluster", action="store_true",
+        "--keep-cluster",
+        action="store_true",
         help="with --gateway: leave the cluster running at the end (its name is printed)",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--jobs", type=count(1), default=2,
+        "--jobs",
+        type=count(1),
+        default=2,
         help="with --cluster: worker jobs to submit (default 2), each split into worker "
         "processes as dask-jobqueue does (--cluster-opt processes=N sets it; 1 with cores=1)",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--cluster-opt", action="append", default=[], metavar="KEY=VALUE",
+        "--cluster-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="with --cluster: a dask-jobqueue option, e.g. cores=4, memory=8GB, "
         "walltime=01:00:00, queue=gpu, account=proj, security=temporary (repeatable)",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--resources", action="append", default=[], metavar="NAME=AMOUNT",
+        "--resources",
+        action="append",
+        default=[],
+        metavar="NAME=AMOUNT",
         help="with --cluster: what each worker process declares besides its CPU slots, "
         "e.g. GPU=1 (repeatable); rollout_worker_resources and --trial-resources use them",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--num-workers", type=int,
+        "--num-workers",
+        type=int,
         help="remote rollout workers (alphazero, mpc: worker processes for their tasks)",
-    )  # fmt: skip
+    )
     command.add_argument("--seed", type=int, help="seed of envs, weights and sampling")
     command.add_argument(
-        "--record", metavar="DIR",
+        "--record",
+        metavar="DIR",
         help="write every step the rollout workers sample as Parquet files under DIR, a "
         "path or an fsspec URL such as s3://bucket/run (record_experience; --out stays the "
         "run's directory)",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--train-from", metavar="DIR",
+        "--train-from",
+        metavar="DIR",
         help="learn from experience recorded under DIR (a directory, glob or file; a path or "
         "fsspec URL; experience_input): bc, marwil and cql from it alone, dqn, sac and td3 "
         "beside their workers' samples (experience_mix); without --env, the recording's env",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--trust-env-modules", action="store_true",
+        "--trust-env-modules",
+        action="store_true",
         help="accept an env id taken from a file (--resume's checkpoint, --train-from's "
         "recording) that imports a module no installed distribution provides, such as "
         "mymodule:MyEnv-v0 with mymodule.py in the working directory: importing runs its "
         "code, so only for files you trust (an --env given is never checked)",
-    )  # fmt: skip
+    )
     command.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="any config key, e.g. --set lr=3e-4 (repeatable; see `hrl-tasks keys ALGO`)",
-    )  # fmt: skip
+    )
 
 
 def count(minimum: int):
@@ -405,10 +453,13 @@ def gateway_engine(args, workers: int):
           + (f"{bounds.minimum} to {bounds.maximum}" if bounds else str(workers)) + " workers",
           flush=True)  # fmt: skip
     engine = Engine.from_gateway(
-        args.gateway or None, workers=workers, adapt=bounds,
-        options=pairs(args.gateway_opt, "--gateway-opt"), keep=args.keep_cluster,
+        args.gateway or None,
+        workers=workers,
+        adapt=bounds,
+        options=pairs(args.gateway_opt, "--gateway-opt"),
+        keep=args.keep_cluster,
         timeout=args.wait_for_jobs,
-    )  # fmt: skip
+    )
     kept = " (kept after the run)" if args.keep_cluster else ""
     print(f"gateway cluster: {engine.cluster.name}{kept}", flush=True)
     return engine
@@ -422,8 +473,9 @@ def runner_engine(args, run_dir: Path):
     from hrl_tasks.scheduler.runner_network import interface_of
     from hrl_tasks.scheduler.runners import end_on_lost_rank, forget_decision, join_allocation
 
-    allocation = join_allocation(args.runner, run_dir, ports=args.ports,
-                                 interface=args.interface, tls=not args.no_tls)  # fmt: skip
+    allocation = join_allocation(
+        args.runner, run_dir, ports=args.ports, interface=args.interface, tls=not args.no_tls
+    )
     try:
         engine = Engine.connect(allocation.address, security=allocation.security)
     except BaseException:
@@ -442,8 +494,11 @@ def runner_engine(args, run_dir: Path):
         end_on_lost_rank(engine, run_dir)
     tls = "TLS with a certificate made for this run" if allocation.security else "plain TCP"
     host = allocation.address.partition("://")[2].rpartition(":")[0]
-    print(f"{args.runner} runner: scheduler {allocation.address} ({tls}) on "
-          f"{interface_of(host) or host}, {allocation.workers} worker ranks", flush=True)  # fmt: skip
+    print(
+        f"{args.runner} runner: scheduler {allocation.address} ({tls}) on "
+        f"{interface_of(host) or host}, {allocation.workers} worker ranks",
+        flush=True,
+    )
     return engine
 
 
@@ -795,12 +850,20 @@ def run_tune(args) -> int:
 
         check_resumable(out)
     options = dict(
-        space=space, config=config, num_samples=args.samples, scheduler=args.scheduler,
-        sampler=args.sampler, metric=args.metric, mode=args.mode,
+        space=space,
+        config=config,
+        num_samples=args.samples,
+        scheduler=args.scheduler,
+        sampler=args.sampler,
+        metric=args.metric,
+        mode=args.mode,
         stop=stop_conditions(args, default={}) or None,  # none: as saved, or tune's default
-        trial_resources=resources or None, max_concurrent=args.max_concurrent, out=out,
-        resume=args.resume, seed=0 if args.seed is None else args.seed,
-    )  # fmt: skip
+        trial_resources=resources or None,
+        max_concurrent=args.max_concurrent,
+        out=out,
+        resume=args.resume,
+        seed=0 if args.seed is None else args.seed,
+    )
     engine = engine_from_args(args, embedded=True, workers=tune_workers(args, config), run_dir=out)
     try:
         print(f"dashboard: {engine.dashboard_link}", flush=True)

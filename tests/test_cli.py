@@ -152,9 +152,19 @@ def files_of(path: Path) -> dict:
     }
 
 
-TINY_PPO = ["--env", "CartPole-v1", "--num-workers", "1", "--set", "train_batch_size=64",
-            "--set", "num_envs_per_worker=2", "--set", "rollout_fragment_length=16",
-            "--no-progress"]  # fmt: skip
+TINY_PPO = [
+    "--env",
+    "CartPole-v1",
+    "--num-workers",
+    "1",
+    "--set",
+    "train_batch_size=64",
+    "--set",
+    "num_envs_per_worker=2",
+    "--set",
+    "rollout_fragment_length=16",
+    "--no-progress",
+]
 
 
 @pytest.mark.cluster
@@ -166,8 +176,21 @@ def test_a_second_run_into_a_used_out_leaves_the_first_byte_for_byte(tmp_path, c
     first = files_of(run_a)
     assert {"checkpoints/checkpoint-000002.hrl", "checkpoints/checkpoint-000004.hrl"} <= set(first)
     capsys.readouterr()
-    a2c = ["train", "a2c", "--env", "CartPole-v1", "--stop-iters", "1", "--out", str(run_a),
-           "--num-workers", "1", "--set", "train_batch_size=32", "--no-progress"]  # fmt: skip
+    a2c = [
+        "train",
+        "a2c",
+        "--env",
+        "CartPole-v1",
+        "--stop-iters",
+        "1",
+        "--out",
+        str(run_a),
+        "--num-workers",
+        "1",
+        "--set",
+        "train_batch_size=32",
+        "--no-progress",
+    ]
     assert main(a2c) == 2
     err = capsys.readouterr().err
     assert f"{run_a} holds another run's files" in err and "--resume" in err and "--force" in err
@@ -438,18 +461,31 @@ def test_an_env_id_from_a_checkpoint_or_a_recording_imports_no_local_module_unas
     evil = "evilmod:EvilCartPole-v0"
     checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-000001.hrl"
     with hrl_tasks.SyncEngine() as engine:
-        algo, _ = hrl_tasks.train("ppo", "CartPole-v1", stop={"iteration": 1}, engine=engine,
-                                  num_workers=1, train_batch_size=64)  # fmt: skip
+        algo, _ = hrl_tasks.train(
+            "ppo",
+            "CartPole-v1",
+            stop={"iteration": 1},
+            engine=engine,
+            num_workers=1,
+            train_batch_size=64,
+        )
         state = algo.get_state()
         algo.stop()
     state["config"]["env"] = evil
     write_checkpoint(checkpoint, state)
     assert read_checkpoint(checkpoint)["config"]["env"] == evil
     writer = PartWriter(str(tmp_path / "recording"), "demo", {"env": evil})
-    writer.add({"obs": np.zeros((3, 4), np.float32), "actions": np.array([0, 1, 0]),
-                "rewards": np.ones(3, np.float32), "terminateds": np.array([False, False, True]),
-                "truncateds": np.zeros(3, bool), "eps_id": np.zeros(3, np.int64),
-                "t": np.arange(3)})  # fmt: skip
+    writer.add(
+        {
+            "obs": np.zeros((3, 4), np.float32),
+            "actions": np.array([0, 1, 0]),
+            "rewards": np.ones(3, np.float32),
+            "terminateds": np.array([False, False, True]),
+            "truncateds": np.zeros(3, bool),
+            "eps_id": np.zeros(3, np.int64),
+            "t": np.arange(3),
+        }
+    )
     writer.flush()
     resume = ["train", "ppo", "--resume", str(tmp_path / "run"), "--stop-iters", "2"]
     train_from = ["train", "bc", "--train-from", str(tmp_path / "recording"), "--stop-iters", "1"]

@@ -212,8 +212,11 @@ def join_allocation(
     network = net.RunNetwork(
         *decided_once(system, run_dir, lambda: net.new_run_network(interface, tls), "network")
     )
-    host = network.scheduler_host if rank == SCHEDULER_RANK else (
-        net.rank_host(interface, network.scheduler_host))  # fmt: skip
+    host = (
+        network.scheduler_host
+        if rank == SCHEDULER_RANK
+        else (net.rank_host(interface, network.scheduler_host))
+    )
     if not tls and rank == SCHEDULER_RANK:
         print(f"hrl-tasks: warning: {net.NO_TLS_WARNING.format(host=host)}", file=sys.stderr)
     dask.config.set(net.tls_settings(network))  # every connection of this process, Dask's own too
@@ -268,11 +271,15 @@ def slurm_runner(run_dir: Path, rank: int, size: int, worker_options: dict, list
         scheduler_file.unlink(missing_ok=True)  # a file of an earlier step: not this one's
     runner = SLURMRunner(
         scheduler_file=str(scheduler_file),
-        scheduler_options={"port": free_port(ports), "dashboard_address": listen.dashboard,
-                           "host": listen.host, "protocol": listen.protocol,
-                           "security": listen.security},
+        scheduler_options={
+            "port": free_port(ports),
+            "dashboard_address": listen.dashboard,
+            "host": listen.host,
+            "protocol": listen.protocol,
+            "security": listen.security,
+        },
         worker_options=worker_options,
-    )  # fmt: skip
+    )
     # Only the driver gets here; the other ranks served and exited.
     signal.signal(signal.SIGINT, before)
     # The runner's own way to end the scheduler (an rpc without the run's certificate)

@@ -596,8 +596,13 @@ class Search:
 
         decisions, records = read_search(out)
         remove_stale_writes(out)  # of a process that died mid-write
-        search = cls(sampler=decisions["sampler"], scheduler=decisions["scheduler"], out=out,
-                     time_attr=decisions["time_attr"], **kwargs)  # fmt: skip
+        search = cls(
+            sampler=decisions["sampler"],
+            scheduler=decisions["scheduler"],
+            out=out,
+            time_attr=decisions["time_attr"],
+            **kwargs,
+        )
         search.exhausted = decisions["exhausted"]
         for record in records:
             if record["status"] in ENDED:

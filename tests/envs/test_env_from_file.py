@@ -17,8 +17,14 @@ def test_the_module_an_id_imports():
 
 def test_ids_that_import_no_file_of_the_working_directory_pass(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for env in ("CartPole-v1", "tictactoe_v3", "ALE/Pong-v5", "pettingzoo.classic.tictactoe_v3",
-                "gymnasium.envs.classic_control:CartPole-v1", None):  # fmt: skip
+    for env in (
+        "CartPole-v1",
+        "tictactoe_v3",
+        "ALE/Pong-v5",
+        "pettingzoo.classic.tictactoe_v3",
+        "gymnasium.envs.classic_control:CartPole-v1",
+        None,
+    ):
         check_env_from_file(env, tmp_path / "run.hrl")
 
 

@@ -193,8 +193,16 @@ def wait_for_line(proc, text: str, timeout: float) -> str:
 @pytest.mark.timeout(180)
 def test_ctrl_c_leaves_no_cluster_behind(configured, tmp_path):
     env = dict(os.environ)
-    argv = ["train", "ppo", "--env", "CartPole-v1", "--gateway", "--no-progress",
-            "--stop-iters", "10000"]  # fmt: skip
+    argv = [
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--gateway",
+        "--no-progress",
+        "--stop-iters",
+        "10000",
+    ]
     # Mid-run: after the first iteration's checkpoint folder exists.
     proc = hrl_tasks_command(*argv, "--out", str(tmp_path / "run"), env=env)
     name = wait_for_line(proc, "gateway cluster: ", 120).split("gateway cluster: ")[1].split()[0]

@@ -89,11 +89,24 @@ def test_srun_trains_ppo_to_450_and_a_killed_worker_rank_costs_only_its_work(slu
     # The allocation declares this machine's 2 CPUs; 4 tasks need --overcommit.
     # Not `sbatch --wait`: it polls the job's state with growing pauses (20-30 s more here).
     proc = subprocess.Popen(
-        ["sbatch", "--parsable", "--overcommit", "--ntasks=4", "--cpus-per-task=1",
-         "--mem-per-cpu=1G", f"--chdir={tmp_path}", f"--output={tmp_path}/runner-%j.out",
-         str(SCRIPT), "--stop-iters", "300"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            "sbatch",
+            "--parsable",
+            "--overcommit",
+            "--ntasks=4",
+            "--cpus-per-task=1",
+            "--mem-per-cpu=1G",
+            f"--chdir={tmp_path}",
+            f"--output={tmp_path}/runner-%j.out",
+            str(SCRIPT),
+            "--stop-iters",
+            "300",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     job = proc.communicate(timeout=30)[0].strip().split(";")[0]
     wait_for_iterations(out, 3, lambda: job in queued(), 150)
     (scheduler_file,) = out.glob("scheduler-*.json")
@@ -201,8 +214,13 @@ def files_of(path: Path) -> dict:
 def test_under_mpirun_every_rank_takes_the_directory_the_scheduler_rank_chose(mpi, tmp_path):
     names = ["ppo-CartPole-v1", "ppo-CartPole-v1-2"]
     for name in names:  # the README's way, twice: each run its own directory
-        done = subprocess.run([*MPIRUN, *command("--runner", "mpi", "--stop-iters", "1")],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [*MPIRUN, *command("--runner", "mpi", "--stop-iters", "1")],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         assert [r["iteration"] for r in iterations(tmp_path / "runs" / name)] == [1]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == names  # no note left
@@ -210,8 +228,11 @@ def test_under_mpirun_every_rank_takes_the_directory_the_scheduler_rank_chose(mp
     before = files_of(first)
     refused = subprocess.run(
         [*MPIRUN, *command("--runner", "mpi", "--stop-iters", "1", "--out", str(first))],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode != 0
     assert f"{first} holds another run's files" in refused.stderr
     assert files_of(first) == before
@@ -249,8 +270,11 @@ def assert_nothing_listens_everywhere(pids: list[int]) -> None:
             sockets = psutil.Process(pid).net_connections(kind="inet")
         except psutil.Error:
             continue
-        everywhere += [(pid, c.laddr) for c in sockets
-                       if c.status == psutil.CONN_LISTEN and c.laddr.ip in ("0.0.0.0", "::")]  # fmt: skip
+        everywhere += [
+            (pid, c.laddr)
+            for c in sockets
+            if c.status == psutil.CONN_LISTEN and c.laddr.ip in ("0.0.0.0", "::")
+        ]
     assert not everywhere, f"listening on every interface: {everywhere}"
 
 
@@ -267,9 +291,12 @@ def test_under_mpirun_the_run_listens_on_one_interface_and_refuses_strangers(mpi
     mpirun = [*MPIRUN, "--mca", "btl", "self,vader"]
     proc = subprocess.Popen(
         [*mpirun, *command("--runner", "mpi", "--out", str(out), "--stop-iters", "1000")],
-        cwd=tmp_path, env={**os.environ, "HRL_RUN_TAG": tag},
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env={**os.environ, "HRL_RUN_TAG": tag},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         first = proc.stdout.readline()
         assert first.startswith("mpi runner: scheduler tls://"), first
@@ -290,8 +317,11 @@ def test_under_mpirun_the_run_listens_on_one_interface_and_refuses_strangers(mpi
 def test_no_tls_is_plain_tcp_and_says_what_it_exposes(mpi, tmp_path):
     done = subprocess.run(
         [*MPIRUN, *command("--runner", "mpi", "--no-tls", "--stop-iters", "1")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "mpi runner: scheduler tcp://" in done.stdout and "(plain TCP)" in done.stdout
     assert "--no-tls: this run's scheduler and workers speak plain TCP" in done.stderr

@@ -16,9 +16,16 @@ from hrl_tasks.rollout.learner_group import (
 )
 from tests.rollout.test_learner_group import CASES
 
-TINY = {"num_workers": 1, "num_envs_per_worker": 2, "rollout_fragment_length": 32,
-        "train_batch_size": 64, "minibatch_size": 32, "num_sgd_iter": 1, "seed": 5,
-        "num_learners": 2}  # fmt: skip
+TINY = {
+    "num_workers": 1,
+    "num_envs_per_worker": 2,
+    "rollout_fragment_length": 32,
+    "train_batch_size": 64,
+    "minibatch_size": 32,
+    "num_sgd_iter": 1,
+    "seed": 5,
+    "num_learners": 2,
+}
 
 
 def test_plaintext_is_refused_on_an_encrypted_cluster_unless_consented_or_a_runner():

@@ -260,8 +260,15 @@ def check_the_command_line(address, security, capsys):
                             ("--tls-key", security.tls_client_key)]:  # fmt: skip
             paths[option] = Path(files) / option.strip("-")
             paths[option].write_text(pem)
-        tiny = ["--stop-iters", "1", "--num-workers", "1", "--set", "train_batch_size=32",
-                "--no-progress"]  # fmt: skip
+        tiny = [
+            "--stop-iters",
+            "1",
+            "--num-workers",
+            "1",
+            "--set",
+            "train_batch_size=32",
+            "--no-progress",
+        ]
         certificates = [x for option, path in paths.items() for x in (option, str(path))]
         first = ["--out", str(Path(files) / "run")]
         assert main(["train", "ppo", "--address", address, *certificates, *tiny, *first]) == 0

@@ -46,8 +46,14 @@ def test_the_page_answers_only_its_token_and_its_own_loopback_host():
         assert len(token) >= 32
         assert get(link) == 200 and get(f"{link}json") == 200
         root = f"http://127.0.0.1:{port}/"
-        for url in (root, f"{root}json", f"{root}{token[:-1]}/json", f"{root}json/{token}/",
-                    f"{root}?token={token}", f"{root}{token}x/"):  # fmt: skip
+        for url in (
+            root,
+            f"{root}json",
+            f"{root}{token[:-1]}/json",
+            f"{root}json/{token}/",
+            f"{root}?token={token}",
+            f"{root}{token}x/",
+        ):
             assert get(url) == 403, url
         for host in (f"localhost:{port}", f"[::1]:{port}", f"127.0.0.1:{port}"):
             assert get(f"{link}json", host=host) == 200, host

@@ -211,11 +211,18 @@ class StopAfterFirstEnd:
 @pytest.mark.timeout(300)
 def test_a_stopped_search_resumes_without_rerunning_its_finished_trials(engine, tmp_path):
     space = {"lr": loguniform(1e-4, 1e-2)}
-    options = dict(space=space, config=TINY, num_samples=4, stop={"iteration": 4},
-                   engine=engine, trial_resources={"CPU": 1})  # fmt: skip
+    options = dict(
+        space=space,
+        config=TINY,
+        num_samples=4,
+        stop={"iteration": 4},
+        engine=engine,
+        trial_resources={"CPU": 1},
+    )
     with pytest.raises(KeyboardInterrupt):
-        hrl_tasks.tune("ppo", "CartPole-v1", reporter=StopAfterFirstEnd(), out=tmp_path / "a",
-                       **options)  # fmt: skip
+        hrl_tasks.tune(
+            "ppo", "CartPole-v1", reporter=StopAfterFirstEnd(), out=tmp_path / "a", **options
+        )
     written = {p.name for p in (tmp_path / "a").iterdir()}
     assert "search.json" in written and "search.pkl" not in written
     before = {t["trial_id"]: t for t in json.loads((tmp_path / "a" / "trials.json").read_text())}
