@@ -497,3 +497,16 @@ def test_an_env_id_from_a_checkpoint_or_a_recording_imports_no_local_module_unas
         trusted = plan_train(build_parser().parse_args([*argv, "--trust-env-modules"]))
         assert trusted.config["env"] == evil
     assert not (tmp_path / "imported").exists()
+
+
+def test_tune_into_a_used_out_is_refused_before_any_cluster(tmp_path, capsys):
+    out = tmp_path / "search"
+    out.mkdir()
+    (out / "trials.json").write_text("[]\n")
+    (out / "search.json").write_text("{}\n")
+    assert main(["tune", "ppo", "--env", "CartPole-v1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{out} holds another run's files (search.json, trials.json)" in err
+    assert "--resume" in err and "--force" in err
+    assert sorted(p.name for p in out.iterdir()) == ["search.json", "trials.json"]
+    assert (out / "trials.json").read_text() == "[]\n"
