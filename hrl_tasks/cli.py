@@ -693,7 +693,7 @@ def plan_train(args) -> TrainSetup:
         from hrl_tasks.algorithms.checkpoint import latest_checkpoint
         from hrl_tasks.envs.make import check_env_from_file
 
-        path = latest_checkpoint(args.resume / "checkpoints")
+        path = latest_checkpoint(args.resume / "checkpoints", run_only=True)
         checkpoint = read_checkpoint(path)
         if "env" not in config:  # the env the checkpoint names
             check_env_from_file(checkpoint["config"].get("env"), path, args.trust_env_modules)

@@ -93,7 +93,7 @@ def train(
     config = dict(config, env=env)
     state = None
     if out is not None and resume:
-        state = read_checkpoint(Path(out) / "checkpoints")
+        state = read_checkpoint(latest_checkpoint(Path(out) / "checkpoints", run_only=True))
         config = {**state["config"], **config}
     algo_cls = get_algorithm(algorithm)
     algo_cls.config_class.from_dict(config)  # a bad config fails before the directory is taken

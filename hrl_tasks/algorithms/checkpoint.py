@@ -56,13 +56,16 @@ def run_checkpoints(directory: str | os.PathLike) -> list[Path]:
     return [entry for _, entry in sorted(found)]
 
 
-def latest_checkpoint(path: str | os.PathLike) -> Path:
+def latest_checkpoint(path: str | os.PathLike, run_only: bool = False) -> Path:
     """``path`` if it is a file, else the run's checkpoint of the highest iteration in
-    the directory (or, if it holds none, its only ``.hrl`` file).
+    the directory (or, if it holds none and not ``run_only``, its only ``.hrl`` file:
+    a directory given to `hrl_tasks.load`; a run resumes from its own checkpoints
+    only).
 
     Raises:
         CheckpointError: if ``path`` does not exist, or is a directory holding no
-            ``checkpoint-NNNNNN.hrl`` and not exactly one other ``.hrl`` file.
+            ``checkpoint-NNNNNN.hrl`` (and, unless ``run_only``, not exactly one other
+            ``.hrl`` file).
     """
     path = Path(path)
     if path.is_dir():
@@ -70,7 +73,7 @@ def latest_checkpoint(path: str | os.PathLike) -> Path:
         if found:
             return found[-1]
         others = sorted(path.glob(f"*{CHECKPOINT_SUFFIX}"))
-        if len(others) == 1:  # a directory with one checkpoint of another name: that one
+        if len(others) == 1 and not run_only:  # one checkpoint of another name: that one
             return others[0]
         named = f"; name one of {', '.join(p.name for p in others)}" if others else ""
         raise CheckpointError(f"no checkpoint-NNNNNN{CHECKPOINT_SUFFIX} in {path}{named}")

@@ -106,6 +106,8 @@ def test_the_last_checkpoint_is_the_highest_iteration_whatever_the_times(tmp_pat
 def test_a_directory_without_run_checkpoints_names_the_files_it_has(tmp_path):
     only = write_checkpoint(tmp_path / "best.hrl", {"i": 0})
     assert latest_checkpoint(tmp_path) == only  # one file: no doubt which
+    with pytest.raises(CheckpointError, match="no checkpoint-NNNNNN"):
+        latest_checkpoint(tmp_path, run_only=True)  # a run resumes from its own only
     write_checkpoint(tmp_path / "last.hrl", {"i": 1})
     with pytest.raises(
         CheckpointError, match=r"no checkpoint-NNNNNN\.hrl in .*best\.hrl, last\.hrl"
