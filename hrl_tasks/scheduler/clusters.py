@@ -305,7 +305,7 @@ def start_local(
     with dask.config.set(settings):
         try:
             cluster = LocalCluster(
-                n_workers=0 if per_worker else n_workers,
+                n_workers=0,
                 threads_per_worker=threads,
                 processes=True,
                 memory_limit=memory,
@@ -315,6 +315,7 @@ def start_local(
         except RuntimeError as exc:
             raise EngineError(workers_did_not_start(exc)) from exc
         try:
+            cluster.new_spec = http_on_host(cluster.new_spec, cluster_kwargs["host"])
             if per_worker:
                 # LocalCluster's own worker spec, for its host, protocol and security.
                 (template,) = cluster.new_worker_spec().values()
@@ -322,13 +323,29 @@ def start_local(
                     nthreads = int(extra.get("CPU", threads))
                     amounts = {**declared(None), "CPU": nthreads, **extra}
                     cluster.worker_spec[f"hrl-{i}"] = worker_spec(template, nthreads, amounts)
-                dask_compat.start_added_workers(cluster)
+            while len(cluster.worker_spec) < n_workers:  # as scale() names them, 0, 1, ...
+                cluster.worker_spec.update(cluster.new_worker_spec())
+            dask_compat.start_added_workers(cluster)
             client = Client(cluster, direct_to_workers=True)
             client.wait_for_workers(n_workers, timeout=120)
+        except RuntimeError as exc:  # a worker process that did not start
+            cluster.close()
+            raise EngineError(workers_did_not_start(exc)) from exc
         except BaseException:
             cluster.close()
             raise
     return cluster, client
+
+
+def http_on_host(spec: dict, host: str | None) -> dict:
+    """A ``SpecCluster`` worker spec whose worker serves its HTTP routes (health,
+    metrics; a dashboard only if asked) on ``host``, port free, unless the spec names
+    an address: distributed 2024.8's workers bind them on every interface when no
+    address is given, whatever the worker's own host. Pure."""
+    options = spec["options"]
+    if options.get("dashboard_address") is not None or not host:
+        return spec
+    return {**spec, "options": {**options, "dashboard_address": f"{host}:0"}}
 
 
 def worker_spec(template: dict, nthreads: int, resources: dict) -> dict:

@@ -91,11 +91,14 @@ def pin_header_keys() -> tuple[str, ...]:
 
 
 def start_added_workers(cluster) -> None:
-    """Start the workers just added to a ``SpecCluster``'s ``worker_spec``.
+    """Start the workers just added to a ``SpecCluster``'s ``worker_spec``, now,
+    raising if one does not start.
 
     Why: ``LocalCluster`` takes one resource dict for all workers; a
-    heterogeneous cluster adds specs one by one. Public replacement:
-    ``cluster.scale()``, which takes no per-worker options.
+    heterogeneous cluster adds specs one by one; and ``cluster.scale()`` only
+    schedules the start. Public replacement: ``cluster.scale()`` then waiting
+    for the workers, which takes no per-worker options and says nothing of a
+    worker that failed to start (the failure is lost in a task never awaited).
     """
     cluster.sync(cluster._correct_state)  # noqa: SLF001
 
