@@ -111,14 +111,7 @@ class Algorithm(abc.ABC):
                 else RolloutWorker,
                 record_experience=self.config.record_experience,
             )
-            if self.config.num_learners:
-                self.workers.learner_group = LearnerGroup(
-                    self.engine, policy, self.config.num_learners,
-                    resources=self.config.learner_resources or {"CPU": 1},
-                    max_restarts=self.config.max_restarts,
-                    num_threads=self.config.learner_threads,
-                    plaintext=self.config.learner_group_plaintext,
-                )  # fmt: skip
+            self.workers.learner_group = self.build_learner(policy)
             self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
             self.plan = self.build_plan(self.workers, self.ctx)
         except BaseException:
@@ -129,6 +122,19 @@ class Algorithm(abc.ABC):
             raise
         self.iteration = 0
         self.time_total_s = 0.0
+
+    def build_learner(self, policy):
+        """What learns in place of the driver's policy: a `LearnerGroup` of
+        ``num_learners`` processes, or None (the driver's policy learns)."""
+        if not self.config.num_learners:
+            return None
+        return LearnerGroup(
+            self.engine, policy, self.config.num_learners,
+            resources=self.config.learner_resources or {"CPU": 1},
+            max_restarts=self.config.max_restarts,
+            num_threads=self.config.learner_threads,
+            plaintext=self.config.learner_group_plaintext,
+        )  # fmt: skip
 
     def check_before_cluster(self, policy) -> None:
         """What must hold before a cluster starts, beyond each key's own checks

@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from hrl_tasks.data.sample_batch import MultiAgentBatch, SampleBatch
+from hrl_tasks.data.sample_batch import MultiAgentBatch, SampleBatch, decoded_batch
 
 _EXT_NDARRAY = 1
 _EXT_NUMPY_SCALAR = 2
@@ -133,7 +133,7 @@ def _dask_loads(header: dict, frames: Sequence[bytes | memoryview]) -> Any:
         array = np.frombuffer(frame, dtype, count).reshape(shape)
         arrays.append(array if array.flags.aligned else array.copy())
     if kind == "batch":
-        return SampleBatch(_zip_columns(names, arrays))
+        return decoded_batch(_zip_columns(names, arrays))
     return _multi_agent_batch(*meta, arrays)
 
 
@@ -236,7 +236,7 @@ def _ext_hook(code: int, payload: bytes) -> Any:
         return tuple(_unpackb(payload))
     if code == _EXT_SAMPLE_BATCH:
         names, arrays = _unpack_arrays(payload)
-        return SampleBatch(_zip_columns(names, arrays))
+        return decoded_batch(_zip_columns(names, arrays))
     if code == _EXT_MULTI_AGENT_BATCH:
         (env_steps, layout), arrays = _unpack_arrays(payload)
         return _multi_agent_batch(env_steps, layout, arrays)
@@ -248,7 +248,7 @@ def _multi_agent_batch(env_steps: int, layout: list, arrays: list[np.ndarray]) -
     arrays of all its columns in that order."""
     batches, start = {}, 0
     for pid, names in layout:
-        batches[pid] = SampleBatch(_zip_columns(names, arrays[start : start + len(names)]))
+        batches[pid] = decoded_batch(_zip_columns(names, arrays[start : start + len(names)]))
         start += len(names)
     if start != len(arrays):
         raise DecodeError(f"MultiAgentBatch layout names {start} of {len(arrays)} arrays")

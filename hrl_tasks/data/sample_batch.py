@@ -48,6 +48,22 @@ def checked_columns(columns: Mapping[str, ArrayLike]) -> dict[str, np.ndarray]:
     return checked
 
 
+_decoded = [0]  # SampleBatches made from bytes in this process: see `batches_decoded`
+
+
+def batches_decoded() -> int:
+    """How many SampleBatches this process has made from bytes: each one unpickled or
+    decoded by the codec (those of a `MultiAgentBatch` too), as batches arriving from
+    another process are. Where a plan's experience passes, it is counted."""
+    return _decoded[0]
+
+
+def decoded_batch(columns: Mapping[str, ArrayLike]) -> SampleBatch:
+    """A SampleBatch made from received bytes, counted (`batches_decoded`)."""
+    _decoded[0] += 1
+    return SampleBatch(columns)
+
+
 class SampleBatch:
     """A dict of equal-length numpy arrays, one row per environment step.
 
@@ -80,6 +96,9 @@ class SampleBatch:
 
     def __init__(self, columns: Mapping[str, ArrayLike] | None = None) -> None:
         self._columns: dict[str, np.ndarray] = checked_columns({} if columns is None else columns)
+
+    def __reduce__(self):
+        return decoded_batch, (self._columns,)
 
     # Mapping-like access -------------------------------------------------------
 

@@ -179,12 +179,16 @@ class ParallelIterator:
             returns is passed to the method as keyword arguments.
         direct: make the calls direct (straight to the workers, not through
             the scheduler; see ``hrl_tasks.scheduler.worker_objects``).
+        keep: with ``direct``: each item stays on its worker, and the iterators
+            yield its TaskRef (a direct call's argument elsewhere, or ``.result()``).
     """
 
     def __init__(
         self, engine, handles: list, method: str, transforms: tuple = (), speculative=False,
-        before_call=None, direct: bool = False,
+        before_call=None, direct: bool = False, keep: bool = False,
     ):  # fmt: skip
+        if keep and not direct:
+            raise ValueError("keep needs direct calls: items stay on their workers only so")
         self.engine = engine
         self.handles = list(handles)
         self.method = method
@@ -192,12 +196,13 @@ class ParallelIterator:
         self.speculative = speculative
         self.before_call = before_call  # e.g. re-send weights to a worker that was re-created
         self.direct = direct
+        self.keep = keep
 
     def for_each(self, fn: Callable[[Any, Any], Any]) -> ParallelIterator:
         """Apply ``fn(worker, item)`` on each worker to each of its items."""
         return ParallelIterator(
             self.engine, self.handles, self.method, (*self.transforms, fn), self.speculative,
-            self.before_call, self.direct,
+            self.before_call, self.direct, self.keep,
         )  # fmt: skip
 
     def _call(self, handle):
@@ -205,6 +210,8 @@ class ParallelIterator:
         options = {"speculative": True} if self.speculative else {}
         if self.direct:
             options["direct"] = True
+        if self.keep:
+            options["keep"] = True
         if not self.transforms:
             return handle.call(self.method, **kwargs, **options)
         return handle.call("apply", _Pipeline(self.method, self.transforms, kwargs), **options)
@@ -272,7 +279,7 @@ class ParallelIterator:
                     handle = in_flight.pop(ref)
                     in_flight[self._call(handle)] = handle
                     try:
-                        item = ref.result()
+                        item = self._item(ref)
                     except WorkerLostError:
                         if not handle.alive:
                             raise
@@ -280,6 +287,15 @@ class ParallelIterator:
                     yield handle, item
 
         return LocalIterator(pairs(), "ParallelIterator.zip_with_source_actor()")
+
+    def _item(self, ref) -> Any:
+        """A finished call's item: its value, or with ``keep`` the TaskRef itself."""
+        if not self.keep:
+            return ref.result()
+        error = ref.exception()
+        if error is not None:
+            raise error
+        return ref
 
 
 class _Pipeline:

@@ -29,6 +29,7 @@ def ParallelRollouts(
     num_async: int = 1,
     speculative=True,
     prefetch: bool = False,
+    keep: bool = False,
 ):
     """Experience from the rollout workers of a ``WorkerSet``.
 
@@ -46,6 +47,9 @@ def ParallelRollouts(
         prefetch: in bulk-synchronous mode, send the next round's sample calls
             before this round's batch is used, so sampling overlaps with
             learning; those samples are one weight update behind.
+        keep: in ``"raw"`` mode with direct calls: each batch stays on its worker
+            and the iterators yield TaskRefs of ``(batch, metrics)`` (for a learner
+            that fetches them itself, `hrl_tasks.rollout.async_learner`).
 
     Returns:
         A :class:`LocalIterator` of SampleBatches (or the ParallelIterator for ``"raw"``).
@@ -69,6 +73,7 @@ def ParallelRollouts(
         speculative=speculative and mode == "bulk_sync",
         before_call=workers.sample_kwargs,  # deferred weights; re-syncs re-created workers
         direct=workers.direct_calls,
+        keep=keep,
     )
     if mode == "raw":
         return parallel

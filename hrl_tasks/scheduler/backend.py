@@ -119,6 +119,21 @@ def resolve_inputs(obj, inputs: dict, futures: dict, sent: dict | None = None):
     return walk(obj)
 
 
+def finished_inputs(obj):
+    """``obj`` with each TaskRef (of a finished direct call) replaced by what a direct
+    call is sent for it: its value, if it came to this process, else a
+    :class:`KeptInput` naming the worker that keeps it (which the callee's worker
+    fetches from there)."""
+    if isinstance(obj, TaskRef):
+        found = obj.outcome.result()
+        return KeptInput(found.key, found.address) if isinstance(found, Kept) else found.value
+    if isinstance(obj, (list, tuple)):
+        return rebuilt(obj, [finished_inputs(x) for x in obj])
+    if isinstance(obj, dict):
+        return {k: finished_inputs(v) for k, v in obj.items()}
+    return obj
+
+
 class OrderedPerKey:
     """Runs jobs on a few threads, one at a time and in order per key: a job that
     waits (on a worker that does not answer) holds up the later jobs of its key only."""
@@ -681,10 +696,11 @@ class DaskBackend(BackendRecords):
         # A frozen worker takes what is sent and answers nothing: a shared value goes
         # to it whole, and the other workers fetch it from one that reports.
         (args, kwargs), values = direct_arguments(
-            (margs, mkwargs), address, may_hold=address not in self.state.silent
+            finished_inputs((margs, mkwargs)), address, may_hold=address not in self.state.silent
         )
         call = (launch.obj_id, launch.seq, method, args, kwargs)
         spec = self._spec(launch.key, launch.name, launch.attempt, {}, topic, launch.internal)
+        spec["keep"] = (launch.args_of or launch.task_id) in self.keep
         # Not followed by speculation: the call's time comes with its reply, and no
         # start or end report travels through the scheduler. Such a call does not
         # count as busy on its worker: it runs in its object's threads, not Dask's.
@@ -729,6 +745,12 @@ class DaskBackend(BackendRecords):
             self._skip_calls(call[0], address, (call[1],))
             return [ev.AttemptDone(key, "error", value)]
         timed = [] if elapsed is None else [ev.Ended(key, launch.name, address, elapsed, 0.0)]
+        if status == "kept":  # it stays on the worker until its last TaskRef goes
+            kept = Kept(address, key, value)
+            weakref.finalize(kept, self._release_kept, address, key)
+            if key in self.futures:
+                self.futures[key] = kept
+            return [*timed, ev.AttemptDone(key, "finished")]
         if status != "OK":
             return [*timed, ev.AttemptDone(key, "error", value)]
         if key in self.futures:
@@ -897,8 +919,8 @@ class DaskBackend(BackendRecords):
                 raise TimeoutError(f"task {ref.name!r} not done within {timeout} s") from None
         if all(isinstance(v, Local) for v in values):  # no hop to the event loop
             return [v.value for v in values]
-        if not all(ref.pinned for ref in refs):  # kept on workers, or in Dask
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not all(ref.pinned for ref in refs) or any(isinstance(v, Kept) for v in values):
+            # kept on workers, or in Dask            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             return self.client.sync(self._gather, refs, callback_timeout=left)
         remote = [v for v in values if not isinstance(v, Local)]
         fetched = iter(self.client.sync(self._fetch, remote, remote))

@@ -646,8 +646,9 @@ class Engine:
         for dep in deps:
             if dep.direct:
                 raise TypeError(
-                    f"{dep.name!r} was a direct call: its result lives in the driver, not in "
-                    "the cluster, so it cannot be a task's input; pass its .result() instead"
+                    f"{dep.name!r} was a direct call: its result is not in Dask's cluster, so "
+                    "it cannot be a task's input; pass its .result() instead (or pass it to "
+                    "another direct call)"
                 )
         return deps
 
@@ -925,23 +926,33 @@ class Engine:
         """Make these stateful workers peers: a speculative call may be backed up on one."""
         self.backend.push(ev.FormGroup(tuple(obj_ids)))
 
-    def call(self, handle: WorkerHandle, method: str, args, kwargs, speculation, direct) -> TaskRef:
+    def call(
+        self, handle: WorkerHandle, method: str, args, kwargs, speculation, direct, keep=False
+    ) -> TaskRef:
         """``handle.call(...)``: a call of a stateful worker's method."""
         if not isinstance(method, str):
             raise TypeError(f"call needs a method name (a str), got {method!r}")
         name = f"{handle.label}.{method}"
+        if keep and not direct:
+            raise TypeError(f"keep=True is for direct calls ({name}): add direct=True")
         if direct:
             found: list[TaskRef] = []
             collect_refs((args, kwargs), found)
-            if found:
-                raise TypeError(
-                    f"a direct call ({name}) takes values, not TaskRefs such as "
-                    f"{found[0].name!r}: pass its .result(), use engine.share(value) for a value "
-                    "many direct calls need, or make the call without direct=True"
-                )
-        deps = self._inputs(args, kwargs)
+            for ref in found:
+                if not (ref.direct and ref.outcome.done() and ref.outcome.exception() is None):
+                    raise TypeError(
+                        f"a direct call ({name}) takes values and the TaskRefs of finished "
+                        f"direct calls, not {ref.name!r}: pass its .result(), use "
+                        "engine.share(value) for a value many direct calls need, or make "
+                        "the call without direct=True"
+                    )
+            deps: list[TaskRef] = []
+        else:
+            deps = self._inputs(args, kwargs)
         ref = self._new_ref(name, (method, args, kwargs), direct=direct, pinned=True)
         ref.deps = tuple(d.task_id for d in deps)
+        if keep:
+            self.backend.keep.add(ref.task_id)
         call = ev.CallObject(ref.task_id, handle.obj_id, method, ref.deps, direct=direct,
                              speculation=speculation)  # fmt: skip
         self.backend.push(call)

@@ -62,7 +62,9 @@ class WorkerHandle:
         """How often the object was re-created after its worker died."""
         return self.engine.object_info(self.obj_id, "restarts") or 0
 
-    def call(self, method: str, *args, speculative=False, direct=False, **kwargs) -> TaskRef:
+    def call(
+        self, method: str, *args, speculative=False, direct=False, keep=False, **kwargs
+    ) -> TaskRef:
         """Call ``obj.method(*args, **kwargs)`` on the worker; returns a TaskRef.
 
         Args:
@@ -73,15 +75,24 @@ class WorkerHandle:
                 equivalent one, not an identical one.
             direct: send the call straight to the worker instead of through
                 the scheduler (about 2 ms instead of 7-9 ms here). The result
-                then lives in the driver, and the arguments must be values,
-                not TaskRefs (``engine.share(value)`` for a value that many
-                calls need).
+                then comes to the driver, and the arguments are values
+                (``engine.share(value)`` for a value that many calls need) or
+                TaskRefs of finished direct calls.
+            keep: with ``direct``: the result stays on the object's worker
+                (the driver gets a TaskRef only, and ``.result()`` fetches it);
+                a direct call given that TaskRef as an argument gets the value
+                from that worker, not through the driver. The worker lets the
+                result go when the last TaskRef to it is dropped. A call whose
+                kept input was lost with its worker does not run and fails with
+                ``WorkerLostError``.
 
-        The names ``speculative`` and ``direct`` are reserved: methods cannot
-        take arguments called so.
+        The names ``speculative``, ``direct`` and ``keep`` are reserved: methods
+        cannot take arguments called so.
 
         Raises:
-            TypeError: for a direct call with a TaskRef as an argument.
+            TypeError: for a direct call with a TaskRef that has not finished, or
+                that is not a direct call's, as an argument; for ``keep`` without
+                ``direct``.
         """
         policy = SpeculationPolicy.coerce(speculative)
         if policy is not None and self.group is None:
@@ -89,7 +100,7 @@ class WorkerHandle:
                 f"{self.name!r} belongs to no group, so it has no peer to send a backup "
                 "to: create it with engine.create_group(...)"
             )
-        return self.engine.call(self, method, args, kwargs, policy, bool(direct))
+        return self.engine.call(self, method, args, kwargs, policy, bool(direct), bool(keep))
 
     def rebuild_with(self, **kwargs) -> None:
         """Keyword arguments for the factory when the object is next re-created after

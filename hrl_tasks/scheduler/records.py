@@ -20,6 +20,7 @@ class BackendRecords:
     def __init__(self):
         self.outcomes: dict[str, cf.Future] = {}  # task id -> its ref's outcome, until settled
         self.payloads: dict[str, tuple] = {}  # task id -> (fn or method, args, kwargs, topic)
+        self.keep: set[str] = set()  # task ids of direct calls whose result stays on the worker
         self.objects: dict[str, tuple] = {}  # obj id -> (factory, args, kwargs, topic)
         self.creations: dict[str, cf.Future] = {}  # obj id -> its current creation's outcome
         self.futures: dict = {}  # key -> the attempt's future or Local result, until forgotten
@@ -29,6 +30,7 @@ class BackendRecords:
         """Resolve task ``task_id``'s outcome with ``value`` or ``error`` (once)."""
         outcome = self.outcomes.pop(task_id, None)
         self.payloads.pop(task_id, None)
+        self.keep.discard(task_id)
         if outcome is None or outcome.done():
             return
         if error is None:

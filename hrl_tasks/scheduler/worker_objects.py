@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distributed import get_worker
+from distributed.sizeof import sizeof
 
 from hrl_tasks.scheduler import dask_compat, task_service
 from hrl_tasks.scheduler.context import TaskContext, direct_call_thread, task_wait
@@ -245,14 +246,23 @@ async def run_call(
     runtime: WorkerRuntime, spec: dict, call: tuple
 ) -> tuple[str, Any, float | None]:
     """Run a direct call once its object may take it: ``(status, value, elapsed)``,
-    status ``"OK"`` (value: the result), ``"error"`` (the method's error) or
-    ``"input-lost"`` (value: the key of a shared input that could not be fetched;
-    the call did not run)."""
+    status ``"OK"`` (value: the result), ``"kept"`` (value: the result's size; the
+    result stays in this worker, as the spec's ``keep`` asks), ``"error"`` (the
+    method's error, or a `WorkerLostError` for a kept input lost with its worker:
+    the call did not run) or ``"input-lost"`` (value: the key of a shared input
+    that could not be fetched; the call did not run)."""
     obj_id, seq, method, args, kwargs = call
+    service = runtime.task_service
     try:
         args, kwargs = await resolve_shared(runtime, (args, kwargs))
+        if task_service.has_kept((args, kwargs)):  # a peer's kept results, fetched here
+            args, kwargs = await task_service.resolve_kept(service, (args, kwargs))
     except InputLostError as exc:
         return "input-lost", str(exc), None
+    except task_service.InputGone as exc:  # it will never run: the calls after it go on
+        entry_of(obj_id, runtime).mark_finished(seq)
+        lost = WorkerLostError(f"{spec['name']}: its input {exc} was lost with its worker")
+        return "error", lost, None
     entry = entry_of(obj_id, runtime)
     # A call takes one of the object's threads only once it may run: waiting in a
     # thread, calls that arrived early could hold every thread while the call they
@@ -268,6 +278,9 @@ async def run_call(
         )
     except Exception as exc:  # the object's threads are gone (it was destroyed)
         ok, value, elapsed = False, exc, None
+    if ok and spec.get("keep"):
+        service.kept[spec["key"]] = value
+        return "kept", sizeof(value), elapsed
     return ("OK" if ok else "error"), value, elapsed
 
 

@@ -1,13 +1,18 @@
 """IMPALA: the batch layout V-trace reads, the learner thread, and runs on a real cluster."""
 
+import os
+import signal
+
 import numpy as np
 import pytest
 
+import hrl_tasks as hrl
 from hrl_tasks.algorithms.algorithm import read_checkpoint
 from hrl_tasks.algorithms.config import ConfigError
 from hrl_tasks.algorithms.impala import IMPALA
 from hrl_tasks.algorithms.impala.learner import LearnerError
 from hrl_tasks.data import SampleBatch
+from hrl_tasks.data.sample_batch import batches_decoded
 from hrl_tasks.policies import IMPALAConfig, IMPALAPolicy
 from hrl_tasks.rollout import RolloutWorker
 from tests.policies.synthetic import cartpole_spaces
@@ -21,6 +26,7 @@ TINY = {
     "min_steps_per_report": 128,
     "seed": 3,
 }
+IN_DRIVER = {**TINY, "num_learners": 0}  # the learner thread in the driver
 
 
 def test_rollout_batches_are_the_fragments_the_policy_expects():
@@ -50,11 +56,13 @@ def test_config_checks():
 
 
 @pytest.mark.cluster
-def test_smoke(engine):
-    algo = IMPALA(TINY, engine=engine)
+def test_smoke_with_the_learner_in_the_driver(engine):
+    algo = IMPALA(IN_DRIVER, engine=engine)
     initial = algo.policy.get_weights()
+    decoded = batches_decoded()
     try:
         first, second = algo.train(), algo.train()
+        assert batches_decoded() > decoded  # every batch passes through the driver here
         assert second["iteration"] == 2
         assert second["env_steps_sampled"] > first["env_steps_sampled"] >= 128
         # A queue of one batch keeps sampling at most a few batches ahead of learning.
@@ -79,7 +87,7 @@ def test_smoke(engine):
 @pytest.mark.cluster
 @pytest.mark.timeout(60)
 def test_learner_failure_surfaces_in_train(engine):
-    algo = IMPALA(TINY, engine=engine)
+    algo = IMPALA(IN_DRIVER, engine=engine)
     try:
 
         def broken(batch):
@@ -118,3 +126,76 @@ def test_save_and_restore(engine, tmp_path):
         assert result["env_steps_sampled"] > saved["flow"]["counters"]["env_steps_sampled"]
     finally:
         second.stop()
+
+
+def batches_decoded_by_process(engine) -> dict:
+    return {"driver": batches_decoded(), **engine.client.run(batches_decoded)}
+
+
+@pytest.mark.cluster
+def test_the_learner_in_a_process_of_its_own_trains_and_no_batch_passes_through_the_driver(
+    engine,
+):
+    before = batches_decoded_by_process(engine)
+    algo = IMPALA(TINY, engine=engine)
+    initial = algo.policy.get_weights()
+    try:
+        first, second = algo.train(), algo.train()
+        assert second["env_steps_sampled"] > first["env_steps_sampled"] >= 128
+        assert second["env_steps_trained"] > 0 and second["info"]["learner_steps"] >= 1
+        assert {"loss_policy", "mean_rho", "learner_queue_size"} <= set(second["info"])
+        after = batches_decoded_by_process(engine)
+        learner = algo.workers.learner_group.handle.address
+        assert after["driver"] == before["driver"], "a sample batch was decoded in the driver"
+        assert after[learner] > before[learner]  # fetched from the rollout workers
+        # The learner's weights reach the rollout workers by reference.
+        algo.workers.engine.wait(algo.workers.sample(), timeout=30)
+        remote = algo.workers.foreach_worker(lambda w: w.get_weights(), local=False)
+        changed = [w for w in remote if any(not np.array_equal(w[k], initial[k]) for k in initial)]
+        assert changed, "no worker received the learner's weights"
+        assert algo.evaluate(episodes=2)["evaluation_episodes"] == 2
+        learned = algo.policy.get_weights()  # evaluate pulled the learner's
+        assert any(not np.array_equal(learned[k], initial[k]) for k in initial)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.cluster
+def test_save_and_restore_with_the_learner_in_a_process(engine, tmp_path):
+    first = IMPALA(TINY, engine=engine)
+    try:
+        first.train(), first.train()
+        path = first.save(tmp_path / "impala.hrl")
+    finally:
+        first.stop()
+    saved = read_checkpoint(path)
+    assert saved["policy"]["num_grad_updates"] > 0  # the learner's state, pulled
+    second = IMPALA(TINY, engine=engine)
+    try:
+        second.restore(path)
+        pushed = second.workers.learner_group.handle.call("policy_state", direct=True).result()
+        for name, value in saved["policy"]["weights"].items():
+            np.testing.assert_array_equal(pushed["weights"][name], value)
+        assert second.train()["iteration"] == 3
+    finally:
+        second.stop()
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_a_killed_learner_process_is_made_again_from_its_last_state_and_the_run_goes_on():
+    with hrl.Engine.local(n_workers=3, threads_per_worker=1) as engine:
+        algo = IMPALA({**TINY, "min_steps_per_report": 512}, engine=engine)
+        try:
+            algo.train()
+            learner = algo.workers.learner_group
+            learner.pull_state()  # the state it is made again from
+            kept = algo.policy.get_state()["num_grad_updates"]
+            os.kill(engine.client.run(os.getpid)[learner.handle.address], signal.SIGKILL)
+            results = [algo.train() for _ in range(3)]
+            assert learner.handle.restarts == 1
+            assert results[-1]["env_steps_trained"] > 0
+            state = learner.handle.call("policy_state", direct=True).result()
+            assert state["num_grad_updates"] > kept  # went on from there
+        finally:
+            algo.stop()

@@ -1,6 +1,9 @@
 """Direct calls of stateful workers on a real cluster, and their pieces without one."""
 
 import asyncio
+import gc
+import os
+import signal
 import sys
 import threading
 import time
@@ -65,8 +68,10 @@ def test_a_direct_call_raises_what_the_method_raised_and_later_calls_go_on(engin
 @pytest.mark.cluster
 def test_direct_calls_take_values_and_their_results_stay_in_the_driver(engine):
     box = engine.create_worker(tasks.Box)
-    with pytest.raises(TypeError, match="takes values, not TaskRefs"):
+    with pytest.raises(TypeError, match="TaskRefs of finished direct calls, not 'inc'"):
         box.call("put", engine.submit(tasks.inc, 1), direct=True)
+    with pytest.raises(TypeError, match="keep=True is for direct calls"):
+        box.call("get", keep=True)
     answer = box.call("get", direct=True)
     assert answer.result(timeout=30) is None
     with pytest.raises(TypeError, match="was a direct call"):
@@ -74,6 +79,57 @@ def test_direct_calls_take_values_and_their_results_stay_in_the_driver(engine):
     assert box.call("put", engine.share(7)).result(timeout=30) is True  # scheduled: the value
     assert box.call("get", direct=True).result(timeout=30) == 7
     box.kill()
+
+
+def kept_on_workers(engine) -> dict:
+    def kept(dask_worker):
+        from hrl_tasks.scheduler.runtime import WorkerRuntime
+
+        service = WorkerRuntime.of(dask_worker).task_service
+        return 0 if service is None else len(service.kept)
+
+    return engine.client.run(kept)
+
+
+@pytest.mark.cluster
+def test_a_kept_result_goes_from_worker_to_worker_and_is_let_go_with_its_last_ref(engine):
+    source, sink = [engine.create_worker(tasks.Box, strategy="spread") for _ in range(2)]
+    assert source.ready().address != sink.ready().address
+    before = sum(kept_on_workers(engine).values())
+    weights = {"w": np.arange(1_000, dtype=np.float32)}  # small: kept because asked
+    assert source.call("put", weights, direct=True).result(timeout=30) is True
+    kept = source.call("get", direct=True, keep=True)
+    engine.wait([kept], timeout=30)
+    assert type(kept.outcome.result()).__name__ == "Kept"  # not in the driver
+    assert kept_on_workers(engine)[source.address] == before + 1
+    assert sink.call("put", {"from": kept}, direct=True).result(timeout=30) is True
+    got = sink.call("get", direct=True).result(timeout=30)
+    np.testing.assert_array_equal(got["from"]["w"], weights["w"])
+    np.testing.assert_array_equal(kept.result(timeout=30)["w"], weights["w"])  # fetched
+    same = source.call("put", kept, direct=True)  # on its own worker: taken from there
+    assert same.result(timeout=30) is True
+    del kept, same
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while sum(kept_on_workers(engine).values()) > before:
+        assert time.monotonic() < deadline, "the kept result was not let go"
+        time.sleep(0.05)
+    for box in (source, sink):
+        box.kill()
+
+
+@pytest.mark.cluster
+def test_a_call_whose_kept_input_died_fails_as_lost_and_later_calls_go_on():
+    with hrl.Engine.local(n_workers=2, threads_per_worker=1) as engine:
+        source, sink = [engine.create_worker(tasks.Box, strategy="spread") for _ in range(2)]
+        assert source.ready().address != sink.ready().address
+        kept = source.call("get", direct=True, keep=True)
+        engine.wait([kept], timeout=30)
+        os.kill(engine.client.run(os.getpid)[source.address], signal.SIGKILL)
+        with pytest.raises(hrl.WorkerLostError, match="lost with its worker"):
+            sink.call("put", kept, direct=True).result(timeout=60)
+        assert sink.call("put", 5, direct=True).result(timeout=30) is True
+        assert sink.call("get", direct=True).result(timeout=30) == 5
 
 
 @pytest.mark.cluster

@@ -16,6 +16,16 @@ class IMPALAConfig(AlgorithmConfig, IMPALAPolicyConfig):
     time-ordered fragment per env, concatenated).
     """
 
+    num_learners: int = 1
+    """1 (the default): the learner in a process of its own, fed by the rollout
+    workers without the driver (`hrl_tasks.rollout.async_learner`): batches go from
+    each rollout worker to the learner and weights from the learner to the workers,
+    the driver passing references only (needs ``direct_calls``). 0: a learner thread
+    in the driver, every batch passing through it. 2 or more: a data-parallel learner
+    group fed by the driver's learner thread."""
+    broadcast_interval: int = 1
+    """Learner updates between two weight broadcasts to the rollout workers (RLlib's
+    ``broadcast_interval``), with ``num_learners=1``."""
     num_async: int = 2
     """Sample requests in flight per rollout worker."""
     train_batch_size: int = 256
@@ -34,6 +44,7 @@ class IMPALAConfig(AlgorithmConfig, IMPALAPolicyConfig):
     BOUNDS: ClassVar[dict[str, str]] = {
         "num_workers": ">= 1",  # sampling is asynchronous: remote workers only
         "num_async": ">= 1",
+        "broadcast_interval": ">= 1",
         "train_batch_size": ">= 1",
         "learner_queue_size": ">= 1",
         "min_steps_per_report": ">= 0",

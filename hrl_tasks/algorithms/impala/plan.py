@@ -4,18 +4,26 @@ import contextlib
 
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.impala.config import IMPALAConfig
-from hrl_tasks.algorithms.impala.learner import LearnerThread, RecordLearnerSteps, RecordSampled
+from hrl_tasks.algorithms.impala.learner import (
+    FeedLearner,
+    LearnerThread,
+    RecordLearnerSteps,
+    RecordSampled,
+)
 from hrl_tasks.flow import Enqueue, ParallelRollouts, StandardMetricsReporting
 from hrl_tasks.policies.impala import IMPALAConfig as IMPALAPolicyConfig
 from hrl_tasks.policies.impala import IMPALAPolicy
+from hrl_tasks.rollout.async_learner import RemoteLearner
 
 
 class IMPALA(Algorithm):
     """IMPALA (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561) on a Dask cluster.
 
     The rollout workers sample with the weights they last received; the
-    learner thread in the driver corrects for the lag with V-trace, using the
-    behaviour ``logp`` stored in each batch.
+    learner corrects for the lag with V-trace, using the behaviour ``logp`` stored
+    in each batch. The learner is a process of its own by default
+    (``num_learners=1``), fed straight from the rollout workers; with
+    ``num_learners=0`` it is a thread in the driver.
     """
 
     name = "impala"
@@ -24,8 +32,29 @@ class IMPALA(Algorithm):
     config_class = IMPALAConfig
     learner_group = True
 
+    def build_learner(self, policy):
+        cfg = self.config
+        if cfg.num_learners != 1 or not cfg.direct_calls:
+            return super().build_learner(policy)
+        return RemoteLearner(
+            self.workers, cfg.train_batch_size, cfg.learner_queue_size, cfg.broadcast_interval,
+            resources=cfg.learner_resources or {"CPU": 1}, max_restarts=cfg.max_restarts,
+            num_threads=cfg.learner_threads or 1,
+        )  # fmt: skip
+
     def build_plan(self, workers, ctx):
         cfg = self.config
+        if isinstance(workers.learner_group, RemoteLearner):
+            self.learner = None
+            # Batches stay on their workers, num_async requests in flight per worker; the
+            # learner fetches each from there, and its weights go out the same way.
+            rollouts = ParallelRollouts(workers, ctx, mode="raw", keep=True)
+            pairs = rollouts.zip_with_source_actor(cfg.num_async)
+            train_op = pairs.combine(FeedLearner(workers.learner_group, ctx))
+            return StandardMetricsReporting(
+                train_op, ctx, min_steps_per_report=cfg.min_steps_per_report,
+                engine=workers.engine,
+            )  # fmt: skip
         self.learner = LearnerThread(workers, cfg.train_batch_size, cfg.learner_queue_size)
         self.learner.start()
         # Batches as they come, num_async sample requests in flight per worker, with their source.
@@ -42,7 +71,8 @@ class IMPALA(Algorithm):
     # The learner thread owns the policy while it trains: the rest waits for its lock.
 
     def policy_lock(self):
-        return contextlib.nullcontext() if self.acting_only else self.learner.lock
+        learner = None if self.acting_only else self.learner
+        return contextlib.nullcontext() if learner is None else learner.lock
 
     def evaluate(self, episodes=None):
         with self.policy_lock():
@@ -62,6 +92,6 @@ class IMPALA(Algorithm):
 
     def stop(self):
         """End the learner thread, then the workers (and the cluster if this algorithm started it)."""
-        if not self.acting_only:
+        if not self.acting_only and getattr(self, "learner", None) is not None:
             self.learner.stop()
         super().stop()

@@ -1,0 +1,303 @@
+"""A learner in a process of its own, fed by the rollout workers without the driver.
+
+IMPALA's and APPO's data path, as in their papers and in Sample Factory: each
+rollout worker's batch stays on its worker (a kept direct call, see
+`WorkerHandle.call`), the driver passes only its TaskRef to the learner's `add`,
+and the learner's worker fetches the batch from the rollout worker's. The learner
+trains in a thread of its own as batches arrive; every ``broadcast_interval``
+updates the driver asks it for its weights, kept on the learner's worker too, and
+hands that TaskRef to each rollout worker's next ``sample`` call, which fetches
+the weights from there. The driver's process holds references, counters and
+metrics; no array of a batch or of the weights passes through it.
+
+Recovery: the engine re-creates a learner whose process died, from its last
+state the driver noted (`RemoteLearner` asks for it every ``SNAPSHOT_EVERY_S``,
+between updates, and gives it to ``rebuild_with``): the run goes on from there,
+losing the updates since and the batches in flight. Rollout workers then act
+with the weights of that state until the new learner's first broadcast.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+from hrl_tasks.data import SampleBatch
+from hrl_tasks.rollout.malloc import keep_heap_for_learning
+from hrl_tasks.scheduler.errors import WorkerLostError
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.1
+SNAPSHOT_EVERY_S = 2.0
+"""How often the driver asks the learner for its state, for re-creating it."""
+
+
+class AsyncLearnerError(RuntimeError):
+    """The learner's thread failed (the cause is chained)."""
+
+
+class AsyncLearner:
+    """A stateful worker: a policy that learns, in a thread of its own, on the batches given to `add`.
+
+    Args:
+        policy_class, observation_space, action_space, config: build the policy.
+        state: its ``get_state()`` to start from.
+        train_batch_size: env steps per update (batches are concatenated to at least this).
+        queue_size: batches waiting for the learning thread; `add` waits while it is full.
+        num_threads: torch threads of the process.
+    """
+
+    def __init__(
+        self,
+        policy_class,
+        observation_space,
+        action_space,
+        config,
+        state=None,
+        train_batch_size: int = 256,
+        queue_size: int = 4,
+        num_threads: int = 1,
+    ):
+        keep_heap_for_learning()
+        import torch
+
+        torch.set_num_threads(int(num_threads))
+        self.policy = policy_class(observation_space, action_space, config)
+        if state is not None:
+            self.policy.set_state(state)
+        self.train_batch_size = int(train_batch_size)
+        self.inbox: queue.Queue = queue.Queue(int(queue_size))
+        self.lock = threading.Lock()  # the policy and the counters
+        self.version = 0  # updates taken
+        self.unreported = {"trained": 0, "updates": 0, "learn_s": 0.0}
+        self.info: dict[str, float] = {}
+        self.error: BaseException | None = None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._learn, name="async-learner", daemon=True)
+        self.thread.start()
+
+    def add(self, sample: tuple[SampleBatch, dict]) -> dict[str, Any]:
+        """Queue a rollout worker's ``(batch, metrics)`` for learning; waits while the
+        queue is full.
+
+        Returns:
+            What the driver counts: ``sampled`` (the batch's env steps), ``metrics``
+            (the sample's, without arrays), and since the last reply ``trained``
+            (env steps), ``updates`` and ``learn_s``; ``version`` (updates taken in
+            all), ``info`` (the latest update's scalars) and ``queued``.
+
+        Raises:
+            AsyncLearnerError: If the learning thread failed.
+        """
+        batch, metrics = sample
+        while True:
+            self._check()
+            try:
+                self.inbox.put((batch, metrics.pop("obs_stats", None)), timeout=POLL_S)
+                break
+            except queue.Full:
+                continue
+        with self.lock:
+            reply = {"sampled": batch.env_steps(), "metrics": metrics, **self.unreported,
+                     "version": self.version, "info": dict(self.info),
+                     "queued": self.inbox.qsize()}  # fmt: skip
+            self.unreported = {"trained": 0, "updates": 0, "learn_s": 0.0}
+        return reply
+
+    def _learn(self) -> None:
+        pending: list[SampleBatch] = []
+        stats: list = []
+        try:
+            while not self.stopped.is_set():
+                try:
+                    batch, obs_stats = self.inbox.get(timeout=POLL_S)
+                except queue.Empty:
+                    continue
+                pending.append(batch)
+                if obs_stats is not None:
+                    stats.append(obs_stats)
+                if sum(b.env_steps() for b in pending) >= self.train_batch_size:
+                    self._update(pending, stats)
+                    pending, stats = [], []
+        except BaseException as exc:  # raised in the next add()
+            self.error = exc
+
+    def _update(self, batches: list[SampleBatch], stats: list) -> None:
+        batch = SampleBatch.concat_samples(batches)
+        with self.lock:
+            start = time.perf_counter()
+            info = self.policy.learn_on_batch(batch)
+            if stats:  # after the update: it learned with the statistics it sampled with
+                from hrl_tasks.data.running_stats import RunningStats
+
+                for state in stats:
+                    self.policy.update_observation_stats(RunningStats.from_state(state))
+            self.unreported["learn_s"] += time.perf_counter() - start
+            self.unreported["trained"] += batch.env_steps()
+            self.unreported["updates"] += 1
+            self.version += 1
+            self.info = {k: float(v) for k, v in info.items() if getattr(v, "ndim", 0) == 0}
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise AsyncLearnerError(f"the learner's thread failed: {self.error!r}") from self.error
+
+    def weights(self) -> dict:
+        """The policy's weights (ask with ``keep=True``: they stay here for the rollout workers)."""
+        with self.lock:
+            return self.policy.get_weights()
+
+    def policy_state(self) -> dict[str, Any]:
+        with self.lock:
+            return self.policy.get_state()
+
+    def load_policy_state(self, state: dict[str, Any]) -> None:
+        with self.lock:
+            self.policy.set_state(state)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=10)
+
+
+class RemoteLearner:
+    """The driver's side of an `AsyncLearner`: feeds it references, counts its replies,
+    broadcasts its weights by reference, and keeps its state for re-creating it.
+
+    Takes the place of a `LearnerGroup` in ``WorkerSet.learner_group`` for what the
+    driver reads (`pull_weights`, `pull_state`, `push_state`, `stop`).
+
+    Args:
+        workers: the ``WorkerSet`` (its local policy: the learner's first state,
+            and the copy evaluation and checkpoints read).
+        train_batch_size, queue_size: as for `AsyncLearner`.
+        broadcast_interval: updates between two weight broadcasts.
+        resources, max_restarts, num_threads: of the learner's stateful worker.
+    """
+
+    def __init__(
+        self,
+        workers,
+        train_batch_size: int,
+        queue_size: int,
+        broadcast_interval: int = 1,
+        resources=None,
+        max_restarts: int = 3,
+        num_threads: int = 1,
+    ):
+        self.workers, self.engine = workers, workers.engine
+        self.policy = workers.local_worker.policy
+        policy = self.policy
+        self.handle = self.engine.create_worker(
+            AsyncLearner, type(policy), policy.observation_space, policy.action_space,
+            policy.config, state=policy.get_state(), train_batch_size=train_batch_size,
+            queue_size=queue_size, num_threads=num_threads,
+            resources=resources, name="AsyncLearner", label="Learner", max_restarts=max_restarts,
+        )  # fmt: skip
+        self.handle.ready()
+        self.window = max(1, int(queue_size))
+        self.broadcast_interval = max(1, int(broadcast_interval))
+        self.in_flight: collections.deque = collections.deque()  # add calls
+        self.broadcast_version = 0  # the learner's version in the last broadcast
+        self.weights_ref = None  # a weights call not finished yet
+        self.snapshot_ref = None
+        self.snapshot_at = time.monotonic()
+        self.restarts = 0
+        self.fresh = True  # the driver's policy holds the learner's weights
+
+    def add(self, sample_ref) -> list[dict]:
+        """Hands a kept sample's TaskRef to the learner; returns the replies that came
+        (waiting for the oldest while ``queue_size`` are out). A reply lost with the
+        learner or with the sample's worker is dropped: those steps are not trained."""
+        self.in_flight.append(self.handle.call("add", sample_ref, direct=True))
+        replies = []
+        while self.in_flight and (self.in_flight[0].done() or len(self.in_flight) > self.window):
+            reply = self._reply(self.in_flight.popleft())
+            if reply is not None:
+                replies.append(reply)
+        self._broadcast(replies)
+        self._snapshot()
+        return replies
+
+    def _reply(self, ref) -> dict | None:
+        try:
+            reply = ref.result()
+        except WorkerLostError:
+            self._after_loss()
+            return None
+        self.fresh = False
+        return reply
+
+    def _after_loss(self) -> None:
+        """An add failed as lost: the sample's worker died, or the learner did. If the
+        learner was re-created, the rollout workers go back to the state it has."""
+        restarts = self.handle.restarts
+        if restarts == self.restarts:
+            return
+        self.restarts = restarts
+        logger.warning("the learner's process was lost; it goes on from its last state")
+        self.weights_ref = None
+        self.broadcast_version = 0
+        self.workers.sync_weights(weights=self.policy.get_weights(), defer=True)
+
+    def _broadcast(self, replies: list[dict]) -> None:
+        if replies and self.weights_ref is None:
+            version = replies[-1]["version"]
+            if version >= self.broadcast_version + self.broadcast_interval:
+                self.weights_ref = self.handle.call("weights", direct=True, keep=True)
+                self.broadcast_version = version
+        ref = self.weights_ref
+        if ref is not None and ref.done():
+            self.weights_ref = None
+            if ref.exception() is None:
+                self.workers.share_weights(ref)
+
+    def _snapshot(self) -> None:
+        """Every ``SNAPSHOT_EVERY_S``, the learner's state into the driver's policy and
+        into what a re-created learner starts from."""
+        ref = self.snapshot_ref
+        if ref is None:
+            if time.monotonic() - self.snapshot_at >= SNAPSHOT_EVERY_S:
+                self.snapshot_ref = self.handle.call("policy_state", direct=True)
+            return
+        if not ref.done():
+            return
+        self.snapshot_ref, self.snapshot_at = None, time.monotonic()
+        if ref.exception() is None:
+            self._keep_state(ref.result())
+
+    def _keep_state(self, state: dict[str, Any]) -> None:
+        self.policy.set_state(state)
+        self.handle.rebuild_with(state=state)
+
+    # --- what the driver reads (as of a LearnerGroup) --------------------------------
+
+    def pull_weights(self) -> None:
+        """The learner's latest weights into the driver's policy."""
+        if not self.fresh:
+            self.policy.set_weights(self.handle.call("weights", direct=True).result())
+            self.fresh = True
+
+    def pull_state(self) -> None:
+        """The learner's whole state into the driver's policy (before a checkpoint)."""
+        self._keep_state(self.handle.call("policy_state", direct=True).result())
+
+    def push_state(self) -> None:
+        """The driver's policy state (restored from a checkpoint) into the learner."""
+        state = self.policy.get_state()
+        self.handle.call("load_policy_state", state, direct=True).result()
+        self.handle.rebuild_with(state=state)
+
+    def queue(self, method: str, *args) -> None:
+        """Observation statistics reach the learner with the samples: nothing to queue."""
+
+    def stop(self) -> None:
+        try:
+            self.handle.kill()
+        except Exception:  # the engine is going away: nothing to kill
+            logger.debug("learner %s: kill failed", self.handle.name, exc_info=True)
