@@ -29,7 +29,7 @@ import weakref
 from distributed import Client, fire_and_forget
 from distributed.scheduler import KilledWorker
 
-from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler import dask_compat, wire
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.errors import (
     EngineError,
@@ -642,7 +642,7 @@ class DaskBackend(BackendRecords):
             except OSError:
                 response = {"status": "missing"}
             if response is not None and response["status"] == "OK":
-                return response["value"]
+                return wire.answered_value(response)
             # A frozen holder (it took the connection and said nothing, or stopped
             # reporting) or one gone: the task runs again, away from a frozen one.
             silent = response is None or item.address in await self._silent_workers()

@@ -18,7 +18,7 @@ from typing import Any
 
 from distributed.protocol import to_serialize
 
-from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler import dask_compat, wire
 
 SHARED_HANDLER = "hrl_tasks_shared_value"
 SHARED_WAIT_S = 30.0  # a peer asking for a shared value waits this long for it to arrive
@@ -170,7 +170,7 @@ async def ask_peer_for(pool, address: str, handler: str, key: str) -> Any:
     pool.reuse(address, comm)
     if response["status"] != "OK":
         raise InputLostError(key)
-    return response["value"]
+    return wire.answered_value(response)
 
 
 async def _fetch(runtime, ref: SharedRef) -> Any:

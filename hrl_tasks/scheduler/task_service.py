@@ -42,6 +42,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures as cf
+import contextlib
+import pickle
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +59,7 @@ from hrl_tasks.scheduler.shared import InputLostError, ask_peer_for, rebuilt
 TASKS_HANDLER = "hrl_tasks_tasks"
 RESULT_HANDLER = "hrl_tasks_result"
 KEEP_FROM_BYTES = 100_000  # results this large stay on their worker (measured: docs/engine.md)
+PICKLED_MAX_BYTES = 1_000_000  # kept results up to this size go to a peer as one pickle
 MAX_BATCH = 1000  # messages per write: the first of a long burst leaves without waiting for all
 # While more of a stream's tasks wait to run, answers wait up to this long to go together
 # (one message per task cost most of a short task's time); a last task's answer goes at once.
@@ -455,10 +458,18 @@ class TaskService:
         return any(other is not stream and other.has_queued() for other in self.streams)
 
     def result(self, key: str) -> dict:
-        """A peer's or an engine's request for a result kept here."""
+        """A peer's or an engine's request for a result kept here: a small one as one
+        pickle's bytes (Dask's comm carries bytes almost for free; its serializers cost
+        each side about half a millisecond on a 10 kB batch, docs/benchmarks.md), a
+        large one through Dask's serialization (its arrays in frames of their own, not
+        copied). Read with `wire.answered_value`."""
         if key not in self.kept:
             return {"status": "missing"}
-        return {"status": "OK", "value": to_serialize(self.kept[key])}
+        value = self.kept[key]
+        if sizeof(value) <= PICKLED_MAX_BYTES:
+            with contextlib.suppress(Exception):  # what plain pickle refuses goes below
+                return {"status": "OK", "pickled": pickle.dumps(value, protocol=5)}
+        return {"status": "OK", "value": to_serialize(value)}
 
     async def fetch(self, kept: KeptInput) -> Any:
         """A kept result, from here or from the worker keeping it (bounded: a frozen

@@ -150,3 +150,11 @@ def unpack(parts) -> list:
         for part in parts
         for message in (pickle.loads(part) if isinstance(part, bytes) else part)
     ]
+
+
+def answered_value(response: dict):
+    """The value in a worker's answer to a request for a kept result: sent through
+    Dask's serialization, or as one pickle's bytes (`TaskService.result`)."""
+    if "pickled" in response:
+        return pickle.loads(response["pickled"])
+    return response["value"]
