@@ -8,6 +8,7 @@ ENGINE_NAMES = (
     "DeadlineReached",
     "Engine",
     "EngineError",
+    "InputFailedError",
     "ObjectStartError",
     "ResourceError",
     "RetryPolicy",

@@ -33,6 +33,8 @@ from hrl_tasks.scheduler.errors import WorkerLostError
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.1
+ADDS_IN_FLIGHT = 1
+"""`add` calls on their way while the driver goes on (more wait for the oldest)."""
 SNAPSHOT_EVERY_S = 2.0
 """How often the driver asks the learner for its state, for re-creating it."""
 
@@ -200,11 +202,13 @@ class RemoteLearner:
             resources=resources, name="AsyncLearner", label="Learner", max_restarts=max_restarts,
         )  # fmt: skip
         self.handle.ready()
-        self.window = max(1, int(queue_size))
+        # Batches wait in the learner's queue, not in calls on their way to it: the
+        # learner learns on what is at most queue_size + ADDS_IN_FLIGHT batches old.
+        self.window = ADDS_IN_FLIGHT
         self.broadcast_interval = max(1, int(broadcast_interval))
         self.in_flight: collections.deque = collections.deque()  # add calls
         self.broadcast_version = 0  # the learner's version in the last broadcast
-        self.weights_ref = None  # a weights call not finished yet
+        self.weights_ref = None  # a weights call not answered yet
         self.snapshot_ref = None
         self.snapshot_at = time.monotonic()
         self.restarts = 0
@@ -212,7 +216,7 @@ class RemoteLearner:
 
     def add(self, sample_ref) -> list[dict]:
         """Hands a kept sample's TaskRef to the learner; returns the replies that came
-        (waiting for the oldest while ``queue_size`` are out). A reply lost with the
+        (waiting for the oldest while more than ``ADDS_IN_FLIGHT`` are out). A reply lost with the
         learner or with the sample's worker is dropped: those steps are not trained."""
         self.in_flight.append(self.handle.call("add", sample_ref, direct=True))
         replies = []
@@ -246,6 +250,9 @@ class RemoteLearner:
         self.workers.sync_weights(weights=self.policy.get_weights(), defer=True)
 
     def _broadcast(self, replies: list[dict]) -> None:
+        """New weights to every rollout worker's next sample call, once the learner has
+        answered for them (handing the call over unfinished held each sample call
+        until the learner's turn came: 37k env steps/s against 43-45k here)."""
         if replies and self.weights_ref is None:
             version = replies[-1]["version"]
             if version >= self.broadcast_version + self.broadcast_interval:

@@ -8,6 +8,7 @@ from hrl_tasks.scheduler.context import TaskContext, current_task
 from hrl_tasks.scheduler.engine import Engine, current_engine, worker_local
 from hrl_tasks.scheduler.errors import (
     EngineError,
+    InputFailedError,
     ObjectStartError,
     ResourceError,
     SchedulerLostError,
@@ -30,6 +31,7 @@ __all__ = [
     "Engine",
     "EngineError",
     "Ledger",
+    "InputFailedError",
     "ObjectStartError",
     "ResourceError",
     "RetryPolicy",

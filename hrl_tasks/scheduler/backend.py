@@ -33,6 +33,7 @@ from hrl_tasks.scheduler import dask_compat, wire
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.errors import (
     EngineError,
+    InputFailedError,
     ObjectStartError,
     ResultsLost,
     SchedulerLostError,
@@ -56,7 +57,7 @@ from hrl_tasks.scheduler.shared import (
 from hrl_tasks.scheduler.state import EngineState
 from hrl_tasks.scheduler.task_channel import TaskChannel
 from hrl_tasks.scheduler.task_service import RESULT_HANDLER, KeptInput
-from hrl_tasks.scheduler.taskref import Kept, Local, TaskRef
+from hrl_tasks.scheduler.taskref import Kept, Local, TaskRef, collect_refs
 from hrl_tasks.scheduler.validate import InvalidState
 from hrl_tasks.scheduler.worker_objects import (
     call_object,
@@ -693,12 +694,6 @@ class DaskBackend(BackendRecords):
         address = launch.workers[0]
         topic = self.objects[launch.obj_id][3]
         method, margs, mkwargs = self._method_of(launch)
-        # A frozen worker takes what is sent and answers nothing: a shared value goes
-        # to it whole, and the other workers fetch it from one that reports.
-        (args, kwargs), values = direct_arguments(
-            finished_inputs((margs, mkwargs)), address, may_hold=address not in self.state.silent
-        )
-        call = (launch.obj_id, launch.seq, method, args, kwargs)
         spec = self._spec(launch.key, launch.name, launch.attempt, {}, topic, launch.internal)
         spec["keep"] = (launch.args_of or launch.task_id) in self.keep
         # Not followed by speculation: the call's time comes with its reply, and no
@@ -706,20 +701,46 @@ class DaskBackend(BackendRecords):
         # count as busy on its worker: it runs in its object's threads, not Dask's.
         spec["quiet"] = not launch.watched
         self.futures[launch.key] = None
-        self.start(self._direct, launch, address, spec, call, values)
+        self.start(self._direct, launch, address, spec, method, (margs, mkwargs))
 
-    async def _direct(self, launch: ev.Launch, address: str, spec: dict, call, values) -> None:
-        """Send a direct call on the stream to its object's worker once the object exists."""
+    async def _direct(self, launch: ev.Launch, address: str, spec: dict, method, arguments):
+        """Send a direct call on the stream to its object's worker once the object
+        exists and the direct calls it takes as inputs have finished."""
         try:
             await self._created(launch, address)
+            await self._inputs_done(launch, arguments)
         except WorkerLostError as exc:
             self.feed(ev.AttemptDone(launch.key, "error", exc, worker_lost=True))
             return
-        except Exception as exc:  # the object did not start
+        except Exception as exc:  # the object did not start, or an input failed
             self.feed(ev.AttemptDone(launch.key, "error", exc))
             return
+        # A frozen worker takes what is sent and answers nothing: a shared value goes
+        # to it whole, and the other workers fetch it from one that reports.
+        (args, kwargs), values = direct_arguments(
+            finished_inputs(arguments), address, may_hold=address not in self.state.silent
+        )
+        call = (launch.obj_id, launch.seq, method, args, kwargs)
         self.sent_calls[launch.key] = (address, launch, spec, call, values)
         self._channel(address).call(launch.key, spec, call)
+
+    async def _inputs_done(self, launch: ev.Launch, arguments) -> None:
+        """Wait for the direct calls among ``arguments`` that have not finished; if one
+        failed, this call will never run: its turn on the worker is skipped and the
+        input's error raised (`InputFailedError`)."""
+        found: list[TaskRef] = []
+        collect_refs(arguments, found)
+        for ref in found:
+            if not ref.outcome.done():
+                await asyncio.wait([asyncio.wrap_future(ref.outcome)])
+            error = ref.outcome.exception()
+            if error is not None:
+                self._skip_calls(launch.obj_id, launch.workers[0], (launch.seq,))
+                if isinstance(error, WorkerLostError):
+                    raise WorkerLostError(
+                        f"{launch.name}: its input {ref.name!r} was lost with its worker"
+                    ) from error
+                raise InputFailedError(f"{launch.name}: its input {ref.name!r} failed") from error
 
     def _skip_calls(self, obj_id: str, address: str, seqs: tuple) -> None:
         """Tell the object's worker that calls ``seqs`` will never run."""

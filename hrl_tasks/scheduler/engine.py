@@ -939,10 +939,10 @@ class Engine:
             found: list[TaskRef] = []
             collect_refs((args, kwargs), found)
             for ref in found:
-                if not (ref.direct and ref.outcome.done() and ref.outcome.exception() is None):
+                if not ref.direct:
                     raise TypeError(
-                        f"a direct call ({name}) takes values and the TaskRefs of finished "
-                        f"direct calls, not {ref.name!r}: pass its .result(), use "
+                        f"a direct call ({name}) takes values and the TaskRefs of direct "
+                        f"calls, not {ref.name!r}: pass its .result(), use "
                         "engine.share(value) for a value many direct calls need, or make "
                         "the call without direct=True"
                     )

@@ -58,6 +58,11 @@ class ResultsLost(WorkerLostError):
         return type(self), (str(self), self.keys, self.address, self.silent)
 
 
+class InputFailedError(EngineError):
+    """A direct call's input (another direct call's TaskRef) failed, so the call did
+    not run; the input's error is its cause."""
+
+
 class ObjectStartError(EngineError):
     """A stateful worker's factory raised, or the object could not be placed."""
 

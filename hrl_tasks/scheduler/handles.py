@@ -77,7 +77,9 @@ class WorkerHandle:
                 the scheduler (about 2 ms instead of 7-9 ms here). The result
                 then comes to the driver, and the arguments are values
                 (``engine.share(value)`` for a value that many calls need) or
-                TaskRefs of finished direct calls.
+                TaskRefs of direct calls: the call goes once those have finished
+                (if one failed, it fails with `InputFailedError`, or
+                `WorkerLostError`, without running).
             keep: with ``direct``: the result stays on the object's worker
                 (the driver gets a TaskRef only, and ``.result()`` fetches it);
                 a direct call given that TaskRef as an argument gets the value
@@ -90,9 +92,8 @@ class WorkerHandle:
         cannot take arguments called so.
 
         Raises:
-            TypeError: for a direct call with a TaskRef that has not finished, or
-                that is not a direct call's, as an argument; for ``keep`` without
-                ``direct``.
+            TypeError: for a direct call with a TaskRef that is not a direct call's
+                as an argument; for ``keep`` without ``direct``.
         """
         policy = SpeculationPolicy.coerce(speculative)
         if policy is not None and self.group is None:

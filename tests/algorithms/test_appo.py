@@ -31,7 +31,7 @@ def test_smoke(engine):
         assert algo.evaluate(episodes=2)["evaluation_episodes"] == 2
     finally:
         algo.stop()
-    assert not algo.workers.learner_group.handle.alive  # the learner's process object ended
+    assert not algo.learner.is_alive()
 
 
 @pytest.mark.cluster

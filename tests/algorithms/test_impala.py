@@ -26,7 +26,8 @@ TINY = {
     "min_steps_per_report": 128,
     "seed": 3,
 }
-IN_DRIVER = {**TINY, "num_learners": 0}  # the learner thread in the driver
+IN_DRIVER = {**TINY, "num_learners": 0}  # the learner thread in the driver (the default)
+APART = {**TINY, "num_learners": 1}  # the learner in a process of its own
 
 
 def test_rollout_batches_are_the_fragments_the_policy_expects():
@@ -137,7 +138,7 @@ def test_the_learner_in_a_process_of_its_own_trains_and_no_batch_passes_through_
     engine,
 ):
     before = batches_decoded_by_process(engine)
-    algo = IMPALA(TINY, engine=engine)
+    algo = IMPALA(APART, engine=engine)
     initial = algo.policy.get_weights()
     try:
         first, second = algo.train(), algo.train()
@@ -162,7 +163,7 @@ def test_the_learner_in_a_process_of_its_own_trains_and_no_batch_passes_through_
 
 @pytest.mark.cluster
 def test_save_and_restore_with_the_learner_in_a_process(engine, tmp_path):
-    first = IMPALA(TINY, engine=engine)
+    first = IMPALA(APART, engine=engine)
     try:
         first.train(), first.train()
         path = first.save(tmp_path / "impala.hrl")
@@ -170,7 +171,7 @@ def test_save_and_restore_with_the_learner_in_a_process(engine, tmp_path):
         first.stop()
     saved = read_checkpoint(path)
     assert saved["policy"]["num_grad_updates"] > 0  # the learner's state, pulled
-    second = IMPALA(TINY, engine=engine)
+    second = IMPALA(APART, engine=engine)
     try:
         second.restore(path)
         pushed = second.workers.learner_group.handle.call("policy_state", direct=True).result()
@@ -185,7 +186,7 @@ def test_save_and_restore_with_the_learner_in_a_process(engine, tmp_path):
 @pytest.mark.timeout(180)
 def test_a_killed_learner_process_is_made_again_from_its_last_state_and_the_run_goes_on():
     with hrl.Engine.local(n_workers=3, threads_per_worker=1) as engine:
-        algo = IMPALA({**TINY, "min_steps_per_report": 512}, engine=engine)
+        algo = IMPALA({**APART, "min_steps_per_report": 512}, engine=engine)
         try:
             algo.train()
             learner = algo.workers.learner_group

@@ -68,7 +68,7 @@ def test_a_direct_call_raises_what_the_method_raised_and_later_calls_go_on(engin
 @pytest.mark.cluster
 def test_direct_calls_take_values_and_their_results_stay_in_the_driver(engine):
     box = engine.create_worker(tasks.Box)
-    with pytest.raises(TypeError, match="TaskRefs of finished direct calls, not 'inc'"):
+    with pytest.raises(TypeError, match="TaskRefs of direct calls, not 'inc'"):
         box.call("put", engine.submit(tasks.inc, 1), direct=True)
     with pytest.raises(TypeError, match="keep=True is for direct calls"):
         box.call("get", keep=True)
@@ -114,6 +114,26 @@ def test_a_kept_result_goes_from_worker_to_worker_and_is_let_go_with_its_last_re
     while sum(kept_on_workers(engine).values()) > before:
         assert time.monotonic() < deadline, "the kept result was not let go"
         time.sleep(0.05)
+    for box in (source, sink):
+        box.kill()
+
+
+@pytest.mark.cluster
+def test_a_direct_call_waits_for_the_direct_calls_it_takes_and_fails_with_a_failed_one(engine):
+    source, sink = [engine.create_worker(tasks.Box, strategy="spread") for _ in range(2)]
+    assert source.call("put", np.arange(50_000), direct=True).result(timeout=30) is True
+    pending = source.call("get", direct=True, keep=True)
+    taken = sink.call("put", pending, direct=True)  # sent once ``pending`` is done
+    assert taken.result(timeout=30) is True
+    np.testing.assert_array_equal(
+        sink.call("get", direct=True).result(timeout=30), np.arange(50_000)
+    )
+    failing = source.call("nope", direct=True, keep=True)
+    with pytest.raises(hrl.InputFailedError, match="its input 'Box.nope' failed") as info:
+        sink.call("put", failing, direct=True).result(timeout=30)
+    assert isinstance(info.value.__cause__, AttributeError)
+    assert sink.call("put", 3, direct=True).result(timeout=30) is True  # its turn was skipped
+    assert sink.call("get", direct=True).result(timeout=30) == 3
     for box in (source, sink):
         box.kill()
 

@@ -16,13 +16,15 @@ class IMPALAConfig(AlgorithmConfig, IMPALAPolicyConfig):
     time-ordered fragment per env, concatenated).
     """
 
-    num_learners: int = 1
-    """1 (the default): the learner in a process of its own, fed by the rollout
-    workers without the driver (`hrl_tasks.rollout.async_learner`): batches go from
-    each rollout worker to the learner and weights from the learner to the workers,
-    the driver passing references only (needs ``direct_calls``). 0: a learner thread
-    in the driver, every batch passing through it. 2 or more: a data-parallel learner
-    group fed by the driver's learner thread."""
+    num_learners: int = 0
+    """0 (the default): the learner is a thread in the driver, every batch passing
+    through the driver's process. 1: the learner in a process of its own, fed by the
+    rollout workers without the driver (`hrl_tasks.rollout.async_learner`): batches
+    go from each rollout worker to the learner and weights from the learner to the
+    workers, the driver passing references only (needs ``direct_calls``); on this
+    project's 2-core machine it sampled 15-20% fewer env steps per second and needed
+    more steps to learn CartPole (docs/benchmarks.md, 2026-11-29). 2 or more: a
+    data-parallel learner group fed by the driver's learner thread."""
     broadcast_interval: int = 1
     """Learner updates between two weight broadcasts to the rollout workers (RLlib's
     ``broadcast_interval``), with ``num_learners=1``."""

@@ -21,9 +21,9 @@ class IMPALA(Algorithm):
 
     The rollout workers sample with the weights they last received; the
     learner corrects for the lag with V-trace, using the behaviour ``logp`` stored
-    in each batch. The learner is a process of its own by default
-    (``num_learners=1``), fed straight from the rollout workers; with
-    ``num_learners=0`` it is a thread in the driver.
+    in each batch. The learner is a thread in the driver (``num_learners=0``), or
+    with ``num_learners=1`` a process of its own fed straight from the rollout
+    workers.
     """
 
     name = "impala"
