@@ -4,11 +4,13 @@ IMPALA's and APPO's data path, as in their papers and in Sample Factory: each
 rollout worker's batch stays on its worker (a kept direct call, see
 `WorkerHandle.call`), the driver passes only its TaskRef to the learner's `add`,
 and the learner's worker fetches the batch from the rollout worker's. The learner
-trains in a thread of its own as batches arrive; every ``broadcast_interval``
-updates the driver asks it for its weights, kept on the learner's worker too, and
-hands that TaskRef to each rollout worker's next ``sample`` call, which fetches
-the weights from there. The driver's process holds references, counters and
-metrics; no array of a batch or of the weights passes through it.
+trains in a thread of its own as batches arrive. Every ``broadcast_interval``
+updates, the reply to an `add` carries its weights, which the driver hands to each
+rollout worker's next ``sample`` call (one upload, as `WorkerSet.sync_weights`
+does). Measured, that beat weights kept on the learner's worker and fetched from
+there: they reached the samplers two to four batches later, and IMPALA needed up to
+three times the env steps to learn CartPole (docs/benchmarks.md, 2026-11-29). No
+batch passes through the driver's process; the weights do, as they always have.
 
 Recovery: the engine re-creates a learner whose process died, from its last
 state the driver noted (`RemoteLearner` asks for it every ``SNAPSHOT_EVERY_S``,
@@ -52,6 +54,7 @@ class AsyncLearner:
         train_batch_size: env steps per update (batches are concatenated to at least this).
         queue_size: batches waiting for the learning thread; `add` waits while it is full.
         num_threads: torch threads of the process.
+        broadcast_interval: updates between two replies that carry the weights.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class AsyncLearner:
         train_batch_size: int = 256,
         queue_size: int = 4,
         num_threads: int = 1,
+        broadcast_interval: int = 1,
     ):
         keep_heap_for_learning()
         import torch
@@ -76,6 +80,8 @@ class AsyncLearner:
         self.inbox: queue.Queue = queue.Queue(int(queue_size))
         self.lock = threading.Lock()  # the policy and the counters
         self.version = 0  # updates taken
+        self.sent_version = 0  # the version whose weights the last reply carried
+        self.broadcast_interval = int(broadcast_interval)
         self.unreported = {"trained": 0, "updates": 0, "learn_s": 0.0}
         self.info: dict[str, float] = {}
         self.error: BaseException | None = None
@@ -91,7 +97,9 @@ class AsyncLearner:
             What the driver counts: ``sampled`` (the batch's env steps), ``metrics``
             (the sample's, without arrays), and since the last reply ``trained``
             (env steps), ``updates`` and ``learn_s``; ``version`` (updates taken in
-            all), ``info`` (the latest update's scalars) and ``queued``.
+            all), ``info`` (the latest update's scalars) and ``queued``; and
+            ``weights`` once ``broadcast_interval`` updates were taken since the last
+            reply that carried them.
 
         Raises:
             AsyncLearnerError: If the learning thread failed.
@@ -109,6 +117,9 @@ class AsyncLearner:
                      "version": self.version, "info": dict(self.info),
                      "queued": self.inbox.qsize()}  # fmt: skip
             self.unreported = {"trained": 0, "updates": 0, "learn_s": 0.0}
+            if self.version >= self.sent_version + self.broadcast_interval:
+                reply["weights"] = self.policy.get_weights()
+                self.sent_version = self.version
         return reply
 
     def _learn(self) -> None:
@@ -169,7 +180,8 @@ class AsyncLearner:
 
 class RemoteLearner:
     """The driver's side of an `AsyncLearner`: feeds it references, counts its replies,
-    broadcasts its weights by reference, and keeps its state for re-creating it.
+    hands the weights they carry to the rollout workers, and keeps its state for
+    re-creating it.
 
     Takes the place of a `LearnerGroup` in ``WorkerSet.learner_group`` for what the
     driver reads (`pull_weights`, `pull_state`, `push_state`, `stop`).
@@ -198,17 +210,15 @@ class RemoteLearner:
         self.handle = self.engine.create_worker(
             AsyncLearner, type(policy), policy.observation_space, policy.action_space,
             policy.config, state=policy.get_state(), train_batch_size=train_batch_size,
-            queue_size=queue_size, num_threads=num_threads,
+            queue_size=queue_size, num_threads=num_threads, broadcast_interval=broadcast_interval,
             resources=resources, name="AsyncLearner", label="Learner", max_restarts=max_restarts,
         )  # fmt: skip
         self.handle.ready()
         # Batches wait in the learner's queue, not in calls on their way to it: the
         # learner learns on what is at most queue_size + ADDS_IN_FLIGHT batches old.
         self.window = ADDS_IN_FLIGHT
-        self.broadcast_interval = max(1, int(broadcast_interval))
         self.in_flight: collections.deque = collections.deque()  # add calls
-        self.broadcast_version = 0  # the learner's version in the last broadcast
-        self.weights_ref = None  # a weights call not answered yet
+        self.kept_state: dict | None = None  # what a re-created learner starts from
         self.snapshot_ref = None
         self.snapshot_at = time.monotonic()
         self.restarts = 0
@@ -245,24 +255,16 @@ class RemoteLearner:
             return
         self.restarts = restarts
         logger.warning("the learner's process was lost; it goes on from its last state")
-        self.weights_ref = None
-        self.broadcast_version = 0
+        if self.kept_state is not None:
+            self.policy.set_state(self.kept_state)
         self.workers.sync_weights(weights=self.policy.get_weights(), defer=True)
 
     def _broadcast(self, replies: list[dict]) -> None:
-        """New weights to every rollout worker's next sample call, once the learner has
-        answered for them (handing the call over unfinished held each sample call
-        until the learner's turn came: 37k env steps/s against 43-45k here)."""
-        if replies and self.weights_ref is None:
-            version = replies[-1]["version"]
-            if version >= self.broadcast_version + self.broadcast_interval:
-                self.weights_ref = self.handle.call("weights", direct=True, keep=True)
-                self.broadcast_version = version
-        ref = self.weights_ref
-        if ref is not None and ref.done():
-            self.weights_ref = None
-            if ref.exception() is None:
-                self.workers.share_weights(ref)
+        """The newest weights a reply carried, to every rollout worker's next sample call."""
+        carried = [reply.pop("weights") for reply in replies if "weights" in reply]
+        if carried:
+            self.workers.sync_weights(weights=carried[-1], defer=True)
+            self.fresh = True
 
     def _snapshot(self) -> None:
         """Every ``SNAPSHOT_EVERY_S``, the learner's state into the driver's policy and
@@ -279,7 +281,7 @@ class RemoteLearner:
             self._keep_state(ref.result())
 
     def _keep_state(self, state: dict[str, Any]) -> None:
-        self.policy.set_state(state)
+        self.kept_state = state
         self.handle.rebuild_with(state=state)
 
     # --- what the driver reads (as of a LearnerGroup) --------------------------------
@@ -292,7 +294,9 @@ class RemoteLearner:
 
     def pull_state(self) -> None:
         """The learner's whole state into the driver's policy (before a checkpoint)."""
-        self._keep_state(self.handle.call("policy_state", direct=True).result())
+        state = self.handle.call("policy_state", direct=True).result()
+        self.policy.set_state(state)
+        self._keep_state(state)
 
     def push_state(self) -> None:
         """The driver's policy state (restored from a checkpoint) into the learner."""

@@ -331,17 +331,8 @@ class WorkerSet:
                 return {}
             self._deferred.discard(index)
             self._synced_restarts[index] = member.restarts
-            single = len(self._remote) == 1 and self._weights is not None
+            single = len(self._remote) == 1
             return {"weights": self._weights if single else self._weights_in_cluster()}
-
-    def share_weights(self, ref: Any) -> None:
-        """Weights that stay where they are (a learner's kept result, see
-        `hrl_tasks.rollout.async_learner`): every remote worker's next ``sample``
-        call, and the re-sync of a re-created one, fetches them from there. The
-        local policy keeps what it had."""
-        with self._lock:
-            self._weights, self._weights_ref = None, ref
-            self._deferred.update(range(len(self._remote)))
 
     def set_worker_setup(self, handle: Any, fn: Callable[[RolloutWorker], Any]) -> Any:
         """Runs ``fn(worker)`` on ``handle`` now and again whenever it is re-created.

@@ -19,15 +19,16 @@ class IMPALAConfig(AlgorithmConfig, IMPALAPolicyConfig):
     num_learners: int = 0
     """0 (the default): the learner is a thread in the driver, every batch passing
     through the driver's process. 1: the learner in a process of its own, fed by the
-    rollout workers without the driver (`hrl_tasks.rollout.async_learner`): batches
-    go from each rollout worker to the learner and weights from the learner to the
-    workers, the driver passing references only (needs ``direct_calls``); on this
-    project's 2-core machine it sampled 15-20% fewer env steps per second and needed
-    more steps to learn CartPole (docs/benchmarks.md, 2026-11-29). 2 or more: a
-    data-parallel learner group fed by the driver's learner thread."""
+    rollout workers without the driver (`hrl_tasks.rollout.async_learner`): each batch
+    goes from its rollout worker to the learner, the driver passing a reference (needs
+    ``direct_calls``); the learner's weights come back with its replies. On this
+    project's 2-core machine that trained 0.73-0.93x the env steps per second of the
+    learner thread and took more wall time to learn CartPole (docs/benchmarks.md,
+    2026-11-29): three busy processes on two cores. 2 or more: a data-parallel learner
+    group fed by the driver's learner thread."""
     broadcast_interval: int = 1
-    """Learner updates between two weight broadcasts to the rollout workers (RLlib's
-    ``broadcast_interval``), with ``num_learners=1``."""
+    """With ``num_learners=1``: learner updates between two weight broadcasts to the
+    rollout workers (RLlib's ``broadcast_interval``)."""
     num_async: int = 2
     """Sample requests in flight per rollout worker."""
     train_batch_size: int = 256
