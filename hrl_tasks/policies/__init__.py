@@ -3,7 +3,8 @@
 Estimators (`gae`, `vtrace`, ...) and losses (`clipped_surrogate_loss`, ...)
 are pure functions; the policy classes (`PGPolicy`, `PPOPolicy`, `DQNPolicy`,
 `IMPALAPolicy`, `APPOPolicy`, `ESPolicy`) are thin layers over them, each with a
-config dataclass. `NumpyActorCritic` is the numpy acting copy that rollout workers use.
+config dataclass. `NumpyActorCritic` and `NumpyQNetwork` are the numpy acting copies
+that rollout workers use.
 
 Names are imported from their modules on first use, so that a rollout process
 acting with a numpy copy (`Policy.inference_copy`) never imports torch.
@@ -36,6 +37,7 @@ _MODULES = {
     "losses": ("clipped_surrogate_loss", "entropy_loss", "value_loss"),
     "models": ("CNN", "MLP", "ActorCritic", "QNetwork", "make_encoder"),
     "numpy_actor_critic": ("NumpyActorCritic",),
+    "numpy_q": ("NumpyQNetwork",),
     "pg": ("PGConfig", "PGPolicy"),
     "policy": ("Policy",),
     "postprocessing": ("add_discounted_returns", "add_gae"),

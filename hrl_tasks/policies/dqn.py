@@ -9,6 +9,7 @@ https://arxiv.org/abs/1511.05952), Hessel et al. 2018 (Rainbow, n-step).
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,6 +22,8 @@ from torch import nn
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.estimators import td_target_dqn
 from hrl_tasks.policies.models import QNetwork, make_encoder
+from hrl_tasks.policies.numpy_q import NumpyQNetwork
+from hrl_tasks.policies.policy import Policy
 from hrl_tasks.policies.postprocessing import N_STEP_DISCOUNTS, n_step_transitions
 from hrl_tasks.policies.spaces import UnsupportedSpaceError
 from hrl_tasks.policies.torch_policy import TorchPolicy
@@ -167,6 +170,19 @@ class DQNPolicy(TorchPolicy):
         scores = torch.rand((*shape, n), generator=self.generator)
         legal = obs[..., -self.model.mask_size :] > 0.5
         return torch.where(legal, scores, torch.full_like(scores, -1.0)).argmax(dim=-1)
+
+    def inference_copy(self) -> Policy:
+        """A `NumpyQNetwork` with these weights and epsilon when the model is an MLP on
+        flattened observations (no torch in the rollout process, and a cheaper step:
+        Ape-X's samplers acted with the torch copy at about half the numpy loop's rate);
+        a full copy for a CNN."""
+        if not isinstance(self.model.encoder, nn.Flatten):
+            return super().inference_copy()
+        postprocess = functools.partial(
+            n_step_transitions, gamma=self.config.gamma, n_step=self.config.n_step
+        )
+        return NumpyQNetwork(self.observation_space, self.action_space, self.get_weights(),
+                             self.epsilon, postprocess)  # fmt: skip
 
     def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
         """Rewrites rows as n-step transitions when ``n_step > 1`` (see the class doc)."""

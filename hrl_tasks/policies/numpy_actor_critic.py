@@ -92,9 +92,9 @@ class NumpyActorCritic(Policy):
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         """Loads a torch `ActorCritic` state dict (numpy arrays)."""
         self._weights = {name: np.array(value) for name, value in weights.items()}
-        self._trunk = _linear_layers(self._weights, "trunk")
-        self._actor = _linear_layers(self._weights, "actor")
-        self._critic = _linear_layers(self._weights, "critic")
+        self._trunk = linear_layers(self._weights, "trunk")
+        self._actor = linear_layers(self._weights, "actor")
+        self._critic = linear_layers(self._weights, "critic")
         mean = self._weights.get("obs_normalizer.mean")
         self._normalizer = None if mean is None else (
             mean.astype(np.float32),
@@ -130,8 +130,8 @@ class NumpyActorCritic(Policy):
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         features = self._features(obs)
         own = features[..., : self.actor_inputs] if self.actor_inputs else features
-        head = _mlp(own, self._actor, self._activate)
-        values = _mlp(features, self._critic, self._activate)[..., 0]
+        head = mlp(own, self._actor, self._activate)
+        values = mlp(features, self._critic, self._activate)[..., 0]
         if self.mask_size:  # as the torch model's apply_mask: illegal actions get no probability
             head = np.where(np.asarray(obs)[..., -self.mask_size :] > 0.5, head, np.float32(MASKED))
         if self.discrete:
@@ -142,7 +142,7 @@ class NumpyActorCritic(Policy):
         return actions.astype(self.action_space.dtype, copy=False), extras
 
     def compute_values(self, obs: np.ndarray) -> np.ndarray:
-        return _mlp(self._features(obs), self._critic, self._activate)[..., 0]
+        return mlp(self._features(obs), self._critic, self._activate)[..., 0]
 
     def _features(self, obs: np.ndarray) -> np.ndarray:
         obs = np.asarray(obs)
@@ -228,7 +228,7 @@ class NumpyActorCritic(Policy):
         self._rng = generator_from_state(state)
 
 
-def _linear_layers(weights: dict[str, np.ndarray], prefix: str) -> Layers:
+def linear_layers(weights: dict[str, np.ndarray], prefix: str) -> Layers:
     """The linear layers under ``prefix.`` in the order of their module paths."""
     layers = []
     for name in weights:
@@ -251,7 +251,7 @@ ACTIVATIONS = {"tanh": np.tanh, "relu": _relu}
 """Activation name -> an in-place-capable numpy function (the torch model's)."""
 
 
-def _mlp(x: np.ndarray, layers: Layers, activate=np.tanh) -> np.ndarray:
+def mlp(x: np.ndarray, layers: Layers, activate=np.tanh) -> np.ndarray:
     """Linear layers with ``activate`` between them (none after the last)."""
     for i, (weight, bias) in enumerate(layers):
         x = x @ weight + bias
