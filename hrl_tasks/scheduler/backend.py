@@ -941,7 +941,8 @@ class DaskBackend(BackendRecords):
         if all(isinstance(v, Local) for v in values):  # no hop to the event loop
             return [v.value for v in values]
         if not all(ref.pinned for ref in refs) or any(isinstance(v, Kept) for v in values):
-            # kept on workers, or in Dask            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # kept on workers, or in Dask
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             return self.client.sync(self._gather, refs, callback_timeout=left)
         remote = [v for v in values if not isinstance(v, Local)]
         fetched = iter(self.client.sync(self._fetch, remote, remote))
