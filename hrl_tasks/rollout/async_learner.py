@@ -36,7 +36,9 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.1
 ADDS_IN_FLIGHT = 1
-"""`add` calls on their way while the driver goes on (more wait for the oldest)."""
+"""`add` calls on their way while the driver goes on (more wait for the oldest):
+batches wait in the learner's queue, not in calls on their way to it, so the
+learner learns on batches at most ``queue_size`` + this behind."""
 SNAPSHOT_EVERY_S = 2.0
 """How often the driver asks the learner for its state, for re-creating it."""
 
@@ -214,9 +216,6 @@ class RemoteLearner:
             resources=resources, name="AsyncLearner", label="Learner", max_restarts=max_restarts,
         )  # fmt: skip
         self.handle.ready()
-        # Batches wait in the learner's queue, not in calls on their way to it: the
-        # learner learns on what is at most queue_size + ADDS_IN_FLIGHT batches old.
-        self.window = ADDS_IN_FLIGHT
         self.in_flight: collections.deque = collections.deque()  # add calls
         self.kept_state: dict | None = None  # what a re-created learner starts from
         self.snapshot_ref = None
@@ -226,11 +225,15 @@ class RemoteLearner:
 
     def add(self, sample_ref) -> list[dict]:
         """Hands a kept sample's TaskRef to the learner; returns the replies that came
-        (waiting for the oldest while more than ``ADDS_IN_FLIGHT`` are out). A reply lost with the
-        learner or with the sample's worker is dropped: those steps are not trained."""
+        (waiting for the oldest while more than ``ADDS_IN_FLIGHT`` are out). A reply
+        lost with the learner or with the sample's worker is dropped: those steps are
+        not trained.
+
+        Raises:
+            AsyncLearnerError: If the learner's thread failed."""
         self.in_flight.append(self.handle.call("add", sample_ref, direct=True))
         replies = []
-        while self.in_flight and (self.in_flight[0].done() or len(self.in_flight) > self.window):
+        while self.in_flight and (self.in_flight[0].done() or len(self.in_flight) > ADDS_IN_FLIGHT):
             reply = self._reply(self.in_flight.popleft())
             if reply is not None:
                 replies.append(reply)
@@ -267,8 +270,8 @@ class RemoteLearner:
             self.fresh = True
 
     def _snapshot(self) -> None:
-        """Every ``SNAPSHOT_EVERY_S``, the learner's state into the driver's policy and
-        into what a re-created learner starts from."""
+        """Every ``SNAPSHOT_EVERY_S``, the learner's state into what a re-created
+        learner starts from (asked for without waiting, taken once answered)."""
         ref = self.snapshot_ref
         if ref is None:
             if time.monotonic() - self.snapshot_at >= SNAPSHOT_EVERY_S:
