@@ -13,6 +13,9 @@ Faults (``--faults``):
 - ``kill-in-recovery``: a kill, then a kill of the worker process that replaces
   it as soon as it joins, while what the first took is being rebuilt there;
 - ``sigstop-30s``: a worker process frozen (SIGSTOP) for 30 s, then continued;
+- ``learner-kill``: SIGKILL of the process holding the learner, for the runs whose
+  learner has a process of its own (``impala-apart``, ``appo-apart``:
+  ``num_learners=1``);
 - ``nanny-kill``: on a cluster of separate processes (``dask scheduler`` and one
   ``dask worker`` per worker, reached by address, as ``--address`` does), a
   worker's nanny killed with its worker: the cluster is one worker short for good;
@@ -126,6 +129,10 @@ def composition_run() -> Run:
 
 def all_runs() -> dict[str, Run]:
     runs = learning_runs()
+    for name in ("impala", "appo"):  # the learner in a process of its own
+        run = runs[name]
+        runs[f"{name}-apart"] = Run(f"{run.name}-apart", name, {**run.config, "num_learners": 1},
+                                    run.reached, run.budget_steps)  # fmt: skip
     runs["alphazero"] = alphazero_run()
     runs["composition"] = composition_run()
     runs["search"] = Run("search-ppo-cartpole", "search", {}, reached=lambda r: r["best"] >= 450,
@@ -239,6 +246,7 @@ class Faults:
     engine: object
     schedule: list  # (delay after the previous, action)
     cluster: SeparateCluster | None = None
+    learner: callable = None  # () -> the address of the process holding the learner
     done: list = field(default_factory=list)
     stopped: threading.Event = field(default_factory=threading.Event)
 
@@ -289,6 +297,13 @@ class Faults:
             time.sleep(0.02)
         return f"{first}; no replacement joined within 60 s"
 
+    def kill_learner(self) -> str:
+        if self.learner is None:
+            raise ValueError("this run has no learner in a process of its own")
+        address = self.learner()
+        os.kill(self.pids()[address], signal.SIGKILL)
+        return f"killed the learner's {address}"
+
     def freeze(self, seconds: float = 30.0) -> str:
         pids = self.pids()
         address = sorted(pids)[0]
@@ -329,6 +344,8 @@ def schedule_of(fault: str, monkey_minutes: float, window_s: float | None = None
         return [(0.0, "kill_replacement")]
     if fault == "sigstop-30s":
         return [(0.0, "freeze")]
+    if fault == "learner-kill":
+        return [(0.0, "kill_learner")]
     if fault == "nanny-kill":
         return [(0.0, "kill_nanny")]
     if fault == "add-remove":
@@ -367,7 +384,7 @@ def monkey(seed: int, seconds: float, mean_gap_s: float = 20.0) -> list:
 
 def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) -> dict:
     separate = fault in SEPARATE
-    n_workers = max(1, run.config.get("num_workers", 2))
+    n_workers = max(1, run.config.get("num_workers", 2)) + run.config.get("num_learners", 0)
     algo_cls = None if run.algorithm == "search" else get_algorithm(run.algorithm)
     threads = getattr(algo_cls, "threads_per_worker", 1)
     cluster = SeparateCluster(n_workers, threads) if separate else None
@@ -387,6 +404,9 @@ def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) ->
     algo = (SearchAsAlgorithm(engine, seed, search_out,
                               lambda ends: len(ends) == 2 and schedule and faults.start())
             if run.algorithm == "search" else run.build(engine, seed))  # fmt: skip
+    group = getattr(getattr(algo, "workers", None), "learner_group", None)
+    if hasattr(group, "handle"):  # a learner in a process of its own
+        faults.learner = lambda: group.handle.address
     ends, start, result, ended, error = [], time.perf_counter(), {}, True, None
     try:
         with engine.time_limit(wall_cap):
