@@ -22,7 +22,7 @@ from torch import nn
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.estimators import td_target_dqn
 from hrl_tasks.policies.models import QNetwork, make_encoder
-from hrl_tasks.policies.numpy_q import NumpyQNetwork
+from hrl_tasks.policies.numpy_q import NumpyQNetwork, checked_epsilon
 from hrl_tasks.policies.policy import Policy
 from hrl_tasks.policies.postprocessing import N_STEP_DISCOUNTS, n_step_transitions
 from hrl_tasks.policies.spaces import UnsupportedSpaceError
@@ -141,9 +141,7 @@ class DQNPolicy(TorchPolicy):
         Raises:
             ValueError: If `epsilon` is outside [0, 1].
         """
-        if not 0.0 <= epsilon <= 1.0:
-            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
-        self.epsilon = float(epsilon)
+        self.epsilon = checked_epsilon(epsilon)
 
     @torch.no_grad()
     def compute_actions(

@@ -37,7 +37,54 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 Layers = list[tuple[np.ndarray, np.ndarray]]  # (weight [in, out], bias [out]) per linear layer
 
 
-class NumpyActorCritic(Policy):
+class NumpyActingCopy(Policy):
+    """What the numpy acting copies of torch policies share: a postprocessing function,
+    a numpy generator (seeded, and part of the state), and learning refused with a
+    pointer to ``learns_with``, the policy to learn with."""
+
+    learns_with = "the torch policy it was copied from"
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        postprocess: Callable[[SampleBatch], SampleBatch] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(observation_space, action_space, config=None)
+        self.postprocess = postprocess
+        self._rng = np.random.default_rng(seed)
+
+    def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
+        return batch if self.postprocess is None else self.postprocess(batch)
+
+    def seed(self, seed: int) -> None:
+        """Reseeds the generator."""
+        self._rng = np.random.default_rng(int(seed))
+
+    def loss(self, batch: SampleBatch) -> Any:
+        raise self._acts_only()
+
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Info]:
+        raise self._acts_only()
+
+    def apply_gradients(self, grads: list[np.ndarray]) -> None:
+        raise self._acts_only()
+
+    def _acts_only(self) -> NotImplementedError:
+        return NotImplementedError(
+            f"{type(self).__name__} only acts: learn with {self.learns_with} (rollout "
+            "workers that compute gradients need a full copy of it)"
+        )
+
+    def get_rng_state(self) -> dict[str, Any]:
+        return generator_state(self._rng)
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        self._rng = generator_from_state(state)
+
+
+class NumpyActorCritic(NumpyActingCopy):
     """The acting half of an `ActorCriticPolicy`, in numpy.
 
     Args:
@@ -72,7 +119,7 @@ class NumpyActorCritic(Policy):
         activation: str = "tanh",
         reward_normalization_gamma: float | None = None,
     ) -> None:
-        super().__init__(observation_space, action_space, config=None)
+        super().__init__(observation_space, action_space, postprocess, seed)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.activation = activation
@@ -83,8 +130,6 @@ class NumpyActorCritic(Policy):
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.mask_size = int(getattr(observation_space, "mask_size", 0))
         self.actor_inputs = int(getattr(observation_space, "own_size", 0))
-        self.postprocess = postprocess
-        self._rng = np.random.default_rng(seed)
         self.set_weights(weights)
 
     # Weights ------------------------------------------------------------------------
@@ -187,30 +232,6 @@ class NumpyActorCritic(Policy):
         logp = (-0.5 * z**2 - log_std - _HALF_LOG_2PI).sum(axis=-1, dtype=np.float32)
         return actions, logp
 
-    def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
-        return batch if self.postprocess is None else self.postprocess(batch)
-
-    def seed(self, seed: int) -> None:
-        """Reseeds the sampling generator."""
-        self._rng = np.random.default_rng(int(seed))
-
-    # Learning is the torch policy's --------------------------------------------------
-
-    def loss(self, batch: SampleBatch) -> Any:
-        raise self._acts_only()
-
-    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Info]:
-        raise self._acts_only()
-
-    def apply_gradients(self, grads: list[np.ndarray]) -> None:
-        raise self._acts_only()
-
-    def _acts_only(self) -> NotImplementedError:
-        return NotImplementedError(
-            "NumpyActorCritic only acts: learn with the torch policy it was copied from "
-            "(rollout workers that compute gradients need a full copy of it)"
-        )
-
     # State ----------------------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
@@ -220,12 +241,6 @@ class NumpyActorCritic(Policy):
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_weights(state["weights"])
         self.set_rng_state(state["rng"])
-
-    def get_rng_state(self) -> dict[str, Any]:
-        return generator_state(self._rng)
-
-    def set_rng_state(self, state: dict[str, Any]) -> None:
-        self._rng = generator_from_state(state)
 
 
 def linear_layers(weights: dict[str, np.ndarray], prefix: str) -> Layers:

@@ -26,13 +26,22 @@ import gymnasium as gym
 import numpy as np
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.data.rng import generator_from_state, generator_state
-from hrl_tasks.policies.numpy_actor_critic import ACTIVATIONS, linear_layers, mlp
-from hrl_tasks.policies.policy import Info, Policy
+from hrl_tasks.policies.numpy_actor_critic import ACTIVATIONS, NumpyActingCopy, linear_layers, mlp
 from hrl_tasks.policies.spaces import MASKED
 
 
-class NumpyQNetwork(Policy):
+def checked_epsilon(epsilon: float) -> float:
+    """``epsilon`` as a float, the probability of a random action.
+
+    Raises:
+        ValueError: If it is outside [0, 1].
+    """
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+    return float(epsilon)
+
+
+class NumpyQNetwork(NumpyActingCopy):
     """The acting half of a `DQNPolicy`, in numpy.
 
     Args:
@@ -48,6 +57,8 @@ class NumpyQNetwork(Policy):
         ValueError: If ``weights`` do not describe a Q-network that fits the spaces.
     """
 
+    learns_with = "the DQNPolicy it was copied from"
+
     def __init__(
         self,
         observation_space: gym.Space,
@@ -57,22 +68,14 @@ class NumpyQNetwork(Policy):
         postprocess: Callable[[SampleBatch], SampleBatch] | None = None,
         seed: int | None = None,
     ) -> None:
-        super().__init__(observation_space, action_space, config=None)
+        super().__init__(observation_space, action_space, postprocess, seed)
         self.mask_size = int(getattr(observation_space, "mask_size", 0))
-        self.postprocess = postprocess
-        self._rng = np.random.default_rng(seed)
         self.set_epsilon(epsilon)
         self.set_weights(weights)
 
     def set_epsilon(self, epsilon: float) -> None:
-        """As `DQNPolicy.set_epsilon`.
-
-        Raises:
-            ValueError: If `epsilon` is outside [0, 1].
-        """
-        if not 0.0 <= epsilon <= 1.0:
-            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
-        self.epsilon = float(epsilon)
+        """As `DQNPolicy.set_epsilon` (`checked_epsilon`)."""
+        self.epsilon = checked_epsilon(epsilon)
 
     # Weights ------------------------------------------------------------------------
 
@@ -144,29 +147,6 @@ class NumpyQNetwork(Policy):
         scores = self._rng.random(q.shape)
         return np.where(q > MASKED, scores, -1.0).argmax(axis=-1)
 
-    def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
-        return batch if self.postprocess is None else self.postprocess(batch)
-
-    def seed(self, seed: int) -> None:
-        """Reseeds the exploration generator."""
-        self._rng = np.random.default_rng(int(seed))
-
-    # Learning is the torch policy's --------------------------------------------------
-
-    def loss(self, batch: SampleBatch) -> Any:
-        raise self._acts_only()
-
-    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], Info]:
-        raise self._acts_only()
-
-    def apply_gradients(self, grads: list[np.ndarray]) -> None:
-        raise self._acts_only()
-
-    def _acts_only(self) -> NotImplementedError:
-        return NotImplementedError(
-            "NumpyQNetwork only acts: learn with the DQNPolicy it was copied from"
-        )
-
     # State ----------------------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
@@ -178,9 +158,3 @@ class NumpyQNetwork(Policy):
         self.set_weights(state["weights"])
         self.set_epsilon(state["epsilon"])
         self.set_rng_state(state["rng"])
-
-    def get_rng_state(self) -> dict[str, Any]:
-        return generator_state(self._rng)
-
-    def set_rng_state(self, state: dict[str, Any]) -> None:
-        self._rng = generator_from_state(state)
