@@ -63,6 +63,7 @@ from learning import GAMES, RUNS  # noqa: E402
 
 import hrl_tasks  # noqa: E402
 from hrl_tasks.algorithms import get_algorithm  # noqa: E402
+from hrl_tasks.registry import get_config_class  # noqa: E402
 
 STALL_WINDOW_S = 120.0
 SEPARATE = ("nanny-kill", "add-remove")
@@ -384,9 +385,14 @@ def monkey(seed: int, seconds: float, mean_gap_s: float = 20.0) -> list:
 
 def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) -> dict:
     separate = fault in SEPARATE
-    n_workers = max(1, run.config.get("num_workers", 2)) + run.config.get("num_learners", 0)
-    algo_cls = None if run.algorithm == "search" else get_algorithm(run.algorithm)
-    threads = getattr(algo_cls, "threads_per_worker", 1)
+    shape = None  # the cluster the algorithm would start for itself, if any
+    if run.algorithm != "search":
+        shape = get_config_class(run.algorithm).from_dict(run.config).embedded_cluster()
+    shape = shape or {
+        "n_workers": max(1, run.config.get("num_workers", 2)),
+        "threads_per_worker": 1,
+    }
+    n_workers, threads = shape["n_workers"], shape["threads_per_worker"]
     cluster = SeparateCluster(n_workers, threads) if separate else None
     engine = (hrl_tasks.Engine.connect(cluster.address) if separate
               else hrl_tasks.Engine.local(n_workers=n_workers, threads_per_worker=threads))  # fmt: skip

@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import NamedTuple
 
@@ -384,9 +385,10 @@ def check_cluster_options(args) -> None:
     pairs(args.gateway_opt, "--gateway-opt")
 
 
-def engine_from_args(args, embedded: bool, workers: int = 2, run_dir: Path | None = None):
+def engine_from_args(args, embedded: dict | None, workers: int = 2, run_dir: Path | None = None):
     """The engine that ``--address``, ``--cluster``, ``--gateway`` or ``--runner`` name;
-    else an embedded cluster (``embedded``) or None (the algorithm starts its own).
+    else an embedded cluster started with ``Engine.local(**embedded)``, or None when
+    ``embedded`` is None (the run needs no cluster).
     ``workers``: how many worker processes the run needs (a gateway's cluster size);
     ``run_dir``: the run's directory (a runner's scheduler file and scratch space)."""
     from hrl_tasks.scheduler import Engine
@@ -406,7 +408,7 @@ def engine_from_args(args, embedded: bool, workers: int = 2, run_dir: Path | Non
         security = tls_security(*tls.values()) if any(tls.values()) else None
         return Engine.connect(args.address, security=security, upload=args.upload)
     if args.cluster is None:
-        return Engine.local() if embedded else None
+        return None if embedded is None else Engine.local(**embedded)
     from hrl_tasks.scheduler.clusters import job_ids, worker_processes
 
     options = pairs(args.cluster_opt, "--cluster-opt")
@@ -502,10 +504,10 @@ def runner_engine(args, run_dir: Path):
     return engine
 
 
-def workers_needed(algo_cls, config: dict) -> int:
-    """Worker processes a run of ``algo_cls`` with ``config`` keeps busy: its rollout
-    workers (or the processes its tasks run in), at least one. Pure."""
-    return max(1, int(algo_cls.config_class.from_dict(config).num_workers))
+def workers_needed(config_class, config: dict) -> int:
+    """Worker processes a run with ``config`` (of ``config_class``) keeps busy: its
+    rollout workers (or the processes its tasks run in), at least one. Pure."""
+    return max(1, int(config_class.from_dict(config).num_workers))
 
 
 EXPERIMENT_KEYS = ("algorithm", "env", "config", "stop", "policies", "policy_mapping_fn",
@@ -611,12 +613,21 @@ def parse_stop(item: str) -> dict:
     )
 
 
-def import_in_background() -> threading.Thread:
-    """Import matplotlib for the curve in a daemon thread, while the driver mostly
-    waits for its worker processes to start and answer (about 0.4 s of CPU here);
-    returns the thread."""
+def import_in_background(algorithm: str) -> Future:
+    """Import ``algorithm``'s class (its plan, and torch), then matplotlib for the
+    curve, in a daemon thread, while the driver starts its cluster and waits for the
+    worker processes (a one-iteration run took 0.4-0.5 s less here); returns a future
+    of the algorithm's class, set as soon as it is imported."""
+    algo_class: Future = Future()
 
     def load() -> None:
+        from hrl_tasks.registry import get_algorithm
+
+        try:
+            algo_class.set_result(get_algorithm(algorithm))
+        except BaseException as exc:  # noqa: BLE001 - raised again where the class is used
+            algo_class.set_exception(exc)
+            return
         try:
             from hrl_tasks.plotting import pyplot
 
@@ -624,9 +635,8 @@ def import_in_background() -> threading.Thread:
         except Exception:  # noqa: BLE001 - the curve imports it again, and fails there
             return
 
-    thread = threading.Thread(target=load, name="hrl-tasks-imports", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=load, name="hrl-tasks-imports", daemon=True).start()
+    return algo_class
 
 
 class TrainSetup(NamedTuple):
@@ -634,7 +644,7 @@ class TrainSetup(NamedTuple):
     ``dataclasses`` would add its import to every ``--help``)."""
 
     algorithm: str
-    algo_cls: type
+    config_class: type
     config: dict
     checkpoint: dict | None  # the state of the run resumed, if any
     out: Path
@@ -651,10 +661,11 @@ def run_train(args) -> int:
 
     check_cluster_options(args)  # a usage error before anything is decided or written
     setup = take_run_dir(plan_train(args), args)
-    import_in_background()
-    engine = engine_from_args(args, embedded=False, run_dir=setup.out,
-                              workers=workers_needed(setup.algo_cls, setup.config))  # fmt: skip
-    algo = build_algorithm(setup, engine)  # closes the engine if the algorithm fails
+    algo_class = import_in_background(setup.algorithm)  # while the cluster starts
+    embedded = setup.config_class.from_dict(setup.config).embedded_cluster()
+    engine = engine_from_args(args, embedded, run_dir=setup.out,
+                              workers=workers_needed(setup.config_class, setup.config))  # fmt: skip
+    algo = build_algorithm(setup, algo_class, engine)  # closes the engine if it fails
     board = None
     try:
         start_run(algo, setup)
@@ -683,8 +694,8 @@ def plan_train(args) -> TrainSetup:
         ValueError: for a bad experiment file, ``--set``, no algorithm named, or a
             config the algorithm refuses.
     """
-    from hrl_tasks.algorithms import get_algorithm
-    from hrl_tasks.algorithms.algorithm import read_checkpoint
+    from hrl_tasks.algorithms.checkpoint import read_checkpoint
+    from hrl_tasks.registry import get_config_class
 
     experiment = read_experiment(args.config) if args.config is not None else {}
     config = {**experiment_config(experiment), **config_from_args(args)}
@@ -701,10 +712,10 @@ def plan_train(args) -> TrainSetup:
     algorithm = args.algorithm or experiment.get("algorithm")
     if algorithm is None:
         raise ValueError("name the algorithm: hrl-tasks train ALGO, or `algorithm` in --config")
-    algo_cls = get_algorithm(algorithm)
+    config_class = get_config_class(algorithm)  # for most algorithms, no torch
     out = args.out or args.resume
-    algo_cls.config_class.from_dict(config)  # a bad config fails before any connection
-    return TrainSetup(algorithm, algo_cls, config, checkpoint, out, experiment.get("stop"))
+    config_class.from_dict(config)  # a bad config fails before any connection
+    return TrainSetup(algorithm, config_class, config, checkpoint, out, experiment.get("stop"))
 
 
 def take_run_dir(setup: TrainSetup, args) -> TrainSetup:
@@ -746,11 +757,12 @@ def env_label(config: dict) -> str:
     return label.replace("/", "-").replace(":", "-")
 
 
-def build_algorithm(setup: TrainSetup, engine):
-    """The algorithm of ``setup`` on ``engine`` (None: it starts its own); ``engine``
-    is closed if the algorithm fails to build."""
+def build_algorithm(setup: TrainSetup, algo_class: Future, engine):
+    """The algorithm of ``setup``, of the class ``algo_class`` is to hold, on ``engine``
+    (None: it runs without a cluster); ``engine`` is closed if the algorithm fails to
+    import or build."""
     try:
-        return setup.algo_cls(setup.config, engine=engine)
+        return algo_class.result()(setup.config, engine=engine)
     except BaseException:
         if engine is not None:
             engine.close()
@@ -864,7 +876,7 @@ def run_tune(args) -> int:
         resume=args.resume,
         seed=0 if args.seed is None else args.seed,
     )
-    engine = engine_from_args(args, embedded=True, workers=tune_workers(args, config), run_dir=out)
+    engine = engine_from_args(args, {}, workers=tune_workers(args, config), run_dir=out)
     try:
         print(f"dashboard: {engine.dashboard_link}", flush=True)
         print(f"engine page: {engine.page_link}", flush=True)
@@ -900,9 +912,9 @@ def take_search_dir(args, config: dict) -> Path:
 def tune_workers(args, config: dict) -> int:
     """Worker processes a search keeps busy: each trial running at once (``--max-concurrent``,
     else every sample) with its rollout workers."""
-    from hrl_tasks.algorithms import get_algorithm
+    from hrl_tasks.registry import get_config_class
 
-    per_trial = 1 + workers_needed(get_algorithm(args.algorithm), config)
+    per_trial = 1 + workers_needed(get_config_class(args.algorithm), config)
     return per_trial * (args.max_concurrent or args.samples)
 
 

@@ -33,6 +33,27 @@ ALGORITHM_PATHS: dict[str, str] = {
 }
 """Algorithm name -> ``module:Class``."""
 
+CONFIG_PATHS: dict[str, str] = {
+    "ppo": "hrl_tasks.algorithms.ppo.config:PPOConfig",
+    "a2c": "hrl_tasks.algorithms.pg.config:A2CConfig",
+    "a3c": "hrl_tasks.algorithms.a3c.config:A3CConfig",
+    "dqn": "hrl_tasks.algorithms.dqn.config:DQNConfig",
+    "impala": "hrl_tasks.algorithms.impala.config:IMPALAConfig",
+    "appo": "hrl_tasks.algorithms.appo.config:APPOConfig",
+    "es": "hrl_tasks.algorithms.es.config:ESConfig",
+    "apex": "hrl_tasks.algorithms.apex.config:ApeXConfig",
+    "sac": "hrl_tasks.algorithms.sac.config:SACConfig",
+    "td3": "hrl_tasks.algorithms.td3.plan:TD3Config",
+    "alphazero": "hrl_tasks.algorithms.alphazero.config:AlphaZeroConfig",
+    "mpc": "hrl_tasks.algorithms.mpc.config:MPCConfig",
+    "composition": "hrl_tasks.algorithms.composition.plan:CompositionConfig",
+    "bc": "hrl_tasks.algorithms.marwil.config:BCConfig",
+    "marwil": "hrl_tasks.algorithms.marwil.config:MARWILConfig",
+    "cql": "hrl_tasks.algorithms.cql.config:CQLConfig",
+}
+"""Algorithm name -> ``module:Class`` of its config (each algorithm's ``config_class``):
+most import no torch, so a config is checked before the plan is imported."""
+
 SERIALIZER_PATHS: tuple[str, ...] = ("hrl_tasks.data.codec:register_dask_serialization",)
 """Functions that register a layer's types with the engine's serialization
 (`hrl_tasks.scheduler.serialization`): the engine calls them the first time it sends or
@@ -45,16 +66,34 @@ def load_object(path: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
+def algorithm_key(name: str) -> str:
+    """``name`` as the registry's tables spell it (case-insensitive).
+
+    Raises:
+        ConfigError: for a name that is not an algorithm, listing those that are.
+    """
+    key = str(name).lower()
+    if key not in ALGORITHM_PATHS:
+        raise ConfigError(
+            f"unknown algorithm {name!r}; available: {', '.join(sorted(ALGORITHM_PATHS))}"
+        )
+    return key
+
+
 def get_algorithm(name: str) -> Any:
     """The Algorithm class called ``name`` (case-insensitive), importing only its module.
 
     Raises:
         ConfigError: for a name that is not an algorithm, listing those that are.
     """
-    try:
-        path = ALGORITHM_PATHS[str(name).lower()]
-    except KeyError:
-        raise ConfigError(
-            f"unknown algorithm {name!r}; available: {', '.join(sorted(ALGORITHM_PATHS))}"
-        ) from None
-    return load_object(path)
+    return load_object(ALGORITHM_PATHS[algorithm_key(name)])
+
+
+def get_config_class(name: str) -> Any:
+    """The config class of the algorithm called ``name`` (its ``config_class``),
+    importing only the config's module: for most algorithms, no torch.
+
+    Raises:
+        ConfigError: for a name that is not an algorithm, listing those that are.
+    """
+    return load_object(CONFIG_PATHS[algorithm_key(name)])

@@ -7,9 +7,12 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from hrl_tasks.cli import build_parser, main, parse_value
+from hrl_tasks.errors import ConfigError
+from hrl_tasks.registry import ALGORITHM_PATHS, get_algorithm, get_config_class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -510,3 +513,41 @@ def test_tune_into_a_used_out_is_refused_before_any_cluster(tmp_path, capsys):
     assert "--resume" in err and "--force" in err
     assert sorted(p.name for p in out.iterdir()) == ["search.json", "trials.json"]
     assert (out / "trials.json").read_text() == "[]\n"
+
+
+CONFIG_CHECK = """
+import sys
+from hrl_tasks.cli import build_parser, plan_train
+setup = plan_train(build_parser().parse_args(sys.argv[1:]))
+print(setup.config_class.__name__, "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "a2c", "a3c", "impala", "appo", "dqn", "alphazero"])
+def test_trains_config_is_checked_without_torch(algorithm):
+    """The embedded cluster starts while the algorithm's plan (and torch) imports, after
+    the config was checked: that check needs no torch."""
+    found = subprocess.run(
+        [sys.executable, "-c", CONFIG_CHECK, "train", algorithm, "--set", "seed=1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert found.stdout.split()[-1] == "False", found.stderr
+
+
+def test_a_bad_env_is_refused_and_the_cluster_started_beside_the_import_is_closed(tmp_path, capsys):
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert main(["train", "ppo", "--env", "NoSuchEnv-v0", "--out", str(tmp_path / "run")]) == 2
+    assert "unknown env 'NoSuchEnv-v0'" in capsys.readouterr().err
+    # What may stay: multiprocessing's servers (the forkserver the workers fork from),
+    # with no worker left under them.
+    for process in psutil.Process().children(recursive=True):
+        if process.pid not in before and process.is_running():
+            assert "from multiprocessing." in " ".join(process.cmdline())
+            assert [p for p in process.children() if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_the_registry_names_each_algorithms_own_config_class():
+    for name in ALGORITHM_PATHS:
+        assert get_config_class(name) is get_algorithm(name).config_class, name
+    with pytest.raises(ConfigError, match="unknown algorithm 'ppx'; available: a2c"):
+        get_config_class("ppx")

@@ -4,38 +4,65 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hrl_tasks.algorithms.a3c import A3C, A3CConfig
-from hrl_tasks.algorithms.algorithm import Algorithm, CheckpointError
-from hrl_tasks.algorithms.alphazero import AlphaZero, AlphaZeroConfig
-from hrl_tasks.algorithms.apex import ApeX, ApeXConfig
-from hrl_tasks.algorithms.appo import APPO, APPOConfig
 from hrl_tasks.algorithms.checkpoint import latest_checkpoint, read_checkpoint
-from hrl_tasks.algorithms.config import AlgorithmConfig
-from hrl_tasks.algorithms.cql import CQL, CQLConfig
-from hrl_tasks.algorithms.dqn import DQN, DQNConfig
-from hrl_tasks.algorithms.es import ES, ESConfig
-from hrl_tasks.algorithms.impala import IMPALA, IMPALAConfig
-from hrl_tasks.algorithms.marwil import BC, MARWIL, BCConfig, MARWILConfig
-from hrl_tasks.algorithms.mpc import MPC, MPCConfig
-from hrl_tasks.algorithms.pg import A2C, A2CConfig
-from hrl_tasks.algorithms.ppo import PPO, PPOConfig
 from hrl_tasks.algorithms.run_files import RunFiles
-from hrl_tasks.algorithms.sac import SAC, SACConfig
-from hrl_tasks.algorithms.td3 import TD3, TD3Config
-from hrl_tasks.envs.make import check_env_from_file
 from hrl_tasks.errors import ConfigError
-from hrl_tasks.registry import ALGORITHM_PATHS, get_algorithm, load_object
+from hrl_tasks.lazy import lazy_names
+from hrl_tasks.registry import ALGORITHM_PATHS, get_algorithm
 from hrl_tasks.run_dir import claim
+
+if TYPE_CHECKING:
+    from hrl_tasks.algorithms.algorithm import Algorithm
+
+# The algorithms load on first use: their plans import torch, and a config (such as
+# ``hrl-tasks train``'s, checked before its cluster starts) is read without them.
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "a3c": ("A3C", "A3CConfig"),
+        "algorithm": ("Algorithm", "CheckpointError"),
+        "alphazero": ("AlphaZero", "AlphaZeroConfig"),
+        "apex": ("ApeX", "ApeXConfig"),
+        "appo": ("APPO", "APPOConfig"),
+        "config": ("AlgorithmConfig",),
+        "cql": ("CQL", "CQLConfig"),
+        "dqn": ("DQN", "DQNConfig"),
+        "es": ("ES", "ESConfig"),
+        "impala": ("IMPALA", "IMPALAConfig"),
+        "marwil": ("BC", "MARWIL", "BCConfig", "MARWILConfig"),
+        "mpc": ("MPC", "MPCConfig"),
+        "pg": ("A2C", "A2CConfig"),
+        "ppo": ("PPO", "PPOConfig"),
+        "sac": ("SAC", "SACConfig"),
+        "td3": ("TD3", "TD3Config"),
+    },
+)
 
 STOP_GRACE_S = 5.0  # how long past a time stop an iteration may go on waiting
 
-ALGORITHMS: Mapping[str, type[Algorithm]] = {
-    name: load_object(path) for name, path in ALGORITHM_PATHS.items()
-}
-"""Every algorithm by the name users type (``hrl_tasks.registry`` says where each lives)."""
+
+class AlgorithmTable(Mapping):
+    """Every algorithm class by the name users type, each imported when first looked
+    up (`hrl_tasks.registry.get_algorithm`; the registry says where each lives)."""
+
+    def __getitem__(self, name: str) -> type[Algorithm]:
+        if name not in ALGORITHM_PATHS:
+            raise KeyError(name)
+        return get_algorithm(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(ALGORITHM_PATHS)
+
+    def __len__(self) -> int:
+        return len(ALGORITHM_PATHS)
+
+
+ALGORITHMS: Mapping[str, type[Algorithm]] = AlgorithmTable()
+"""Every algorithm by the name users type, imported on first look-up."""
 
 
 def train(
@@ -219,6 +246,8 @@ def load(
     path = latest_checkpoint(path)
     state = read_checkpoint(path)
     if env is None and "env" not in (config or {}):  # the env the file names
+        from hrl_tasks.envs.make import check_env_from_file
+
         check_env_from_file(state["config"].get("env"), path, trust_env_modules)
     cls = get_algorithm(str(state.get("algorithm")))
     config = dict(state["config"], **({} if env is None else {"env": env}), **(config or {}))

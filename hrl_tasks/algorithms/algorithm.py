@@ -69,7 +69,6 @@ class Algorithm(abc.ABC):
     config_class: type[AlgorithmConfig] = AlgorithmConfig
     policy_class: type | None = None  # built from the policy config's keys of config_class
     policy_config_class: type | None = None
-    threads_per_worker = 1  # of the embedded cluster's worker processes
     workers_learn = False  # rollout workers compute gradients (A3C): they need the full policy
     multi_agent = False  # trains multi-agent envs: PolicyMap, MultiAgentRolloutWorker
     learner_group = False  # can learn in a data-parallel learner group (num_learners)
@@ -86,10 +85,7 @@ class Algorithm(abc.ABC):
             )
         self.check_before_cluster(policy)
         self.owns_engine = engine is None
-        self.engine = engine or Engine.local(
-            n_workers=max(1, self.config.num_workers) + self.config.num_learners,
-            threads_per_worker=self.threads_per_worker,
-        )
+        self.engine = engine or Engine.local(**self.config.embedded_cluster())
         self.workers = None
         try:
             self.workers = WorkerSet(

@@ -147,10 +147,21 @@ class AlgorithmConfig:
     samples_with_rollout_workers: ClassVar[bool] = True
     """False where no rollout worker samples (tasks play the episodes, or the data is
     recorded): ``record_experience`` is refused there."""
+    embedded_threads_per_worker: ClassVar[int] = 1
+    """Threads of each worker process of the embedded cluster (`embedded_cluster`)."""
 
     def __post_init__(self):
         check_bounds(self)
         self.check()
+
+    def embedded_cluster(self) -> dict[str, int] | None:
+        """The ``Engine.local`` arguments of the cluster that a run of this config
+        starts when it is given no engine (None: it runs without one): a worker process
+        per rollout worker, at least one, and one per learner. Pure."""
+        return {
+            "n_workers": max(1, self.num_workers) + self.num_learners,
+            "threads_per_worker": self.embedded_threads_per_worker,
+        }
 
     def check(self) -> None:
         """Checks between keys (each key's own range is in ``BOUNDS``); configs add theirs.

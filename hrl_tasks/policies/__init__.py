@@ -10,11 +10,23 @@ Names are imported from their modules on first use, so that a rollout process
 acting with a numpy copy (`Policy.inference_copy`) never imports torch.
 """
 
-import importlib
+from hrl_tasks.lazy import lazy_names
 
 _MODULES = {
     "actor_critic": ("ActorCriticPolicy",),
-    "appo": ("APPOConfig", "APPOPolicy"),
+    "appo": ("APPOPolicy",),
+    "configs": (
+        "APPOConfig",
+        "CQLConfig",
+        "DQNConfig",
+        "ESConfig",
+        "IMPALAConfig",
+        "MARWILConfig",
+        "PGConfig",
+        "PPOConfig",
+        "SACConfig",
+        "TD3Config",
+    ),
     "distributions": (
         "ActionDistribution",
         "Categorical",
@@ -23,8 +35,8 @@ _MODULES = {
         "DiagGaussianHead",
         "make_action_dist",
     ),
-    "dqn": ("N_STEP_DISCOUNTS", "DQNConfig", "DQNPolicy"),
-    "es": ("NOISE_SEEDS", "RETURNS", "ESConfig", "ESPolicy", "centered_ranks"),
+    "dqn": ("N_STEP_DISCOUNTS", "DQNPolicy"),
+    "es": ("NOISE_SEEDS", "RETURNS", "ESPolicy", "centered_ranks"),
     "estimators": (
         "discount_cumsum",
         "gae",
@@ -33,33 +45,20 @@ _MODULES = {
         "td_target_dqn",
         "vtrace",
     ),
-    "impala": ("IMPALAConfig", "IMPALAPolicy"),
+    "impala": ("IMPALAPolicy",),
     "losses": ("clipped_surrogate_loss", "entropy_loss", "value_loss"),
     "models": ("CNN", "MLP", "ActorCritic", "QNetwork", "make_encoder"),
     "numpy_actor_critic": ("NumpyActorCritic",),
     "numpy_q": ("NumpyQNetwork",),
-    "pg": ("PGConfig", "PGPolicy"),
+    "pg": ("PGPolicy",),
     "policy": ("Policy",),
     "postprocessing": ("add_discounted_returns", "add_gae"),
-    "ppo": ("PPOConfig", "PPOPolicy"),
-    "sac": ("SACConfig", "SACPolicy"),
-    "td3": ("TD3Config", "TD3Policy"),
+    "ppo": ("PPOPolicy",),
+    "sac": ("SACPolicy",),
+    "td3": ("TD3Policy",),
     "spaces": ("UnsupportedSpaceError",),
     "torch_policy": ("TorchPolicy",),
 }
-_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+__getattr__, __dir__ = lazy_names(__name__, _MODULES)
 
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__all__ = sorted(name for names in _MODULES.values() for name in names)

@@ -9,29 +9,13 @@ the batch, then clipped as in PPO (`losses.clipped_surrogate_loss`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import torch
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.impala import IMPALAConfig, IMPALAPolicy
+from hrl_tasks.policies.configs import APPOConfig
+from hrl_tasks.policies.impala import IMPALAPolicy
 from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
 from hrl_tasks.policies.torch_utils import Info
-
-
-@dataclass
-class APPOConfig(IMPALAConfig):
-    """Config of `APPOPolicy`: IMPALA's keys, the clip range and the passes per batch."""
-
-    clip: float = 0.2
-    """Surrogate clip range epsilon."""
-    num_sgd_iter: int = 1
-    """Gradient steps on each batch in `learn_on_batch`, V-trace recomputed before each
-    (RLlib's ``num_sgd_iter`` of the learner)."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {"clip": "> 0", "num_sgd_iter": ">= 1"}
-    """The ranges of the keys added to IMPALA's (``bounds_of`` merges them)."""
 
 
 class APPOPolicy(IMPALAPolicy):

@@ -11,32 +11,12 @@ and d3rlpy compute it); with Discrete ones it is exact, over every action.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
+from hrl_tasks.policies.configs import CQLConfig
 from hrl_tasks.policies.losses import cql_penalty
-from hrl_tasks.policies.sac import SACConfig, SACPolicy
-
-
-@dataclass
-class CQLConfig(SACConfig):
-    """Config of `CQLPolicy`: SAC's keys and the conservative term's."""
-
-    min_q_weight: float = 5.0
-    """Weight of the conservative term (RLlib's and d3rlpy's 5)."""
-    num_actions: int = 10
-    """Box actions: uniform and policy actions sampled per state for the logsumexp."""
-    cql_temperature: float = 1.0
-    """Temperature of the logsumexp."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {
-        **SACConfig.BOUNDS,
-        "min_q_weight": ">= 0",
-        "num_actions": ">= 1",
-        "cql_temperature": "> 0",
-    }
+from hrl_tasks.policies.sac import SACPolicy
 
 
 class CQLPolicy(SACPolicy):

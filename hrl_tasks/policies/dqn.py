@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.configs import DQNConfig
 from hrl_tasks.policies.estimators import td_target_dqn
 from hrl_tasks.policies.models import QNetwork, make_encoder
 from hrl_tasks.policies.numpy_q import NumpyQNetwork, checked_epsilon
@@ -28,48 +28,6 @@ from hrl_tasks.policies.postprocessing import N_STEP_DISCOUNTS, n_step_transitio
 from hrl_tasks.policies.spaces import UnsupportedSpaceError
 from hrl_tasks.policies.torch_policy import TorchPolicy
 from hrl_tasks.policies.torch_utils import load_module_weights, module_weights
-
-
-@dataclass
-class DQNConfig:
-    """Config of `DQNPolicy`; defaults follow CleanRL's dqn.py with double Q and dueling on."""
-
-    lr: float = 2.5e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """Discount factor."""
-    n_step: int = 1
-    """Rewards summed per target; > 1 makes `postprocess_trajectory` rewrite rows."""
-    double_q: bool = True
-    """Pick the next action with the online network, evaluate it with the target one."""
-    dueling: bool = True
-    """Dueling value/advantage head."""
-    huber_delta: float = 1.0
-    """Huber loss threshold on the TD error."""
-    tau: float = 1.0
-    """`update_target` mixing: 1 copies the online weights, < 1 is Polyak averaging."""
-    epsilon: float = 1.0
-    """Initial epsilon of epsilon-greedy exploration; change it with `set_epsilon`."""
-    grad_clip: float | None = 10.0
-    """Max global gradient norm; None disables clipping."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Hidden widths after the encoder."""
-    seed: int | None = None
-    """Seed of the initial weights and of exploration; None draws one."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {
-        "lr": "> 0",
-        "gamma": "[0, 1]",
-        "n_step": ">= 1",
-        "huber_delta": "> 0",
-        "tau": "(0, 1]",
-        "epsilon": "[0, 1]",
-        "grad_clip": "> 0",
-        "hidden": ">= 1",
-        "seed": "[0, 2**63)",
-    }
-    """Each numeric key's range (None, where a key allows it, is always valid), checked
-    by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
 
 
 class DQNPolicy(TorchPolicy):

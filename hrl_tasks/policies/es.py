@@ -10,9 +10,6 @@ through the network is involved.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import gymnasium as gym
 import numpy as np
 import torch
@@ -20,6 +17,7 @@ from numpy.typing import ArrayLike
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.configs import ESConfig
 from hrl_tasks.policies.distributions import make_action_dist
 from hrl_tasks.policies.models import MLP, make_encoder
 from hrl_tasks.policies.torch_policy import TorchPolicy
@@ -28,35 +26,6 @@ NOISE_SEEDS = "noise_seeds"
 """ES batch column: int seed of each perturbation, ``[n]``."""
 RETURNS = "returns"
 """ES batch column: ``[n, 2]`` returns at ``theta + sigma eps`` and ``theta - sigma eps``."""
-
-
-@dataclass
-class ESConfig:
-    """Config of `ESPolicy`; defaults are OpenAI's evolution-strategies-starter's."""
-
-    lr: float = 0.01
-    """Adam step size on the flat parameters."""
-    noise_stdev: float = 0.02
-    """Perturbation scale sigma (used by workers: ``theta + sigma * noise(seed)``)."""
-    l2_coeff: float = 0.005
-    """L2 weight decay added to the gradient."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Hidden widths after the encoder."""
-    grad_clip: float | None = None
-    """Max global gradient norm; None disables clipping."""
-    seed: int | None = None
-    """Seed of the initial weights; None draws one."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {
-        "lr": "> 0",
-        "noise_stdev": "> 0",
-        "l2_coeff": ">= 0",
-        "hidden": ">= 1",
-        "grad_clip": "> 0",
-        "seed": "[0, 2**63)",
-    }
-    """Each numeric key's range (None, where a key allows it, is always valid), checked
-    by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
 
 
 def centered_ranks(x: ArrayLike) -> np.ndarray:

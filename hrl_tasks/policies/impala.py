@@ -7,14 +7,12 @@ The learner's policy differs from the actors' that made the data; V-trace
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import numpy as np
 import torch
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy
+from hrl_tasks.policies.configs import IMPALAConfig
 from hrl_tasks.policies.estimators import vtrace
 from hrl_tasks.policies.losses import entropy_loss, value_loss
 
@@ -27,52 +25,6 @@ _TIME_MAJOR_COLUMNS = (
     SampleBatch.LOGP,
     SampleBatch.NEXT_VALUES,
 )
-
-
-@dataclass
-class IMPALAConfig:
-    """Config of `IMPALAPolicy`; defaults follow the paper and RLlib (Adam instead of RMSProp)."""
-
-    lr: float = 5e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """Discount factor."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    ent_coef: float = 0.01
-    """Weight of the entropy bonus."""
-    clip_rho_threshold: float | None = 1.0
-    """V-trace rho-bar; None disables clipping."""
-    clip_c_threshold: float | None = 1.0
-    """V-trace c-bar; None disables clipping."""
-    clip_pg_rho_threshold: float | None = 1.0
-    """Clip of the policy-gradient importance weight; None disables it."""
-    rollout_fragment_length: int | None = None
-    """None: a batch is one time-major fragment. L: a batch is fragments of L rows each, concatenated."""
-    grad_clip: float | None = 40.0
-    """Max global gradient norm; None disables clipping."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Hidden widths after the encoder (use () on top of a CNN)."""
-    shared_trunk: bool = False
-    """Share the hidden layers between actor and critic."""
-    seed: int | None = None
-    """Seed of the initial weights and of sampling; None draws one."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {
-        "lr": "> 0",
-        "gamma": "[0, 1]",
-        "vf_coef": ">= 0",
-        "ent_coef": ">= 0",
-        "clip_rho_threshold": "> 0",
-        "clip_c_threshold": "> 0",
-        "clip_pg_rho_threshold": "> 0",
-        "rollout_fragment_length": ">= 1",
-        "grad_clip": "> 0",
-        "hidden": ">= 1",
-        "seed": "[0, 2**63)",
-    }
-    """Each numeric key's range (None, where a key allows it, is always valid), checked
-    by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
 
 
 class IMPALAPolicy(ActorCriticPolicy):

@@ -11,53 +11,15 @@ With ``beta = 0`` every weight is 1 and the value loss is off: behaviour cloning
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar
 
 import torch
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy
+from hrl_tasks.policies.configs import MARWILConfig
 from hrl_tasks.policies.losses import marwil_weights, value_loss
 from hrl_tasks.policies.postprocessing import add_discounted_returns
-
-
-@dataclass
-class MARWILConfig:
-    """Config of `MARWILPolicy`; the defaults are RLlib's MARWIL."""
-
-    lr: float = 1e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """Discount of the returns the critic learns."""
-    beta: float = 1.0
-    """How much the advantage weighs each action: 0 is behaviour cloning."""
-    vf_coef: float = 1.0
-    """Weight of the value loss (not used when beta is 0)."""
-    advantage_norm_update_rate: float = 1e-8
-    """Rate of the moving average of squared advantages that scales them."""
-    grad_clip: float | None = None
-    """Max global gradient norm; None disables clipping."""
-    hidden: tuple[int, ...] = (256, 256)
-    """Hidden widths after the encoder."""
-    activation: str = "tanh"
-    """Between hidden layers: tanh or relu."""
-    shared_trunk: bool = False
-    """Share the hidden layers between actor and critic."""
-    seed: int | None = None
-    """Seed of the initial weights and of sampling; None draws one."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {
-        "lr": "> 0",
-        "gamma": "[0, 1]",
-        "beta": ">= 0",
-        "vf_coef": ">= 0",
-        "advantage_norm_update_rate": "[0, 1]",
-        "grad_clip": "> 0",
-        "hidden": ">= 1",
-        "seed": "[0, 2**63)",
-    }
 
 
 class MARWILPolicy(ActorCriticPolicy):

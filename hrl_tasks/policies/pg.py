@@ -8,57 +8,15 @@ Loss on rows ``(s, a, A, G)``: ``-mean(log pi(a|s) A) + vf_coef * 0.5 mean((V(s)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar
 
 import torch
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy
+from hrl_tasks.policies.configs import PGConfig
 from hrl_tasks.policies.losses import entropy_loss, value_loss
 from hrl_tasks.policies.postprocessing import add_discounted_returns, add_gae
-
-
-@dataclass
-class PGConfig:
-    """Config of `PGPolicy`; defaults are A2C's (advantages from a learned critic)."""
-
-    lr: float = 7e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """Discount factor."""
-    lam: float = 1.0
-    """GAE lambda: 1 gives Monte Carlo returns minus V, 0 one-step TD errors."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    ent_coef: float = 0.01
-    """Weight of the entropy bonus."""
-    use_critic: bool = True
-    """False: vanilla PG, advantages are discounted returns (use whole episodes)."""
-    normalize_advantages: bool = False
-    """Standardize advantages within each batch the loss sees."""
-    grad_clip: float | None = 0.5
-    """Max global gradient norm; None disables clipping."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Hidden widths after the encoder (use () on top of a CNN)."""
-    shared_trunk: bool = False
-    """Share the hidden layers between actor and critic."""
-    seed: int | None = None
-    """Seed of the initial weights and of sampling; None draws one."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {
-        "lr": "> 0",
-        "gamma": "[0, 1]",
-        "lam": "[0, 1]",
-        "vf_coef": ">= 0",
-        "ent_coef": ">= 0",
-        "grad_clip": "> 0",
-        "hidden": ">= 1",
-        "seed": "[0, 2**63)",
-    }
-    """Each numeric key's range (None, where a key allows it, is always valid), checked
-    by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
 
 
 class PGPolicy(ActorCriticPolicy):

@@ -9,9 +9,7 @@ norm clipping, Adam with eps 1e-5, optional early stop on the approximate KL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -20,77 +18,11 @@ from torch import nn
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy
 from hrl_tasks.policies.adam import Adam
+from hrl_tasks.policies.configs import PPOConfig
 from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
 from hrl_tasks.policies.postprocessing import add_gae
 from hrl_tasks.policies.torch_policy import adam
 from hrl_tasks.policies.torch_utils import Info, minibatch_indices
-
-
-@dataclass
-class PPOConfig:
-    """Config of `PPOPolicy`; defaults are CleanRL's."""
-
-    lr: float = 2.5e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """Discount factor."""
-    lam: float = 0.95
-    """GAE lambda."""
-    clip: float = 0.2
-    """Surrogate clip range epsilon."""
-    vf_clip: float | None = None
-    """Clip range of the value change (PPO2 value clipping); None disables it."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    ent_coef: float = 0.01
-    """Weight of the entropy bonus (CleanRL uses 0 for continuous control)."""
-    num_sgd_iter: int = 4
-    """Epochs over the batch per `learn_on_batch`."""
-    minibatch_size: int = 128
-    """Rows per minibatch (the last one of an epoch may be smaller)."""
-    normalize_advantages: bool = True
-    """Standardize advantages within each minibatch."""
-    target_kl: float | None = None
-    """Stop the epochs early once the approximate KL exceeds this; None never stops."""
-    grad_clip: float | None = 0.5
-    """Max global gradient norm; None disables clipping."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Hidden widths after the encoder (use () on top of a CNN)."""
-    shared_trunk: bool = False
-    """Share the hidden layers between actor and critic (CleanRL keeps them separate)."""
-    activation: str = "tanh"
-    """Between hidden layers: ``"tanh"`` (CleanRL's) or ``"relu"`` (rl-zoo's MuJoCo settings)."""
-    log_std_init: float = 0.0
-    """Initial log standard deviation of continuous actions (rl-zoo's MuJoCo settings: -2)."""
-    normalize_rewards: bool = False
-    """Divide rewards by the running standard deviation of the discounted return, on
-    each rollout worker (Stable-Baselines3's ``VecNormalize(norm_reward=True)``, which
-    rl-zoo's MuJoCo settings use); reported returns stay the env's."""
-    normalize_observations: bool = False
-    """Standardize observations by running statistics gathered on the rollout workers
-    (Stable-Baselines3's ``VecNormalize``; rl-zoo's MuJoCo settings), kept in the
-    weights and checkpoints."""
-    seed: int | None = None
-    """Seed of the initial weights, sampling and minibatch shuffling; None draws one."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {
-        "lr": "> 0",
-        "gamma": "[0, 1]",
-        "lam": "[0, 1]",
-        "clip": "> 0",
-        "vf_clip": "> 0",
-        "vf_coef": ">= 0",
-        "ent_coef": ">= 0",
-        "num_sgd_iter": ">= 1",
-        "minibatch_size": ">= 1",
-        "target_kl": "> 0",
-        "grad_clip": "> 0",
-        "hidden": ">= 1",
-        "log_std_init": "[-20, 5]",
-        "seed": "[0, 2**63)",
-    }
-    """Each numeric key's range (None, where a key allows it, is always valid), checked
-    by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
 
 
 class PPOPolicy(ActorCriticPolicy):

@@ -12,8 +12,6 @@ toward an entropy of ``-dim(A)``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -21,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.configs import SACConfig
 from hrl_tasks.policies.losses import (
     sac_actor_loss,
     soft_q_targets,
@@ -32,48 +31,6 @@ from hrl_tasks.policies.models import MLP
 from hrl_tasks.policies.twin_q import TwinQ, TwinQPolicy, frozen
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # as Stable-Baselines3's SAC
-
-
-@dataclass
-class SACConfig:
-    """Config of `SACPolicy`."""
-
-    lr: float = 3e-4
-    """Adam learning rate of the actor, the critics and the temperature."""
-    gamma: float = 0.99
-    """Discount factor."""
-    tau: float = 0.005
-    """Polyak step of the target critics after each update."""
-    n_step: int = 1
-    """Rewards summed per target (n-step transitions in replay)."""
-    initial_alpha: float = 1.0
-    """The entropy temperature at the start."""
-    target_entropy: float | None = None
-    """The policy entropy the temperature is tuned toward; None: ``-dim(A)`` for Box
-    actions, ``0.89 * log(n)`` for Discrete ones (CleanRL's discrete SAC)."""
-    tune_alpha: bool = True
-    """Tune the temperature; False keeps ``initial_alpha``."""
-    hidden: tuple[int, ...] = (256, 256)
-    """Hidden widths of the actor and of each critic."""
-    grad_clip: float | None = None
-    """Max global gradient norm; None disables clipping (Stable-Baselines3 does not clip)."""
-    normalize_observations: bool = False
-    """Standardize observations by running statistics gathered on the rollout workers
-    (Stable-Baselines3's ``VecNormalize``), kept in the weights and checkpoints."""
-    seed: int | None = None
-    """Seed of the initial weights and of exploration; None draws one."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {
-        "lr": "> 0",
-        "gamma": "[0, 1]",
-        "tau": "(0, 1]",
-        "n_step": ">= 1",
-        "initial_alpha": "> 0",
-        "target_entropy": "[-10000, 10000]",  # nats: -dim(A) to log(n) in practice
-        "grad_clip": "> 0",
-        "hidden": ">= 1",
-        "seed": "[0, 2**63)",
-    }
 
 
 class SACModel(nn.Module):

@@ -9,62 +9,15 @@ in units of the [-1, 1]-scaled action.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import numpy as np
 import torch
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
+from hrl_tasks.policies.configs import TD3Config
 from hrl_tasks.policies.losses import soft_q_targets, twin_q_loss
 from hrl_tasks.policies.models import MLP
 from hrl_tasks.policies.twin_q import TwinQ, TwinQPolicy, frozen
-
-
-@dataclass
-class TD3Config:
-    """Config of `TD3Policy`."""
-
-    lr: float = 1e-3
-    """Adam learning rate of the actor and the critics."""
-    gamma: float = 0.99
-    """Discount factor."""
-    tau: float = 0.005
-    """Polyak step of the targets at each actor update."""
-    n_step: int = 1
-    """Rewards summed per target (n-step transitions in replay)."""
-    policy_delay: int = 2
-    """Critic updates per actor update (and per target update)."""
-    exploration_noise: float = 0.1
-    """Std of the Gaussian added to the actor's action when exploring."""
-    target_noise: float = 0.2
-    """Std of the smoothing noise on the target actor's action..."""
-    target_noise_clip: float = 0.5
-    """...clipped to this magnitude."""
-    hidden: tuple[int, ...] = (400, 300)
-    """Hidden widths of the actor and of each critic."""
-    grad_clip: float | None = None
-    """Max global gradient norm; None disables clipping."""
-    normalize_observations: bool = False
-    """Standardize observations by running statistics gathered on the rollout workers
-    (Stable-Baselines3's ``VecNormalize``), kept in the weights and checkpoints."""
-    seed: int | None = None
-    """Seed of the initial weights and of exploration; None draws one."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {
-        "lr": "> 0",
-        "gamma": "[0, 1]",
-        "tau": "(0, 1]",
-        "n_step": ">= 1",
-        "policy_delay": ">= 1",
-        "exploration_noise": ">= 0",
-        "target_noise": ">= 0",
-        "target_noise_clip": ">= 0",
-        "grad_clip": "> 0",
-        "hidden": ">= 1",
-        "seed": "[0, 2**63)",
-    }
 
 
 class TD3Model(nn.Module):

@@ -18,10 +18,12 @@ host than the server's own loopback ``host:port`` (``127.0.0.1``, ``localhost``,
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import html
 import json
 import secrets
+import socket
 import threading
 from collections.abc import Callable, Collection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -125,7 +127,16 @@ class EnginePage:
         return f"http://{host}:{port}/{self.token}/"
 
     def close(self) -> None:
-        self.server.shutdown()
+        """Stop serving and release the port. The server's loop sees a shutdown only
+        between waits of up to 0.5 s (socketserver's poll, a fifth of a one-iteration
+        run here), so a connection of its own wakes it: shorter polls would wake the
+        driver all run long (at 0.05 s, 2.4 ms of CPU a second)."""
+        stopping = threading.Thread(target=self.server.shutdown, name="hrl-tasks-page-stop")
+        stopping.start()
+        while stopping.is_alive():
+            with contextlib.suppress(OSError):
+                socket.create_connection(self.server.server_address[:2], timeout=0.1).close()
+            stopping.join(0.01)
         self.server.server_close()
 
 

@@ -22,6 +22,7 @@ from hrl_tasks.algorithms import (
 from hrl_tasks.algorithms.config import Bound, bounds_of, check_bounds
 from hrl_tasks.cli import main
 from hrl_tasks.policies import PPOConfig as PPOPolicyConfig
+from hrl_tasks.registry import get_config_class
 
 
 def test_unknown_key_names_the_key_the_nearest_and_the_allowed():
@@ -304,3 +305,19 @@ def test_a_run_after_an_embedded_cluster_still_takes_a_thread_per_core(tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     omp, threads, cores = done.stdout.split()[-3:]
     assert omp == "1" and threads == cores, done.stdout  # the nanny set it; torch did not take it
+
+
+# --- the embedded cluster a run starts -------------------------------------------
+
+
+@pytest.mark.parametrize("name, values, shape", [
+    ("ppo", {}, {"n_workers": 2, "threads_per_worker": 1}),
+    ("ppo", {"num_workers": 0}, {"n_workers": 1, "threads_per_worker": 1}),
+    ("impala", {"num_workers": 4, "num_learners": 1}, {"n_workers": 5, "threads_per_worker": 1}),
+    ("apex", {}, {"n_workers": 2, "threads_per_worker": 2}),  # shards beside samplers
+    ("alphazero", {"threads_per_worker": 3}, {"n_workers": 2, "threads_per_worker": 3}),
+    ("mpc", {"planner_tasks": 2, "num_workers": 3}, {"n_workers": 3, "threads_per_worker": 1}),
+    ("mpc", {}, None),  # the driver plans alone, on a SyncEngine
+])  # fmt: skip
+def test_the_config_decides_the_embedded_cluster(name, values, shape):
+    assert get_config_class(name).from_dict(values).embedded_cluster() == shape

@@ -109,6 +109,11 @@ class AlphaZeroConfig(AlgorithmConfig):
         "threads_per_worker": ">= 1",
     }
 
+    def embedded_cluster(self) -> dict[str, int]:
+        """Pure; see `AlgorithmConfig.embedded_cluster`: ``threads_per_worker`` threads
+        in each worker process."""
+        return {**super().embedded_cluster(), "threads_per_worker": self.threads_per_worker}
+
     def check(self) -> None:
         super().check()
         from hrl_tasks.planning.games import make_game

@@ -81,10 +81,7 @@ class AlphaZero(Algorithm):
         self.config = self.parse_config(config, overrides)
         self._build_learner()
         self.owns_engine = engine is None
-        self.engine = engine or Engine.local(
-            n_workers=max(1, self.config.num_workers) + self.config.num_learners,
-            threads_per_worker=self.config.threads_per_worker,
-        )
+        self.engine = engine or Engine.local(**self.config.embedded_cluster())
         self.workers, self.plan = None, None  # no rollout workers: games are tasks
         self.buffer = ReplayBuffer(self.config.buffer_size, seed=self.config.seed)
         self.pending: list = []

@@ -8,7 +8,7 @@ from hrl_tasks.algorithms.apex.config import ApeXConfig
 from hrl_tasks.algorithms.apex.replay_shard import ReplayShard
 from hrl_tasks.algorithms.sharded_replay import ShardedReplay
 from hrl_tasks.flow import SetEpsilon, TrainOneStep, UpdateTargetNetwork
-from hrl_tasks.policies.dqn import DQNConfig as DQNPolicyConfig
+from hrl_tasks.policies.configs import DQNConfig as DQNPolicyConfig
 from hrl_tasks.policies.dqn import DQNPolicy
 
 __all__ = ["ApeX", "ApeXConfig", "ReplayShard", "per_worker_epsilons"]
@@ -28,11 +28,6 @@ class ApeX(ShardedReplay, Algorithm):
     policy_class = DQNPolicy
     policy_config_class = DQNPolicyConfig
     config_class = ApeXConfig
-    # A replay shard shares a worker process with a rollout worker; with one thread
-    # its calls queued behind sampling and the learner got about 30 batches/s. The
-    # shards are spread over the processes: packed into one, they left that process
-    # with 8.6 CPU-s against 4.9 in 15 s, and sampling about a sixth slower.
-    threads_per_worker = 2
 
     def build_plan(self, workers, ctx):
         cfg = self.config

@@ -77,6 +77,14 @@ class MPCConfig(AlgorithmConfig):
         "threads_per_worker": ">= 1",
     }
 
+    def embedded_cluster(self) -> dict[str, int] | None:
+        """Pure; see `AlgorithmConfig.embedded_cluster`: none without planner tasks
+        (the driver plans alone, on a `SyncEngine`), else ``threads_per_worker``
+        threads in each worker process."""
+        if self.planner_tasks == 0:
+            return None
+        return {**super().embedded_cluster(), "threads_per_worker": self.threads_per_worker}
+
     def check(self) -> None:
         super().check()
         if self.elites > self.population:

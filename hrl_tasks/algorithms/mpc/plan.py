@@ -62,9 +62,9 @@ class MPC(Algorithm):
         self._build()
         self.env = env_creator(self.config.env, self.config.env_config)()
         self.owns_engine = engine is None
-        if engine is None and self.config.planner_tasks > 0:
-            engine = Engine.local(n_workers=max(1, self.config.num_workers),
-                                  threads_per_worker=self.config.threads_per_worker)  # fmt: skip
+        shape = self.config.embedded_cluster()
+        if engine is None and shape is not None:
+            engine = Engine.local(**shape)
         self.engine = engine or SyncEngine()
         self.workers, self.plan = None, None  # no rollout workers: the driver steps the env
         self.obs, self.episode_return, self.episode_len = None, 0.0, 0
