@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import logging
 import os
 import sys
@@ -614,10 +615,9 @@ def parse_stop(item: str) -> dict:
 
 
 def import_in_background(algorithm: str) -> Future:
-    """Import ``algorithm``'s class (its plan, and torch), then matplotlib for the
-    curve, in a daemon thread, while the driver starts its cluster and waits for the
-    worker processes (a one-iteration run took 0.4-0.5 s less here); returns a future
-    of the algorithm's class, set as soon as it is imported."""
+    """Import ``algorithm``'s class (its plan, and torch) in a daemon thread, while the
+    driver starts its cluster and waits for the worker processes (a one-iteration run
+    took 0.4-0.5 s less here); returns a future of the class."""
     algo_class: Future = Future()
 
     def load() -> None:
@@ -627,13 +627,6 @@ def import_in_background(algorithm: str) -> Future:
             algo_class.set_result(get_algorithm(algorithm))
         except BaseException as exc:  # noqa: BLE001 - raised again where the class is used
             algo_class.set_exception(exc)
-            return
-        try:
-            from hrl_tasks.plotting import pyplot
-
-            pyplot()
-        except Exception:  # noqa: BLE001 - the curve imports it again, and fails there
-            return
 
     threading.Thread(target=load, name="hrl-tasks-imports", daemon=True).start()
     return algo_class
@@ -657,32 +650,34 @@ def run_train(args) -> int:
     the last checkpoint and the curve. However it ends, also on Ctrl-C, the TensorBoard
     writer, the algorithm and the engine are closed."""
     from hrl_tasks.algorithms.run_files import RunFiles
+    from hrl_tasks.plotting import CurveProcess
     from hrl_tasks.tensorboard import metrics_writer
 
     check_cluster_options(args)  # a usage error before anything is decided or written
     setup = take_run_dir(plan_train(args), args)
-    algo_class = import_in_background(setup.algorithm)  # while the cluster starts
-    embedded = setup.config_class.from_dict(setup.config).embedded_cluster()
-    engine = engine_from_args(args, embedded, run_dir=setup.out,
-                              workers=workers_needed(setup.config_class, setup.config))  # fmt: skip
-    algo = build_algorithm(setup, algo_class, engine)  # closes the engine if it fails
-    board = None
-    try:
-        start_run(algo, setup)
-        stop = stop_conditions(args, setup.experiment_stop)
-        steps = algo.ctx.counters["env_steps_sampled"]
-        progress = Progress(stop, args.no_progress, base_steps=steps)
-        board = metrics_writer(setup.out / "tensorboard")  # None without tensorboard
-        files = RunFiles(setup.out, args.checkpoint_every, args.keep_checkpoints)
-        with files, progress as bar:
-            result, cut_short = train_until_stop(algo, stop, files, bar, board)
-        finish_run(algo, setup, result, files, args, cut_short)
-    finally:
-        if board is not None:  # also on Ctrl-C: its last events are written at close
-            board.close()
-        algo.stop()
-        if engine is not None:
-            engine.close()
+    with contextlib.closing(CurveProcess()) as curve:  # imports matplotlib beside the run
+        algo_class = import_in_background(setup.algorithm)  # while the cluster starts
+        embedded = setup.config_class.from_dict(setup.config).embedded_cluster()
+        workers = workers_needed(setup.config_class, setup.config)
+        engine = engine_from_args(args, embedded, run_dir=setup.out, workers=workers)
+        algo = build_algorithm(setup, algo_class, engine)  # closes the engine if it fails
+        board = None
+        try:
+            start_run(algo, setup)
+            stop = stop_conditions(args, setup.experiment_stop)
+            steps = algo.ctx.counters["env_steps_sampled"]
+            progress = Progress(stop, args.no_progress, base_steps=steps)
+            board = metrics_writer(setup.out / "tensorboard")  # None without tensorboard
+            files = RunFiles(setup.out, args.checkpoint_every, args.keep_checkpoints)
+            with files, progress as bar:
+                result, cut_short = train_until_stop(algo, stop, files, bar, board)
+            finish_run(algo, setup, result, files, args, cut_short, curve)
+        finally:
+            if board is not None:  # also on Ctrl-C: its last events are written at close
+                board.close()
+            algo.stop()
+            if engine is not None:
+                engine.close()
     return 0
 
 
@@ -804,8 +799,11 @@ def train_until_stop(algo, stop: dict, files, bar, board) -> tuple[dict | None, 
         return None, True
 
 
-def finish_run(algo, setup: TrainSetup, result: dict | None, files, args, cut_short: bool) -> None:
-    """The run's last checkpoint and learning curve, and the line that sums it up.
+def finish_run(
+    algo, setup: TrainSetup, result: dict | None, files, args, cut_short: bool, curve
+) -> None:
+    """The run's last checkpoint and learning curve (drawn by ``curve``, a
+    `hrl_tasks.plotting.CurveProcess`), and the line that sums it up.
 
     A run whose last iteration the time stop cut short saves no checkpoint of that
     iteration's state: the one of the last finished iteration, if any, stays the last.
@@ -824,27 +822,13 @@ def finish_run(algo, setup: TrainSetup, result: dict | None, files, args, cut_sh
             return
     else:
         files.save(algo, result["iteration"])
-    curve = setup.out / "learning_curve.png"
+    path = setup.out / "learning_curve.png"
     title = f"{setup.algorithm} on {env_name(algo.config.env)}"
-    plot_run(setup.out / "metrics.jsonl", curve, setup.algorithm, title, result, args.stop_reward)
+    curve.draw(setup.out / "metrics.jsonl", path, setup.algorithm, title, args.stop_reward)
     print(
         f"done: iteration {result['iteration']}, {result['env_steps_sampled']} env steps, "
-        f"{headline(result)}, {result['time_total_s']:.1f} s; curve in {curve}"
+        f"{headline(result)}, {result['time_total_s']:.1f} s; curve in {path}"
     )
-
-
-def plot_run(
-    metrics_path: Path, path: Path, algorithm: str, title: str, last: dict, threshold: float | None
-) -> None:
-    """The curve of the metrics in ``metrics_path`` as ``path``: win rates when the
-    ``last`` result has them (games), else the mean return with ``threshold``."""
-    from hrl_tasks.plotting import plot_learning_curve, plot_win_rates, read_metrics
-
-    metrics = read_metrics(metrics_path)
-    if any(key.startswith("win_rate/") for key in last):
-        plot_win_rates(metrics, path, title=title)
-    else:
-        plot_learning_curve({algorithm: metrics}, path, title=title, threshold=threshold)
 
 
 def run_tune(args) -> int:

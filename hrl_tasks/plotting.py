@@ -1,9 +1,12 @@
-"""Learning curves as PNG files (matplotlib, headless)."""
+"""Learning curves as PNG files (matplotlib, headless), drawn in this process or by a
+`CurveProcess` of their own (``python -m hrl_tasks.plotting``)."""
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -126,3 +129,80 @@ def save_figure(fig, ax, path: str | Path, title: str, legend_outside: bool = Fa
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_run(
+    metrics_path: str | Path,
+    path: str | Path,
+    label: str,
+    title: str = "",
+    threshold: float | None = None,
+) -> Path:
+    """The curve of the run whose metrics are in ``metrics_path`` (a ``metrics.jsonl``),
+    written to ``path``: win rates when its last line has them (games), else the mean
+    return against env steps (`plot_learning_curve`, the run as ``label``)."""
+    metrics = read_metrics(metrics_path)
+    if metrics and any(key.startswith("win_rate/") for key in metrics[-1]):
+        return plot_win_rates(metrics, path, title=title)
+    return plot_learning_curve({label: metrics}, path, title=title, threshold=threshold)
+
+
+class CurveProcess:
+    """A process of its own that imports matplotlib as soon as it starts and draws one
+    run's curve (`plot_run`) when asked, so that the run's own process never imports
+    matplotlib: in a one-iteration ``hrl-tasks train``, that import was a fifth of the
+    driver's CPU, and the driver is the busiest process. Usage::
+
+        curve = CurveProcess()  # early: it imports while the run goes on
+        ...
+        curve.draw("runs/x/metrics.jsonl", "runs/x/learning_curve.png", "ppo", "PPO")
+
+    If the process fails, `draw` draws in this process instead."""
+
+    TIMEOUT_S = 60.0
+
+    def __init__(self):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "hrl_tasks.plotting"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def draw(
+        self,
+        metrics_path: str | Path,
+        path: str | Path,
+        label: str,
+        title: str = "",
+        threshold: float | None = None,
+    ) -> Path:
+        """`plot_run` with these arguments, by the process; returns ``path``."""
+        request = {
+            "metrics_path": str(metrics_path),
+            "path": str(path),
+            "label": label,
+            "title": title,
+            "threshold": threshold,
+        }
+        try:
+            self.process.communicate(json.dumps(request) + "\n", timeout=self.TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            self.close()
+        if self.process.returncode != 0:
+            return plot_run(metrics_path, path, label, title, threshold)
+        return Path(path)
+
+    def close(self) -> None:
+        """End the process if it still runs (a run that ends without its curve)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+if __name__ == "__main__":  # a CurveProcess: import, then draw what stdin's line asks
+    pyplot()
+    line = sys.stdin.readline()
+    if line.strip():
+        plot_run(**json.loads(line))
