@@ -21,7 +21,10 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from hrl_tasks.algorithms.config import AlgorithmConfig
 
 EXIT_USAGE = 2
 
@@ -505,10 +508,10 @@ def runner_engine(args, run_dir: Path):
     return engine
 
 
-def workers_needed(config_class, config: dict) -> int:
-    """Worker processes a run with ``config`` (of ``config_class``) keeps busy: its
-    rollout workers (or the processes its tasks run in), at least one. Pure."""
-    return max(1, int(config_class.from_dict(config).num_workers))
+def workers_needed(config) -> int:
+    """Worker processes a run with ``config`` (an algorithm's parsed config) keeps busy:
+    its rollout workers (or the processes its tasks run in), at least one. Pure."""
+    return max(1, int(config.num_workers))
 
 
 EXPERIMENT_KEYS = ("algorithm", "env", "config", "stop", "policies", "policy_mapping_fn",
@@ -637,7 +640,7 @@ class TrainSetup(NamedTuple):
     ``dataclasses`` would add its import to every ``--help``)."""
 
     algorithm: str
-    config_class: type
+    checked: AlgorithmConfig  # the config, parsed and checked by the algorithm's class
     config: dict
     checkpoint: dict | None  # the state of the run resumed, if any
     out: Path
@@ -657,8 +660,7 @@ def run_train(args) -> int:
     setup = take_run_dir(plan_train(args), args)
     with contextlib.closing(CurveProcess()) as curve:  # imports matplotlib beside the run
         algo_class = import_in_background(setup.algorithm)  # while the cluster starts
-        embedded = setup.config_class.from_dict(setup.config).embedded_cluster()
-        workers = workers_needed(setup.config_class, setup.config)
+        embedded, workers = setup.checked.embedded_cluster(), workers_needed(setup.checked)
         engine = engine_from_args(args, embedded, run_dir=setup.out, workers=workers)
         algo = build_algorithm(setup, algo_class, engine)  # closes the engine if it fails
         board = None
@@ -707,10 +709,10 @@ def plan_train(args) -> TrainSetup:
     algorithm = args.algorithm or experiment.get("algorithm")
     if algorithm is None:
         raise ValueError("name the algorithm: hrl-tasks train ALGO, or `algorithm` in --config")
-    config_class = get_config_class(algorithm)  # for most algorithms, no torch
     out = args.out or args.resume
-    config_class.from_dict(config)  # a bad config fails before any connection
-    return TrainSetup(algorithm, config_class, config, checkpoint, out, experiment.get("stop"))
+    # A bad config fails here, before any connection (for most algorithms, without torch).
+    checked = get_config_class(algorithm).from_dict(config)
+    return TrainSetup(algorithm, checked, config, checkpoint, out, experiment.get("stop"))
 
 
 def take_run_dir(setup: TrainSetup, args) -> TrainSetup:
@@ -898,7 +900,7 @@ def tune_workers(args, config: dict) -> int:
     else every sample) with its rollout workers."""
     from hrl_tasks.registry import get_config_class
 
-    per_trial = 1 + workers_needed(get_config_class(args.algorithm), config)
+    per_trial = 1 + workers_needed(get_config_class(args.algorithm).from_dict(config))
     return per_trial * (args.max_concurrent or args.samples)
 
 
@@ -959,10 +961,10 @@ class Progress:
 def run_keys(args) -> int:
     import dataclasses
 
-    from hrl_tasks.algorithms import get_algorithm
     from hrl_tasks.algorithms.config import bounds_of
+    from hrl_tasks.registry import get_config_class
 
-    config_cls = get_algorithm(args.algorithm).config_class
+    config_cls = get_config_class(args.algorithm)  # for most algorithms, no torch
     bounds = bounds_of(config_cls)
     for f in dataclasses.fields(config_cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()

@@ -519,7 +519,7 @@ CONFIG_CHECK = """
 import sys
 from hrl_tasks.cli import build_parser, plan_train
 setup = plan_train(build_parser().parse_args(sys.argv[1:]))
-print(setup.config_class.__name__, "torch" in sys.modules)
+print(type(setup.checked).__name__, "torch" in sys.modules)
 """
 
 
