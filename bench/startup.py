@@ -44,7 +44,7 @@ SB3_BUILD = (
 SB3_SOLVE = """
 import sys, torch
 torch.set_num_threads({threads})
-sys.path.append({bench!r})  # after the standard library: bench/profile.py is a name of it
+sys.path.insert(0, {bench!r})
 from ppo_cartpole import sb3_time_to_solve
 sb3_time_to_solve({seed}, {budget})
 """

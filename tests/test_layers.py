@@ -202,3 +202,12 @@ def test_ruff_finds_no_unmarked_private_access():
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_no_bench_or_example_script_takes_a_standard_library_modules_name():
+    """``python bench/x.py`` puts bench/ first on sys.path: a bench/profile.py there was
+    imported for the standard library's ``profile`` (by cProfile, which torch.optim's
+    first use imports), and broke every torch.optim user the benches ran."""
+    scripts = [*(ROOT / "bench").glob("*.py"), *(ROOT / "examples").glob("*.py")]
+    assert scripts
+    assert [p.name for p in scripts if p.stem in sys.stdlib_module_names] == []

@@ -8,7 +8,7 @@ CPU seconds over the window and the functions where its samples were, as a share
 that process's samples, inclusive (``--top`` of them), then one JSON line with the same.
 Needs ``py-spy`` (``pip install py-spy``; root, or ptrace allowed).
 
-    python bench/profile.py impala [--workers 2] [--seconds 10] [--set KEY=VALUE ...]
+    python bench/cpu_profile.py impala [--workers 2] [--seconds 10] [--set KEY=VALUE ...]
 """
 
 import argparse
