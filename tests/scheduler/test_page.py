@@ -1,6 +1,7 @@
 """The engine's live page, on the in-process engine (no cluster)."""
 
 import json
+import socket
 import urllib.request
 
 import pytest
@@ -62,3 +63,16 @@ def test_the_page_answers_only_its_token_and_its_own_loopback_host():
         page = urllib.request.urlopen(link, timeout=5).read().decode()
         assert '<meta http-equiv="refresh" content="1">' in page  # reloads itself, token kept
         assert token not in page
+
+
+def test_a_closed_page_releases_its_port_and_its_thread():
+    from hrl_tasks.scheduler.page import EnginePage
+
+    with hrl.SyncEngine() as engine:
+        page = EnginePage(engine.view)
+        host, port = page.server.server_address[:2]
+        assert get(page.link) == 200
+        page.close()
+    assert not page.thread.is_alive()
+    with pytest.raises(OSError):
+        socket.create_connection((host, port), timeout=1).close()
