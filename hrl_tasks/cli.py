@@ -658,10 +658,13 @@ def run_train(args) -> int:
 
     check_cluster_options(args)  # a usage error before anything is decided or written
     setup = take_run_dir(plan_train(args), args)
-    with contextlib.closing(CurveProcess()) as curve:  # imports matplotlib beside the run
+    with contextlib.closing(CurveProcess()) as curve:  # it imports matplotlib beside the run
+        if args.runner is None:  # every --runner rank gets here; the driver's starts it below
+            curve.start()
         algo_class = import_in_background(setup.algorithm)  # while the cluster starts
         embedded, workers = setup.checked.embedded_cluster(), workers_needed(setup.checked)
         engine = engine_from_args(args, embedded, run_dir=setup.out, workers=workers)
+        curve.start()  # under --runner, only the driver's rank returns here
         algo = build_algorithm(setup, algo_class, engine)  # closes the engine if it fails
         board = None
         try:

@@ -153,7 +153,8 @@ class CurveProcess:
     matplotlib: in a one-iteration ``hrl-tasks train``, that import was a fifth of the
     driver's CPU, and the driver is the busiest process. Usage::
 
-        curve = CurveProcess()  # early: it imports while the run goes on
+        curve = CurveProcess()
+        curve.start()  # early: it imports while the run goes on
         ...
         curve.draw("runs/x/metrics.jsonl", "runs/x/learning_curve.png", "ppo", "PPO")
 
@@ -162,13 +163,18 @@ class CurveProcess:
     TIMEOUT_S = 60.0
 
     def __init__(self):
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "hrl_tasks.plotting"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        """Start the process, if not yet started."""
+        if self.process is None:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "hrl_tasks.plotting"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
 
     def draw(
         self,
@@ -178,7 +184,8 @@ class CurveProcess:
         title: str = "",
         threshold: float | None = None,
     ) -> Path:
-        """`plot_run` with these arguments, by the process; returns ``path``."""
+        """`plot_run` with these arguments, by the process (started now if it was not);
+        returns ``path``."""
         request = {
             "metrics_path": str(metrics_path),
             "path": str(path),
@@ -186,6 +193,7 @@ class CurveProcess:
             "title": title,
             "threshold": threshold,
         }
+        self.start()
         try:
             self.process.communicate(json.dumps(request) + "\n", timeout=self.TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired):
@@ -196,7 +204,7 @@ class CurveProcess:
 
     def close(self) -> None:
         """End the process if it still runs (a run that ends without its curve)."""
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
 

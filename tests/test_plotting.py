@@ -48,7 +48,7 @@ def test_a_curve_process_draws_the_run_and_this_process_imports_no_matplotlib(tm
                             for i in range(1, 5)])  # fmt: skip
     code = (
         "import sys; from hrl_tasks.plotting import CurveProcess; "
-        f"curve = CurveProcess(); curve.draw({str(metrics)!r}, {str(tmp_path / 'c.png')!r}, "
+        f"curve = CurveProcess(); curve.start(); curve.draw({str(metrics)!r}, {str(tmp_path / 'c.png')!r}, "
         "'ppo', 'ppo on CartPole-v1', 450.0); "
         "print(curve.process.returncode, 'matplotlib' in sys.modules)"
     )
@@ -69,6 +69,7 @@ def test_if_the_curve_process_died_the_curve_is_drawn_here(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     write_metrics(metrics, [{"env_steps_sampled": 100, "episode_return_mean": 9.0}])
     curve = CurveProcess()
+    curve.start()
     curve.process.kill()
     curve.process.wait()
     assert curve.draw(metrics, tmp_path / "c.png", "ppo").stat().st_size > 1000
@@ -76,7 +77,9 @@ def test_if_the_curve_process_died_the_curve_is_drawn_here(tmp_path):
 
 
 def test_closing_an_unused_curve_process_ends_it():
+    CurveProcess().close()  # never started
     curve = CurveProcess()
+    curve.start()
     curve.close()
     assert curve.process.poll() is not None
     curve.close()  # twice is fine

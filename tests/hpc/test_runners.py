@@ -239,12 +239,18 @@ def test_under_mpirun_every_rank_takes_the_directory_the_scheduler_rank_chose(mp
 
 
 def is_rank(pid: int) -> bool:
-    """Whether ``pid`` is a Python process running hrl-tasks (not its launcher)."""
+    """Whether ``pid`` is a Python process running hrl-tasks (not its launcher, nor the
+    driver's curve process)."""
+    return python_running(pid, b"hrl_tasks.cli")
+
+
+def python_running(pid: int, module: bytes) -> bool:
+    """Whether ``pid`` is a Python process running ``module`` (``python -m module``)."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return "python" in Path(argv[0].decode()).name and any(b"hrl" in arg for arg in argv[1:3])
+    return "python" in Path(argv[0].decode()).name and module in argv[1:3]
 
 
 def assert_strangers_are_refused(address: str) -> None:
@@ -305,6 +311,9 @@ def test_under_mpirun_the_run_listens_on_one_interface_and_refuses_strangers(mpi
         assert_strangers_are_refused(first.split()[3])
         ranks = [p for p in processes_with("HRL_RUN_TAG", tag) if is_rank(p)]
         assert len(ranks) == 4
+        tagged = processes_with("HRL_RUN_TAG", tag)
+        curves = [p for p in tagged if python_running(p, b"hrl_tasks.plotting")]
+        assert len(curves) == 1  # the driver's rank draws; the others start none
         assert_nothing_listens_everywhere(ranks)
         assert not list(out.glob(".hrl-*")) and not list(tmp_path.glob(".hrl-*"))
     finally:
