@@ -239,18 +239,21 @@ def test_under_mpirun_every_rank_takes_the_directory_the_scheduler_rank_chose(mp
 
 
 def is_rank(pid: int) -> bool:
-    """Whether ``pid`` is a Python process running hrl-tasks (not its launcher, nor the
-    driver's curve process)."""
-    return python_running(pid, b"hrl_tasks.cli")
+    """Whether ``pid`` is a Python process running hrl-tasks, as ``python -m
+    hrl_tasks.cli`` or the ``hrl-tasks`` script (not its launcher, nor the driver's
+    curve process)."""
+    return python_running(pid, b"hrl_tasks.cli") or python_running(pid, b"hrl-tasks")
 
 
-def python_running(pid: int, module: bytes) -> bool:
-    """Whether ``pid`` is a Python process running ``module`` (``python -m module``)."""
+def python_running(pid: int, program: bytes) -> bool:
+    """Whether ``pid`` is a Python process running ``program``: a module
+    (``python -m program``) or a script of that name."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return "python" in Path(argv[0].decode()).name and module in argv[1:3]
+    scripts = [arg.rpartition(b"/")[2] for arg in argv[1:3]]
+    return "python" in Path(argv[0].decode()).name and program in scripts
 
 
 def assert_strangers_are_refused(address: str) -> None:

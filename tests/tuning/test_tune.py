@@ -388,7 +388,7 @@ def test_an_interrupted_search_from_the_command_line_resumes_without_rerunning_t
     import time
 
     argv = [sys.executable, "-m", "hrl_tasks.cli", "tune", "ppo", "--env", "CartPole-v1",
-            "--space", "lr=choice(0.001,0.002,0.003)", "--samples", "3", "--stop-iters", "4",
+            "--space", "lr=choice(0.001,0.002,0.003)", "--samples", "3", "--stop-iters", "40",
             "--max-concurrent", "1", "--set", "num_workers=1", "--set", "train_batch_size=64",
             "--out", str(tmp_path)]  # fmt: skip
     run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -396,8 +396,10 @@ def test_an_interrupted_search_from_the_command_line_resumes_without_rerunning_t
     trials_json = tmp_path / "trials.json"
     deadline = time.monotonic() + 150
     finished = set()
+    # Each trial's 40 iterations take well over the poll and the Ctrl-C's way (at 4,
+    # all three trials had sometimes ended before the Ctrl-C reached the search).
     while not finished and time.monotonic() < deadline and run.poll() is None:
-        time.sleep(0.2)
+        time.sleep(0.05)
         try:
             finished = {t["trial_id"] for t in json.loads(trials_json.read_text())
                         if t["status"] == "TERMINATED"}  # fmt: skip
