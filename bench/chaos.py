@@ -405,11 +405,13 @@ def cell(run: Run, fault: str | None, seed: int, baseline: dict | None, args) ->
     steps_cap = run.budget_steps and int(stretch * run.budget_steps)
     wall_cap = stretch * (run.budget_s or args.max_minutes * 60) + fault_s
     faults = Faults(engine, schedule, cluster)
-    os.makedirs(args.out, exist_ok=True)  # a fresh directory: its trials' lines are counted
-    search_out = tempfile.mkdtemp(prefix=f"search-{fault or 'none'}-{seed}-", dir=args.out)
-    algo = (SearchAsAlgorithm(engine, seed, search_out,
-                              lambda ends: len(ends) == 2 and schedule and faults.start())
-            if run.algorithm == "search" else run.build(engine, seed))  # fmt: skip
+    if run.algorithm == "search":  # a fresh directory: its trials' lines are counted
+        os.makedirs(args.out, exist_ok=True)
+        search_out = tempfile.mkdtemp(prefix=f"search-{fault or 'none'}-{seed}-", dir=args.out)
+        algo = SearchAsAlgorithm(engine, seed, search_out,
+                                 lambda ends: len(ends) == 2 and schedule and faults.start())  # fmt: skip
+    else:
+        algo = run.build(engine, seed)
     group = getattr(getattr(algo, "workers", None), "learner_group", None)
     if hasattr(group, "handle"):  # a learner in a process of its own
         faults.learner = lambda: group.handle.address
@@ -499,9 +501,20 @@ def main() -> None:
     parser.add_argument(
         "--max-minutes", type=float, default=30.0, help="a run's cap without a baseline"
     )
-    parser.add_argument("--out", default="runs/bench-chaos")
-    parser.add_argument("--table", type=Path, help="print the cells of this JSONL file as a table")
+    parser.add_argument(
+        "--out", default="runs/bench-chaos",
+        help="where the search cells' trials write (each cell's JSON line goes to stdout)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--table", type=Path,
+        help="print the cells of this JSONL file (this script's stdout, kept) as a table",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.table and not args.table.is_file():
+        parser.error(
+            f"--table {args.table}: not a file; give the JSON lines this script printed, "
+            "e.g. python bench/chaos.py ... > cells.jsonl, then --table cells.jsonl"
+        )
     if args.table:
         print(table([json.loads(line) for line in args.table.read_text().splitlines() if line]))
         return
