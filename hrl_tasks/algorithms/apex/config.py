@@ -5,7 +5,7 @@ from typing import ClassVar
 
 from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.algorithms.dqn.config import DQNConfig
-from hrl_tasks.algorithms.sharded_replay import ShardedReplayConfig
+from hrl_tasks.algorithms.sharded_replay import ShardedReplayConfig, with_shard_processes
 
 
 @dataclass
@@ -32,11 +32,9 @@ class ApeXConfig(DQNConfig, ShardedReplayConfig):
         "num_replay_shards": ">= 1",
     }
 
-    # A replay shard shares a worker process with a rollout worker; with one thread
-    # its calls queued behind sampling and the learner got about 30 batches/s. The
-    # shards are spread over the processes: packed into one, they left that process
-    # with 8.6 CPU-s against 4.9 in 15 s, and sampling about a sixth slower.
-    embedded_threads_per_worker: ClassVar[int] = 2
+    def embedded_cluster(self) -> dict[str, int]:
+        """A process per rollout worker and one per replay shard (`with_shard_processes`)."""
+        return with_shard_processes(super().embedded_cluster(), self.num_replay_shards)
 
     def check(self) -> None:
         AlgorithmConfig.check(self)  # not DQN's: train_steps_per_round is not Ape-X's pace
