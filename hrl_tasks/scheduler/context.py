@@ -182,7 +182,12 @@ def _lent_slot(ctx: TaskContext):
         yield
         return
     if ctx.on_wait is not None:  # first: the slot it lends goes to someone who counts it
-        ctx.on_wait(True)
+        try:
+            ctx.on_wait(True)  # raises if too many wait on this worker already
+        except BaseException:
+            with ctx.lock:
+                ctx.lent = False
+            raise
     ctx.slots.lend()
     try:
         yield

@@ -9,15 +9,24 @@ runs on the engine's event loop.
 from __future__ import annotations
 
 import asyncio
+import collections
+import hashlib
 import itertools
 import logging
 from collections.abc import Callable
+
+import cloudpickle
 
 from hrl_tasks.scheduler import dask_compat, wire
 from hrl_tasks.scheduler.task_service import TASKS_HANDLER, write_batches
 
 logger = logging.getLogger(__name__)
 CONNECT_S = 5.0  # to open a worker's stream; a worker that does not answer is treated as lost
+FUNCTIONS_KEPT = 1024
+"""Functions a stream's two ends keep for tasks that name them again. A task's function
+is known by the object (the same function again costs a lookup) or, for a new object
+such as a lambda made per call, by its pickle's content (equal ones are sent once);
+past this many, the least recently used is forgotten on both ends."""
 
 
 class TaskChannel:
@@ -42,7 +51,7 @@ class TaskChannel:
         self.on_answers = on_answers
         self.on_closed = on_closed
         self.stream = None  # a `wire` stream, once open
-        self.functions: dict[int, tuple[int, object]] = {}  # id(fn) -> (fn id, fn)
+        self.functions = FunctionCache(FUNCTIONS_KEPT)
         self.outbox: list = []
         self.wake = asyncio.Event()
         self.in_flight: set[str] = set()
@@ -74,13 +83,16 @@ class TaskChannel:
         if self.closed:
             self.on_closed(self.address, (key,))
             return
-        known = self.functions.get(id(fn))
-        if known is None or known[1] is not fn:
-            known = (next(self.fn_ids), fn)
-            self.functions[id(fn)] = known
-            self._send(("fn", known[0], fn))
+        fn_id = self.functions.of(fn)
+        if fn_id is None:
+            fn_id, forgotten = self.functions.add(fn, next(self.fn_ids))
+            for old in forgotten:
+                self._send(("forget-fn", old))
+            if fn_id not in self.functions.sent:
+                self.functions.sent.add(fn_id)
+                self._send(("fn", fn_id, fn))
         self.in_flight.add(key)
-        self._send(("run", key, spec, known[0], args, kwargs))
+        self._send(("run", key, spec, fn_id, args, kwargs))
 
     def call(self, key: str, spec: dict, call: tuple) -> None:
         """Send one direct call to a stateful object living on the worker."""
@@ -126,7 +138,7 @@ class TaskChannel:
     def _unpicklable(self, message, exc: Exception) -> None:
         """A task whose function or arguments do not pickle fails with that, unsent."""
         if message[0] == "fn":  # the tasks that name it fail as they come
-            self.functions = {k: v for k, v in self.functions.items() if v[0] != message[1]}
+            self.functions.forget(message[1])
             self.broken[message[1]] = exc
             return
         if message[0] == "value":  # a put Dask could send: its tasks find it missing
@@ -167,3 +179,73 @@ class TaskChannel:
     def close(self) -> None:
         """Close the stream; the tasks in flight are reported as on a broken stream."""
         self._close()
+
+
+class FunctionCache:
+    """The functions one stream has sent, bounded: the least recently used goes first.
+
+    A function is known by the object (its ``id``; the object is kept, so that the id
+    is not reused meanwhile) and by the digest of its pickle, so that a new but equal
+    function (a lambda made per call) takes the id of the one sent before. ``sent``
+    holds the ids the worker has. Pure: the channel sends what it says.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.by_object: collections.OrderedDict[int, tuple[int, bytes, object]] = (
+            collections.OrderedDict()
+        )  # id(fn) -> (fn id, digest, fn)
+        self.by_content: collections.OrderedDict[bytes, int] = collections.OrderedDict()
+        self.objects_of: dict[int, set[int]] = {}  # fn id -> ids of the objects naming it
+        self.sent: set[int] = set()
+
+    def of(self, fn) -> int | None:
+        """The id of ``fn`` if this very object was added (and is still kept)."""
+        known = self.by_object.get(id(fn))
+        if known is None or known[2] is not fn:
+            return None
+        self.by_object.move_to_end(id(fn))
+        self.by_content.move_to_end(known[1])
+        return known[0]
+
+    def add(self, fn, new_id: int) -> tuple[int, list[int]]:
+        """``fn``'s id (that of an equal function added before, else ``new_id``) and
+        the ids forgotten to stay within the limit that the worker holds (it is to
+        forget them too). A function that does not pickle gets ``new_id`` (sending it
+        fails as it did)."""
+        try:
+            digest = hashlib.blake2b(cloudpickle.dumps(fn), digest_size=16).digest()
+        except Exception:
+            digest = b"unpicklable %d" % new_id
+        fn_id = self.by_content.setdefault(digest, new_id)
+        self.by_content.move_to_end(digest)
+        stale = self.by_object.pop(id(fn), None)
+        if stale is not None:  # an older object with the same id, gone since
+            self.objects_of.get(stale[0], set()).discard(id(fn))
+        self.by_object[id(fn)] = (fn_id, digest, fn)
+        self.objects_of.setdefault(fn_id, set()).add(id(fn))
+        forgotten = []
+        while len(self.by_content) > self.limit:
+            _, old = self.by_content.popitem(last=False)
+            self._drop_objects(old)
+            if old in self.sent:
+                self.sent.discard(old)
+                forgotten.append(old)
+        while len(self.by_object) > self.limit:  # many objects of one content
+            object_id, (old, _, _) = self.by_object.popitem(last=False)
+            self.objects_of.get(old, set()).discard(object_id)
+        return fn_id, forgotten
+
+    def forget(self, fn_id: int) -> None:
+        """``fn_id`` is gone (it did not pickle): nothing names it any more."""
+        for digest in [d for d, i in self.by_content.items() if i == fn_id]:
+            del self.by_content[digest]
+        self._drop_objects(fn_id)
+        self.sent.discard(fn_id)
+
+    def _drop_objects(self, fn_id: int) -> None:
+        for object_id in self.objects_of.pop(fn_id, ()):
+            self.by_object.pop(object_id, None)
+
+    def __len__(self) -> int:
+        return len(self.by_content)

@@ -5,6 +5,8 @@ An engine opens one stream to each worker it sends tasks to (the
 answers on the same stream as tasks end. Messages, engine to worker:
 
 - ``("fn", fn_id, fn)``: a function, sent once per stream; tasks name it by id;
+- ``("forget-fn", fn_id)``: no task names it any more (the engine keeps at most
+  ``task_channel.FUNCTIONS_KEPT`` on a stream, and so does the worker);
 - ``("run", key, spec, fn_id, args, kwargs)``: run one attempt;
 - ``("cancel", key)``: drop it if it has not started (a running one runs on,
   out of its slot, and its end is not answered);
@@ -12,7 +14,9 @@ answers on the same stream as tasks end. Messages, engine to worker:
   stream before the first task that takes it; those tasks name it by a
   ``KeptInput`` of this worker, and it is kept here until released or until
   the stream ends;
-- ``("release", key)``: forget a result (or a put's value) kept here;
+- ``("release", key)``: forget a result (or a put's value) kept here; the results
+  a stream's tasks left here are forgotten ``KEPT_GRACE_S`` after the stream ends
+  (its engine gone: a crashed driver leaks nothing for longer);
 - ``("call", key, spec, call)``: a direct call to a stateful object living here
   (``call`` as :func:`~hrl_tasks.scheduler.worker_objects.run_call` takes it); it
   runs in the object's threads, not in a slot, and its answer is a ``"done"``
@@ -64,6 +68,22 @@ MAX_BATCH = 1000  # messages per write: the first of a long burst leaves without
 # While more of a stream's tasks wait to run, answers wait up to this long to go together
 # (one message per task cost most of a short task's time); a last task's answer goes at once.
 ANSWER_BATCH_S = 0.002
+KEPT_GRACE_S = 120.0
+"""How long the results a stream's tasks left here outlive the stream: peers may still
+fetch them meanwhile (a task of another engine's stream that names one)."""
+POOL_THREADS = 1024  # threads for the tasks of every stream: slots plus waiting parents
+
+
+class TooManyWaitingError(RuntimeError):
+    """A task would wait for others while so many already wait on its worker that no
+    thread would be left to run the tasks they wait for."""
+
+
+def may_wait(waiting: int, slots: int, threads: int = POOL_THREADS) -> bool:
+    """Whether one more task may wait for others (lending its slot) when ``waiting``
+    already do: each waiting task holds a pool thread, and the ``slots`` running tasks
+    need theirs. Pure."""
+    return waiting + 1 + slots <= threads
 
 
 def picklable(messages: list) -> tuple[list, list]:
@@ -211,7 +231,10 @@ class TaskStream:
         self.lock = threading.Lock()  # the queue: filled on the event loop, run in threads
         self.order: collections.deque[str] = collections.deque()
         self.items: dict[str, tuple] = {}  # key -> (spec, fn, args, kwargs), not started
-        self.cancelled: set[str] = set()
+        self.cancelled: set[str] = set()  # running or fetching: their answers go unsent
+        self.active: set[str] = set()  # taken by a runner, until its answer is posted
+        self.fetching: set[str] = set()  # waiting for kept inputs, not queued yet
+        self.results: set[str] = set()  # keys of the results this stream's tasks kept here
         self.puts: set[str] = set()  # keys of the put values this stream's engine sent
         self.outbox: list = []
         self.wake = asyncio.Event()
@@ -242,6 +265,7 @@ class TaskStream:
                 self.items.clear()
             for key in self.puts:  # the engine's puts go with it
                 self.service.kept.pop(key, None)
+            self.service.forget_later(self.results)  # its results, after a grace
             writer.cancel()
 
     def _queue(self, key: str, item: tuple) -> None:
@@ -261,17 +285,21 @@ class TaskStream:
                 self._send(("done", key, "error", LookupError(f"no function {fn_id}"), None))
                 return
             if has_kept((args, kwargs)):  # queued once its inputs are here
+                self.fetching.add(key)
                 asyncio.ensure_future(self._fetch_inputs(key, spec, fn, args, kwargs))
             else:
                 self._queue(key, (spec, fn, args, kwargs))
         elif kind == "fn":
             self.functions[message[1]] = message[2]
+        elif kind == "forget-fn":
+            self.functions.pop(message[1], None)
         elif kind == "cancel":
             with self.lock:
                 dropped = self.items.pop(message[1], None)
+                running = message[1] in self.active
             if dropped is not None:
                 self._send(("done", message[1], "cancelled", None, None))
-            else:
+            elif running or message[1] in self.fetching:  # else its answer has left
                 self.cancelled.add(message[1])
                 with self.lock:  # its runner no longer counts (it ends without a slot,
                     if self.service.detach(message[1]):  # see _runner): the freed slot
@@ -283,6 +311,7 @@ class TaskStream:
         elif kind == "release":
             self.service.kept.pop(message[1], None)
             self.puts.discard(message[1])
+            self.results.discard(message[1])
         elif kind == "call":
             asyncio.ensure_future(self._call(*message[1:]))
 
@@ -299,8 +328,11 @@ class TaskStream:
         try:
             args, kwargs = await resolve_kept(self.service, (args, kwargs))
         except InputGone as exc:
+            self.cancelled.discard(key)
             self._send(("done", key, "input-lost", str(exc), None))
             return
+        finally:
+            self.fetching.discard(key)
         if key in self.cancelled:
             self.cancelled.discard(key)
             self._send(("done", key, "cancelled", None, None))
@@ -328,6 +360,7 @@ class TaskStream:
                 key = self.order.popleft()
                 item = self.items.pop(key, None)
                 if item is not None:
+                    self.active.add(key)
                     return (key, *item)
         return None
 
@@ -369,6 +402,7 @@ class TaskStream:
             size = sizeof(value)
             if size >= service.keep_from:
                 service.kept[key] = value
+                self.results.add(key)
                 out = ("done", key, "kept", size, ctx.elapsed)
             else:
                 out = ("done", key, "OK", value, ctx.elapsed)
@@ -386,6 +420,7 @@ class TaskStream:
         """A task of this stream lends its slot to wait for others, or goes on: its
         runner does not count meanwhile (another may take the slot), and its engine
         is told."""
+        self.service.count_waiting(+1 if waiting else -1)  # raises if one too many
         with self.lock:
             self.runners += -1 if waiting else 1
         self._answer(("waiting" if waiting else "resumed", key, None, None, None))
@@ -401,9 +436,15 @@ class TaskStream:
         with self.done_lock:
             done, self.done, self.posted = self.done, [], False
         for out in done:
+            if out[0] == "done":
+                with self.lock:
+                    self.active.discard(out[1])
             if out[1] in self.cancelled:
                 if out[0] == "done":
                     self.cancelled.discard(out[1])
+                    if out[2] == "kept":  # nobody will ask for it
+                        self.service.kept.pop(out[1], None)
+                        self.results.discard(out[1])
                 continue
             self.outbox.append(out)
         if not self.items:
@@ -444,7 +485,39 @@ class TaskService:
         # Direct calls' runner, `worker_objects.run_call`, set when an object is made here.
         self.run_call = None
         # Threads for tasks: as many as hold slots plus those waiting on children.
-        self.pool = cf.ThreadPoolExecutor(1024, thread_name_prefix="hrl-task")
+        self.pool = cf.ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="hrl-task")
+        self.threads = POOL_THREADS
+        self.waiting = 0  # tasks of every stream waiting for others, each holding a thread
+        self.waiting_lock = threading.Lock()
+        self.kept_grace_s = KEPT_GRACE_S
+
+    def count_waiting(self, change: int) -> None:
+        """One more task waits for others (+1), or one goes on (-1); a wait that would
+        leave no thread for the tasks waited for raises instead (`may_wait`)."""
+        with self.waiting_lock:
+            if change > 0 and not may_wait(self.waiting, self.slots.limit, self.threads):
+                raise TooManyWaitingError(
+                    f"{self.waiting:,} tasks already wait for other tasks on worker "
+                    f"{self.runtime.worker.address}, each holding one of its {self.threads:,} "
+                    "threads: one more would leave none for the tasks they wait for. Let "
+                    "fewer tasks wait at once (a parent that gathers its children, rather "
+                    "than a task per child that waits for its own), or spread them over "
+                    "more workers."
+                )
+            self.waiting += change
+
+    def forget_later(self, keys: set[str]) -> None:
+        """Results of a stream that ended: forgotten ``kept_grace_s`` from now (on the
+        event loop), unless released before."""
+        if not keys:
+            return
+        keys = set(keys)
+
+        def forget():
+            for key in keys:
+                self.kept.pop(key, None)
+
+        asyncio.get_running_loop().call_later(self.kept_grace_s, forget)
 
     async def serve_stream(self, comm, plain: bool = False) -> None:
         """An engine's stream: it asks whether to take the socket over (``plain``); the
