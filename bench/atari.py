@@ -33,7 +33,7 @@ import torch
 
 from hrl_tasks.algorithms import ALGORITHMS
 from hrl_tasks.data import encode
-from hrl_tasks.policies import IMPALAConfig, IMPALAPolicy
+from hrl_tasks.policies import IMPALAPolicy, IMPALAPolicyConfig
 from hrl_tasks.rollout import RolloutWorker, make_env
 
 ENV = "ALE/Breakout-v5"
@@ -64,7 +64,7 @@ def cnn_policy() -> IMPALAPolicy:
     env = make_env(ENV)
     spaces = env.single_observation_space, env.single_action_space
     env.close()
-    return IMPALAPolicy(*spaces, IMPALAConfig(hidden=(), seed=0))
+    return IMPALAPolicy(*spaces, IMPALAPolicyConfig(hidden=(), seed=0))
 
 
 def plain_loop(seconds: float) -> float:

@@ -33,7 +33,7 @@ from hrl_tasks.algorithms.checkpoint import (  # noqa: E402
     read_checkpoint,
     write_checkpoint,
 )
-from hrl_tasks.policies import PPOConfig, PPOPolicy  # noqa: E402
+from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig  # noqa: E402
 from tests.algorithms.test_config_fuzz import (  # noqa: E402
     assert_passes_every_check,
     config_dicts,
@@ -76,7 +76,7 @@ def fuzz_configs(name: str, examples: int) -> dict:
 
 
 def fuzz_checkpoints(examples: int) -> dict:
-    policy = PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), PPOConfig(seed=0))
+    policy = PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), PPOPolicyConfig(seed=0))
     state = {"format": FORMAT, "algorithm": "ppo", "policy": policy.get_state(), "iteration": 7}
     folder = Path(tempfile.mkdtemp())
     data = write_checkpoint(folder / "good.hrl", state).read_bytes()

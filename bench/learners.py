@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.sac import SACConfig, SACPolicy
+from hrl_tasks.policies.sac import SACPolicy, SACPolicyConfig
 
 OBS, ACTIONS, BATCH = 17, 6, 256  # HalfCheetah-v5
 
@@ -52,7 +52,9 @@ def batch(rng) -> SampleBatch:
 
 def ours(updates: int) -> tuple[float, SACPolicy]:
     space = gym.spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
-    policy = SACPolicy(space, gym.spaces.Box(-1, 1, (ACTIONS,), np.float32), SACConfig(seed=0))
+    policy = SACPolicy(
+        space, gym.spaces.Box(-1, 1, (ACTIONS,), np.float32), SACPolicyConfig(seed=0)
+    )
     rows = batch(np.random.default_rng(0))
     for _ in range(10):
         policy.learn_on_batch(rows)
@@ -99,11 +101,11 @@ def profile(policy: SACPolicy, updates: int) -> dict:
 
 def nature_cnn_case(rng):
     """IMPALA on Atari frames: (4, 84, 84) uint8, 6 actions, 16 fragments of 32 steps."""
-    from hrl_tasks.policies import IMPALAConfig, IMPALAPolicy
+    from hrl_tasks.policies import IMPALAPolicy, IMPALAPolicyConfig
 
     space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     policy = IMPALAPolicy(space, gym.spaces.Discrete(6),
-                          IMPALAConfig(seed=0, hidden=(), rollout_fragment_length=32))  # fmt: skip
+                          IMPALAPolicyConfig(seed=0, hidden=(), rollout_fragment_length=32))  # fmt: skip
     n = 16 * 32
     rows = SampleBatch({
         "obs": rng.integers(0, 256, (n, 4, 84, 84), dtype=np.uint8),
@@ -117,7 +119,9 @@ def nature_cnn_case(rng):
 
 def sac_case(rng):
     space = gym.spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
-    policy = SACPolicy(space, gym.spaces.Box(-1, 1, (ACTIONS,), np.float32), SACConfig(seed=0))
+    policy = SACPolicy(
+        space, gym.spaces.Box(-1, 1, (ACTIONS,), np.float32), SACPolicyConfig(seed=0)
+    )
     return policy, batch(rng)
 
 

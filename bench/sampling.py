@@ -40,7 +40,7 @@ import torch
 import hrl_tasks as hrl
 from hrl_tasks.data import encode
 from hrl_tasks.flow import FlowContext, ParallelRollouts
-from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.rollout import RolloutWorker, WorkerSet
 
 ENVS = 8
@@ -51,7 +51,9 @@ SMALL_FRAGMENT = 256  # 2048 env steps per call (--small-fragment)
 def make_policy(numpy: bool = False):
     """The 64x64 PPO policy, or its numpy inference copy (what the algorithms' workers use)."""
     env = gym.make("CartPole-v1")
-    policy = PPOPolicy(env.observation_space, env.action_space, PPOConfig(hidden=(64, 64), seed=0))
+    policy = PPOPolicy(
+        env.observation_space, env.action_space, PPOPolicyConfig(hidden=(64, 64), seed=0)
+    )
     return policy.inference_copy() if numpy else policy
 
 

@@ -49,7 +49,7 @@ import numpy as np
 import psutil
 
 import hrl_tasks as hrl
-from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.rollout import WorkerSet
 
 FRAGMENT = 50  # steps per sample call (one env per worker)
@@ -113,7 +113,7 @@ def measure(
     engine, n, iterations, sleep_s, scheduler_pid, sent: SocketBytes, separate_sync: bool
 ) -> dict:
     policy = PPOPolicy(SleepEnv.observation_space, SleepEnv.action_space,
-                       PPOConfig(hidden=(256, 256), seed=0))  # fmt: skip
+                       PPOPolicyConfig(hidden=(256, 256), seed=0))  # fmt: skip
     workers = WorkerSet(engine, sleep_env(sleep_s), policy, n, 1, FRAGMENT, seed=0,
                         remote_policy=policy.inference_copy(), direct_calls=True)  # fmt: skip
     me = threading.get_native_id()

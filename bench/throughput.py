@@ -69,11 +69,13 @@ def baseline_policy(kind: str):
         return make_policy(numpy=True)
     import gymnasium as gym
 
-    from hrl_tasks.policies import DQNConfig, DQNPolicy
+    from hrl_tasks.policies import DQNPolicy, DQNPolicyConfig
 
     env = gym.make(ENV)
     return DQNPolicy(
-        env.observation_space, env.action_space, DQNConfig(hidden=(64, 64), seed=0, epsilon=0.1)
+        env.observation_space,
+        env.action_space,
+        DQNPolicyConfig(hidden=(64, 64), seed=0, epsilon=0.1),
     )
 
 

@@ -16,16 +16,16 @@ _MODULES = {
     "actor_critic": ("ActorCriticPolicy",),
     "appo": ("APPOPolicy",),
     "configs": (
-        "APPOConfig",
-        "CQLConfig",
-        "DQNConfig",
-        "ESConfig",
-        "IMPALAConfig",
-        "MARWILConfig",
-        "PGConfig",
-        "PPOConfig",
-        "SACConfig",
-        "TD3Config",
+        "APPOPolicyConfig",
+        "CQLPolicyConfig",
+        "DQNPolicyConfig",
+        "ESPolicyConfig",
+        "IMPALAPolicyConfig",
+        "MARWILPolicyConfig",
+        "PGPolicyConfig",
+        "PPOPolicyConfig",
+        "SACPolicyConfig",
+        "TD3PolicyConfig",
     ),
     "distributions": (
         "ActionDistribution",
@@ -59,6 +59,20 @@ _MODULES = {
     "spaces": ("UnsupportedSpaceError",),
     "torch_policy": ("TorchPolicy",),
 }
-__getattr__, __dir__ = lazy_names(__name__, _MODULES)
+_lazy_name, __dir__ = lazy_names(__name__, _MODULES)
+
+
+def __getattr__(name: str):
+    """A name of `_MODULES`, imported on first use; an old config name (`configs.renamed`)."""
+    try:
+        return _lazy_name(name)
+    except AttributeError:
+        from hrl_tasks.policies.configs import OLD_NAMES, renamed
+
+        if name not in OLD_NAMES:
+            raise
+        renamed(__name__, name)  # warns
+        return _lazy_name(OLD_NAMES[name])
+
 
 __all__ = sorted(name for names in _MODULES.values() for name in names)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.configs import APPOConfig
+from hrl_tasks.policies.configs import APPOPolicyConfig, renamed
 from hrl_tasks.policies.impala import IMPALAPolicy
 from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
 from hrl_tasks.policies.torch_utils import Info
@@ -31,16 +31,16 @@ class APPOPolicy(IMPALAPolicy):
 
     Usage::
 
-        policy = APPOPolicy(obs_space, act_space, APPOConfig(rollout_fragment_length=32))
+        policy = APPOPolicy(obs_space, act_space, APPOPolicyConfig(rollout_fragment_length=32))
         info = policy.learn_on_batch(batch)  # num_sgd_iter steps on whole fragments
 
     Args:
         observation_space: A Box space.
         action_space: Discrete or 1-D Box.
-        config: An `APPOConfig`; None uses the defaults.
+        config: An `APPOPolicyConfig`; None uses the defaults.
     """
 
-    config_class = APPOConfig
+    config_class = APPOPolicyConfig
 
     def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         """Terms ``loss_policy``, ``loss_value``, ``loss_entropy``; diagnostics ``entropy``,
@@ -80,3 +80,7 @@ class APPOPolicy(IMPALAPolicy):
             name: float(torch.stack([s[name].detach() for s in steps]).mean()) for name in steps[0]
         }
         return {**means, "num_sgd_steps": float(len(steps))}
+
+
+def __getattr__(name: str):  # the config's old name, APPOConfig
+    return renamed(__name__, name, ("APPOConfig",))

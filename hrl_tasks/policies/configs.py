@@ -1,16 +1,21 @@
 """The policies' config dataclasses, with no torch: an algorithm's config (and so
 ``hrl-tasks train``'s check of it) reads them without importing the policies, whose
 modules import torch. Each policy module offers its own config under the same name.
+
+Each is ``<Kind>PolicyConfig``: ``<Kind>Config`` is the algorithm's
+(``hrl_tasks.algorithms``). The old names, which these classes had too, still
+resolve, with a ``DeprecationWarning`` (`renamed`).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
 
 @dataclass
-class PGConfig:
+class PGPolicyConfig:
     """Config of `PGPolicy`; defaults are A2C's (advantages from a learned critic)."""
 
     lr: float = 7e-4
@@ -51,7 +56,7 @@ class PGConfig:
 
 
 @dataclass
-class PPOConfig:
+class PPOPolicyConfig:
     """Config of `PPOPolicy`; defaults are CleanRL's."""
 
     lr: float = 2.5e-4
@@ -118,7 +123,7 @@ class PPOConfig:
 
 
 @dataclass
-class IMPALAConfig:
+class IMPALAPolicyConfig:
     """Config of `IMPALAPolicy`; defaults follow the paper and RLlib (Adam instead of RMSProp)."""
 
     lr: float = 5e-4
@@ -164,7 +169,7 @@ class IMPALAConfig:
 
 
 @dataclass
-class APPOConfig(IMPALAConfig):
+class APPOPolicyConfig(IMPALAPolicyConfig):
     """Config of `APPOPolicy`: IMPALA's keys, the clip range and the passes per batch."""
 
     clip: float = 0.2
@@ -178,7 +183,7 @@ class APPOConfig(IMPALAConfig):
 
 
 @dataclass
-class DQNConfig:
+class DQNPolicyConfig:
     """Config of `DQNPolicy`; defaults follow CleanRL's dqn.py with double Q and dueling on."""
 
     lr: float = 2.5e-4
@@ -220,7 +225,7 @@ class DQNConfig:
 
 
 @dataclass
-class SACConfig:
+class SACPolicyConfig:
     """Config of `SACPolicy`."""
 
     lr: float = 3e-4
@@ -262,7 +267,7 @@ class SACConfig:
 
 
 @dataclass
-class TD3Config:
+class TD3PolicyConfig:
     """Config of `TD3Policy`."""
 
     lr: float = 1e-3
@@ -307,7 +312,7 @@ class TD3Config:
 
 
 @dataclass
-class CQLConfig(SACConfig):
+class CQLPolicyConfig(SACPolicyConfig):
     """Config of `CQLPolicy`: SAC's keys and the conservative term's."""
 
     min_q_weight: float = 5.0
@@ -318,7 +323,7 @@ class CQLConfig(SACConfig):
     """Temperature of the logsumexp."""
 
     BOUNDS: ClassVar[dict[str, str]] = {
-        **SACConfig.BOUNDS,
+        **SACPolicyConfig.BOUNDS,
         "min_q_weight": ">= 0",
         "num_actions": ">= 1",
         "cql_temperature": "> 0",
@@ -326,7 +331,7 @@ class CQLConfig(SACConfig):
 
 
 @dataclass
-class MARWILConfig:
+class MARWILPolicyConfig:
     """Config of `MARWILPolicy`; the defaults are RLlib's MARWIL."""
 
     lr: float = 1e-4
@@ -363,7 +368,7 @@ class MARWILConfig:
 
 
 @dataclass
-class ESConfig:
+class ESPolicyConfig:
     """Config of `ESPolicy`; defaults are OpenAI's evolution-strategies-starter's."""
 
     lr: float = 0.01
@@ -389,3 +394,29 @@ class ESConfig:
     }
     """Each numeric key's range (None, where a key allows it, is always valid), checked
     by the algorithm configs and by ``hrl_tasks.algorithms.config.check_bounds``."""
+
+
+OLD_NAMES = {
+    f"{kind}Config": f"{kind}PolicyConfig"
+    for kind in ("APPO", "CQL", "DQN", "ES", "IMPALA", "MARWIL", "PG", "PPO", "SAC", "TD3")
+}
+"""The policies' configs' names until 2026-12, each then also an algorithm's config."""
+
+
+def renamed(module: str, name: str, names=tuple(OLD_NAMES)):
+    """A module's ``__getattr__`` for the old names in ``names``: the renamed class,
+    with a ``DeprecationWarning``; AttributeError for any other name."""
+    if name not in names:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    new = OLD_NAMES[name]
+    warnings.warn(
+        f"{module}.{name} is now {module}.{new}: {name} is the algorithm's config "
+        f"(hrl_tasks.algorithms); the old name goes in a later release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return globals()[new]
+
+
+def __getattr__(name: str):
+    return renamed(__name__, name)

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from hrl_tasks.policies.configs import CQLConfig
+from hrl_tasks.policies.configs import CQLPolicyConfig, renamed
 from hrl_tasks.policies.losses import cql_penalty
 from hrl_tasks.policies.sac import SACPolicy
 
@@ -22,7 +22,7 @@ from hrl_tasks.policies.sac import SACPolicy
 class CQLPolicy(SACPolicy):
     """SAC with CQL's conservative term on both critics (``loss_cql`` in the terms)."""
 
-    config_class = CQLConfig
+    config_class = CQLPolicyConfig
 
     def _box_loss(self, cols):
         terms = super()._box_loss(cols)
@@ -64,3 +64,7 @@ class CQLPolicy(SACPolicy):
         loss_cql = self.config.min_q_weight * penalty
         return {**terms, "loss_cql": loss_cql, "total": terms["total"] + loss_cql,
                 "cql_penalty": penalty.detach()}  # fmt: skip
+
+
+def __getattr__(name: str):  # the config's old name, CQLConfig
+    return renamed(__name__, name, ("CQLConfig",))

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.configs import DQNConfig
+from hrl_tasks.policies.configs import DQNPolicyConfig, renamed
 from hrl_tasks.policies.estimators import td_target_dqn
 from hrl_tasks.policies.models import QNetwork, make_encoder
 from hrl_tasks.policies.numpy_q import NumpyQNetwork, checked_epsilon
@@ -51,7 +51,7 @@ class DQNPolicy(TorchPolicy):
 
     Usage::
 
-        policy = DQNPolicy(obs_space, Discrete(n), DQNConfig(seed=0))
+        policy = DQNPolicy(obs_space, Discrete(n), DQNPolicyConfig(seed=0))
         policy.set_epsilon(0.1); actions, _ = policy.compute_actions(obs)
         info = policy.learn_on_batch(replay.sample(32))
         replay.update_priorities(batch["batch_indexes"], np.abs(info["td_error"]))
@@ -60,14 +60,14 @@ class DQNPolicy(TorchPolicy):
     Args:
         observation_space: A Box space.
         action_space: A Discrete space.
-        config: A `DQNConfig`; None uses the defaults.
+        config: A `DQNPolicyConfig`; None uses the defaults.
 
     Raises:
         TypeError: If the action space is not Discrete.
         ValueError: If epsilon or n_step is out of range.
     """
 
-    config_class = DQNConfig
+    config_class = DQNPolicyConfig
 
     def validate(self) -> None:
         """Raises for an action space other than Discrete from 0, or ``n_step < 1``."""
@@ -210,3 +210,7 @@ class DQNPolicy(TorchPolicy):
         load_module_weights(self.target_model, state["target_weights"])
         self.set_epsilon(state["epsilon"])
         self.num_target_updates = int(state["num_target_updates"])
+
+
+def __getattr__(name: str):  # the config's old name, DQNConfig
+    return renamed(__name__, name, ("DQNConfig",))

@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.configs import ESConfig
+from hrl_tasks.policies.configs import ESPolicyConfig, renamed
 from hrl_tasks.policies.distributions import make_action_dist
 from hrl_tasks.policies.models import MLP, make_encoder
 from hrl_tasks.policies.torch_policy import TorchPolicy
@@ -71,10 +71,10 @@ class ESPolicy(TorchPolicy):
     Args:
         observation_space: A Box space.
         action_space: Discrete or 1-D Box.
-        config: An `ESConfig`; None uses the defaults.
+        config: An `ESPolicyConfig`; None uses the defaults.
     """
 
-    config_class = ESConfig
+    config_class = ESPolicyConfig
 
     def make_model(self) -> nn.Module:
         encoder, feature_dim = make_encoder(self.observation_space)
@@ -147,3 +147,7 @@ class ESPolicy(TorchPolicy):
             "return_mean": torch.tensor(float(returns.mean())),
             "return_max": torch.tensor(float(returns.max())),
         }
+
+
+def __getattr__(name: str):  # the config's old name, ESConfig
+    return renamed(__name__, name, ("ESConfig",))

@@ -12,7 +12,7 @@ import torch
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy
-from hrl_tasks.policies.configs import IMPALAConfig
+from hrl_tasks.policies.configs import IMPALAPolicyConfig, renamed
 from hrl_tasks.policies.estimators import vtrace
 from hrl_tasks.policies.losses import entropy_loss, value_loss
 
@@ -48,10 +48,10 @@ class IMPALAPolicy(ActorCriticPolicy):
     Args:
         observation_space: A Box space.
         action_space: Discrete or 1-D Box.
-        config: An `IMPALAConfig`; None uses the defaults.
+        config: An `IMPALAPolicyConfig`; None uses the defaults.
     """
 
-    config_class = IMPALAConfig
+    config_class = IMPALAPolicyConfig
 
     def data_parallel_unit(self) -> int | None:
         """A learner group splits the batch into whole fragments (V-trace runs along
@@ -138,3 +138,7 @@ class IMPALAPolicy(ActorCriticPolicy):
                 for c in _TIME_MAJOR_COLUMNS
             }
         )
+
+
+def __getattr__(name: str):  # the config's old name, IMPALAConfig
+    return renamed(__name__, name, ("IMPALAConfig",))

@@ -17,7 +17,7 @@ import torch
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy
-from hrl_tasks.policies.configs import MARWILConfig
+from hrl_tasks.policies.configs import MARWILPolicyConfig, renamed
 from hrl_tasks.policies.losses import marwil_weights, value_loss
 from hrl_tasks.policies.postprocessing import add_discounted_returns
 
@@ -30,7 +30,7 @@ class MARWILPolicy(ActorCriticPolicy):
     ``obs``, ``actions`` and ``value_targets``.
     """
 
-    config_class = MARWILConfig
+    config_class = MARWILPolicyConfig
 
     def make_model(self):
         model = super().make_model()
@@ -61,3 +61,7 @@ class MARWILPolicy(ActorCriticPolicy):
             "loss_value": cfg.vf_coef * value_loss(values, returns),
         }
         return {**terms, "total": sum(terms.values()), "advantage_norm": norm_sq.sqrt().detach()}
+
+
+def __getattr__(name: str):  # the config's old name, MARWILConfig
+    return renamed(__name__, name, ("MARWILConfig",))

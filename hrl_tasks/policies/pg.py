@@ -14,7 +14,7 @@ import torch
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy
-from hrl_tasks.policies.configs import PGConfig
+from hrl_tasks.policies.configs import PGPolicyConfig, renamed
 from hrl_tasks.policies.losses import entropy_loss, value_loss
 from hrl_tasks.policies.postprocessing import add_discounted_returns, add_gae
 
@@ -30,17 +30,17 @@ class PGPolicy(ActorCriticPolicy):
 
     Usage::
 
-        policy = PGPolicy(obs_space, act_space, PGConfig(lr=1e-3))
+        policy = PGPolicy(obs_space, act_space, PGPolicyConfig(lr=1e-3))
         batch = policy.postprocess_trajectory(fragment)
         info = policy.learn_on_batch(batch)   # one gradient step
 
     Args:
         observation_space: A Box space.
         action_space: Discrete or 1-D Box.
-        config: A `PGConfig`; None uses the defaults.
+        config: A `PGPolicyConfig`; None uses the defaults.
     """
 
-    config_class = PGConfig
+    config_class = PGPolicyConfig
 
     def postprocessor(self):
         """Adds GAE ``advantages`` and ``value_targets`` (without a critic: discounted returns)."""
@@ -62,3 +62,7 @@ class PGPolicy(ActorCriticPolicy):
             terms["loss_value"] = cfg.vf_coef * value_loss(values, targets)
         terms["loss_entropy"] = cfg.ent_coef * entropy_loss(entropy)
         return {**terms, "total": sum(terms.values()), "entropy": entropy.mean().detach()}
+
+
+def __getattr__(name: str):  # the config's old name, PGConfig
+    return renamed(__name__, name, ("PGConfig",))

@@ -18,7 +18,7 @@ from torch import nn
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies.actor_critic import ActorCriticPolicy
 from hrl_tasks.policies.adam import Adam
-from hrl_tasks.policies.configs import PPOConfig
+from hrl_tasks.policies.configs import PPOPolicyConfig, renamed
 from hrl_tasks.policies.losses import clipped_surrogate_loss, entropy_loss, value_loss
 from hrl_tasks.policies.postprocessing import add_gae
 from hrl_tasks.policies.torch_policy import adam
@@ -36,7 +36,7 @@ class PPOPolicy(ActorCriticPolicy):
 
     Usage::
 
-        policy = PPOPolicy(obs_space, act_space, PPOConfig(seed=0))
+        policy = PPOPolicy(obs_space, act_space, PPOPolicyConfig(seed=0))
         batch = SampleBatch.concat_samples([policy.postprocess_trajectory(f) for f in fragments])
         info = policy.learn_on_batch(batch)  # num_sgd_iter epochs of minibatches
 
@@ -46,10 +46,10 @@ class PPOPolicy(ActorCriticPolicy):
     Args:
         observation_space: A Box space.
         action_space: Discrete or 1-D Box.
-        config: A `PPOConfig`; None uses the defaults.
+        config: A `PPOPolicyConfig`; None uses the defaults.
     """
 
-    config_class = PPOConfig
+    config_class = PPOPolicyConfig
 
     def make_optimizer(self, model: nn.Module) -> Adam:
         return adam(model.parameters(), lr=self.config.lr, eps=1e-5)
@@ -144,3 +144,7 @@ class PPOPolicy(ActorCriticPolicy):
             name: float(torch.stack([s[name].detach() for s in steps]).mean()) for name in steps[0]
         }
         return {**means, "num_sgd_steps": float(len(steps))}
+
+
+def __getattr__(name: str):  # the config's old name, PPOConfig
+    return renamed(__name__, name, ("PPOConfig",))

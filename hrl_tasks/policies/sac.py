@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.configs import SACConfig
+from hrl_tasks.policies.configs import SACPolicyConfig, renamed
 from hrl_tasks.policies.losses import (
     sac_actor_loss,
     soft_q_targets,
@@ -79,7 +79,7 @@ class SACPolicy(TwinQPolicy):
     Call `update_target` after each step (Polyak with ``tau``).
     """
 
-    config_class = SACConfig
+    config_class = SACPolicyConfig
     supports_discrete = True
     target_parts = ("critic",)
 
@@ -187,3 +187,7 @@ class SACPolicy(TwinQPolicy):
             "alpha": self.alpha,
             "entropy": -logp.mean(),
         }
+
+
+def __getattr__(name: str):  # the config's old name, SACConfig
+    return renamed(__name__, name, ("SACConfig",))

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.configs import TD3Config
+from hrl_tasks.policies.configs import TD3PolicyConfig, renamed
 from hrl_tasks.policies.losses import soft_q_targets, twin_q_loss
 from hrl_tasks.policies.models import MLP
 from hrl_tasks.policies.twin_q import TwinQ, TwinQPolicy, frozen
@@ -41,7 +41,7 @@ class TD3Policy(TwinQPolicy):
     was True.
     """
 
-    config_class = TD3Config
+    config_class = TD3PolicyConfig
     target_parts = ("actor", "critic")
 
     def make_model(self) -> nn.Module:
@@ -106,3 +106,7 @@ class TD3Policy(TwinQPolicy):
             "td_error": (q1 - targets).detach(),
             "q_mean": q1.mean().detach(),
         }
+
+
+def __getattr__(name: str):  # the config's old name, TD3Config
+    return renamed(__name__, name, ("TD3Config",))

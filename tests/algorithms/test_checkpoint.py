@@ -17,13 +17,13 @@ from hrl_tasks.algorithms.checkpoint import (
     write_checkpoint,
 )
 from hrl_tasks.data import encode
-from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.run_dir import remove_stale_writes
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    policy = PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), PPOConfig(seed=0))
+    policy = PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), PPOPolicyConfig(seed=0))
     state = {"format": FORMAT, "algorithm": "ppo", "policy": policy.get_state(), "iteration": 7}
     path = write_checkpoint(tmp_path_factory.mktemp("ckpt") / "checkpoint-000007.hrl", state)
     return path, path.read_bytes()

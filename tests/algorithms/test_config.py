@@ -21,7 +21,7 @@ from hrl_tasks.algorithms import (
 )
 from hrl_tasks.algorithms.config import Bound, bounds_of, check_bounds
 from hrl_tasks.cli import main
-from hrl_tasks.policies import PPOConfig as PPOPolicyConfig
+from hrl_tasks.policies import PPOPolicyConfig
 from hrl_tasks.registry import get_config_class
 
 
@@ -140,7 +140,7 @@ def test_keys_that_do_not_fit_together():
 def test_direct_construction_is_checked_too():
     with pytest.raises(ConfigError, match="PPOConfig.lr must be > 0"):
         PPOConfig(lr=-1.0)
-    with pytest.raises(ConfigError, match="PPOConfig.lr must be > 0"):
+    with pytest.raises(ConfigError, match="PPOPolicyConfig.lr must be > 0"):
         check_bounds(PPOPolicyConfig(lr=-1.0))  # a policy config, as users build them
     check_bounds(PPOPolicyConfig())
 

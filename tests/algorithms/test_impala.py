@@ -13,7 +13,7 @@ from hrl_tasks.algorithms.impala import IMPALA
 from hrl_tasks.algorithms.impala.learner import LearnerError
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.sample_batch import batches_decoded
-from hrl_tasks.policies import IMPALAConfig, IMPALAPolicy
+from hrl_tasks.policies import IMPALAPolicy, IMPALAPolicyConfig
 from hrl_tasks.rollout import RolloutWorker
 from tests.policies.synthetic import cartpole_spaces
 
@@ -32,7 +32,7 @@ APART = {**TINY, "num_learners": 1}  # the learner in a process of its own
 
 def test_rollout_batches_are_the_fragments_the_policy_expects():
     """A worker's batch is one time-ordered fragment per env; concatenations stay whole fragments."""
-    policy = IMPALAPolicy(*cartpole_spaces(), IMPALAConfig(seed=0, rollout_fragment_length=8))
+    policy = IMPALAPolicy(*cartpole_spaces(), IMPALAPolicyConfig(seed=0, rollout_fragment_length=8))
     worker = RolloutWorker("CartPole-v1", policy, num_envs=3, rollout_fragment_length=8, seed=0)
     try:
         batch = SampleBatch.concat_samples([worker.sample()[0], worker.sample()[0]])

@@ -258,13 +258,13 @@ def test_a_worker_records_to_s3_and_bc_trains_from_it_on_the_command_line(
     line learns from it there (local paths: the tests above)."""
     import os
 
-    from hrl_tasks.policies import PPOConfig, PPOPolicy
+    from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig
     from hrl_tasks.rollout import RolloutWorker
 
     for key, value in s3_endpoint.items():
         monkeypatch.setenv(key, value)
     space = gym.make("CartPole-v1")
-    policy = PPOPolicy(space.observation_space, space.action_space, PPOConfig(seed=0))
+    policy = PPOPolicy(space.observation_space, space.action_space, PPOPolicyConfig(seed=0))
     worker = RolloutWorker("CartPole-v1", policy.inference_copy(), num_envs=2, seed=0,
                            record_experience="s3://experience/cartpole", single_thread=False)  # fmt: skip
     for _ in range(4):

@@ -13,7 +13,7 @@ from hrl_tasks.algorithms import get_algorithm
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.codec import decode, encode, register_dask_serialization
 from hrl_tasks.envs.atari import make_atari
-from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.policies.models import CNN
 from hrl_tasks.rollout import RolloutWorker, UnknownEnvError, WorkerSet, env_creator, resolve_env
 
@@ -25,7 +25,7 @@ FRAME_BYTES = 4 * 84 * 84  # one stacked uint8 observation
 
 
 def ppo(obs_space, act_space):
-    return PPOPolicy(obs_space, act_space, PPOConfig(seed=0, hidden=(), minibatch_size=32))
+    return PPOPolicy(obs_space, act_space, PPOPolicyConfig(seed=0, hidden=(), minibatch_size=32))
 
 
 def gymnasium_wrapped(env_id):

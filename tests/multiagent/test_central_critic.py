@@ -9,7 +9,7 @@ from pettingzoo.test import parallel_api_test
 from hrl_tasks.algorithms import PPO
 from hrl_tasks.algorithms.config import ConfigError
 from hrl_tasks.envs.multi_agent import CentralCritic, CentralCriticEnv, make_multi_agent_env
-from hrl_tasks.policies.ppo import PPOConfig, PPOPolicy
+from hrl_tasks.policies.ppo import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.policies.spaces import StateBox, UnsupportedSpaceError
 from tests.multiagent.envs import race
 
@@ -53,7 +53,7 @@ def test_without_a_state_the_global_part_is_every_agents_latest_observation():
 
 def test_the_actor_ignores_the_state_and_the_critic_reads_it():
     space = StateBox(np.full(6, -10.0, np.float32), np.full(6, 10.0, np.float32), own_size=2)
-    policy = PPOPolicy(space, gym.spaces.Discrete(3), PPOConfig(seed=0))
+    policy = PPOPolicy(space, gym.spaces.Discrete(3), PPOPolicyConfig(seed=0))
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(16, 6)).astype(np.float32)
     other = obs.copy()

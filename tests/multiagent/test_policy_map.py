@@ -7,7 +7,7 @@ import pytest
 from hrl_tasks.algorithms.config import ConfigError
 from hrl_tasks.data import MultiAgentBatch
 from hrl_tasks.envs.multi_agent import make_multi_agent_env
-from hrl_tasks.policies.dqn import DQNConfig, DQNPolicy
+from hrl_tasks.policies.dqn import DQNPolicy, DQNPolicyConfig
 from hrl_tasks.policies.policy_map import (
     PolicyMap,
     PolicySpec,
@@ -15,7 +15,7 @@ from hrl_tasks.policies.policy_map import (
     policy_observation,
     policy_observation_space,
 )
-from hrl_tasks.policies.ppo import PPOConfig, PPOPolicy
+from hrl_tasks.policies.ppo import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.policies.spaces import MaskedBox, UnsupportedSpaceError
 from hrl_tasks.rollout.multi_agent_worker import Episode, MultiAgentRolloutWorker
 
@@ -31,8 +31,8 @@ ACTIONS = gym.spaces.Discrete(9)
 def two_policies(mapping=None, trained=None):
     space = policy_observation_space(GAME_SPACE)
     policies = {
-        "ppo": PPOPolicy(space, ACTIONS, PPOConfig(seed=0)),
-        "dqn": DQNPolicy(space, ACTIONS, DQNConfig(seed=0, epsilon=1.0)),
+        "ppo": PPOPolicy(space, ACTIONS, PPOPolicyConfig(seed=0)),
+        "dqn": DQNPolicy(space, ACTIONS, DQNPolicyConfig(seed=0, epsilon=1.0)),
     }
     return PolicyMap(policies, mapping or first_ppo_second_dqn, trained)
 

@@ -4,9 +4,9 @@ import numpy as np
 
 from hrl_tasks.data import MultiAgentBatch
 from hrl_tasks.envs.multi_agent import make_multi_agent_env
-from hrl_tasks.policies.pg import PGConfig, PGPolicy
+from hrl_tasks.policies.pg import PGPolicy, PGPolicyConfig
 from hrl_tasks.policies.policy_map import PolicyMap, policy_observation_space
-from hrl_tasks.policies.ppo import PPOConfig, PPOPolicy
+from hrl_tasks.policies.ppo import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.rollout.multi_agent_worker import MultiAgentRolloutWorker
 from tests.multiagent.envs import EndTogether, race
 
@@ -20,7 +20,7 @@ def shared_policy(env_spec, policy_class=PPOPolicy, config=None):
     env = make_multi_agent_env(env_spec)
     agent = env.possible_agents[0]
     space = policy_observation_space(env.observation_space(agent))
-    policy = policy_class(space, env.action_space(agent), config or PPOConfig(seed=0))
+    policy = policy_class(space, env.action_space(agent), config or PPOPolicyConfig(seed=0))
     return PolicyMap({"shared": policy})
 
 
@@ -55,7 +55,7 @@ def test_a_turn_based_game_gives_each_player_its_own_trajectory():
 
 
 def test_agents_that_finish_early_end_their_trajectories_there():
-    worker = MultiAgentRolloutWorker(race, shared_policy(race, PGPolicy, PGConfig(seed=0)),
+    worker = MultiAgentRolloutWorker(race, shared_policy(race, PGPolicy, PGPolicyConfig(seed=0)),
                                      rollout_fragment_length=4, seed=0)  # fmt: skip
     batch, metrics = worker.sample()
     rows = batch["shared"]

@@ -70,10 +70,10 @@ def test_a_policy_learns_without_importing_torch_dynamo():
     # The first step of a torch.optim optimizer imports torch._dynamo (about 1.5 s).
     code = (
         "import sys\n"
-        "from hrl_tasks.policies import PPOConfig, PPOPolicy\n"
+        "from hrl_tasks.policies import PPOPolicyConfig, PPOPolicy\n"
         "import gymnasium as gym\n"
         "env = gym.make('CartPole-v1')\n"
-        "policy = PPOPolicy(env.observation_space, env.action_space, PPOConfig(seed=0))\n"
+        "policy = PPOPolicy(env.observation_space, env.action_space, PPOPolicyConfig(seed=0))\n"
         "policy.optimizer.params[0].grad = policy.optimizer.params[0].detach() * 0 + 1\n"
         "policy.optimizer.step(); policy.get_state()\n"
         "print('torch._dynamo' in sys.modules)\n"

@@ -6,10 +6,10 @@ import torch
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies import (
-    APPOConfig,
     APPOPolicy,
-    IMPALAConfig,
+    APPOPolicyConfig,
     IMPALAPolicy,
+    IMPALAPolicyConfig,
     clipped_surrogate_loss,
     vtrace,
 )
@@ -19,13 +19,15 @@ SPACES = {"discrete": cartpole_spaces, "continuous": pendulum_spaces}
 
 
 def make(kind="discrete", **overrides):
-    return APPOPolicy(*SPACES[kind](), APPOConfig(seed=0, **overrides))
+    return APPOPolicy(*SPACES[kind](), APPOPolicyConfig(seed=0, **overrides))
 
 
 def impala_twin(policy: APPOPolicy) -> IMPALAPolicy:
     """An IMPALA policy with the same weights and the keys the two configs share."""
-    shared = {f.name: getattr(policy.config, f.name) for f in dataclasses.fields(IMPALAConfig)}
-    twin = IMPALAPolicy(policy.observation_space, policy.action_space, IMPALAConfig(**shared))
+    shared = {
+        f.name: getattr(policy.config, f.name) for f in dataclasses.fields(IMPALAPolicyConfig)
+    }
+    twin = IMPALAPolicy(policy.observation_space, policy.action_space, IMPALAPolicyConfig(**shared))
     twin.set_weights(policy.get_weights())
     return twin
 
@@ -117,5 +119,5 @@ def test_learn_on_batch_takes_num_sgd_iter_steps_and_reduces_the_loss(kind):
 
 
 def test_config_is_checked():
-    with pytest.raises(TypeError, match="APPOConfig"):
-        APPOPolicy(*cartpole_spaces(), IMPALAConfig())
+    with pytest.raises(TypeError, match="APPOPolicyConfig"):
+        APPOPolicy(*cartpole_spaces(), IMPALAPolicyConfig())

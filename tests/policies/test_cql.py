@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies.cql import CQLConfig, CQLPolicy
+from hrl_tasks.policies.cql import CQLPolicy, CQLPolicyConfig
 from hrl_tasks.policies.losses import cql_penalty
 
 
@@ -39,7 +39,7 @@ def narrow_data(policy, n=256, seed=0):
 def test_q_off_the_recorded_actions_falls_below_q_on_them(discrete):
     obs_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
     action_space = gym.spaces.Discrete(3) if discrete else gym.spaces.Box(-1.0, 1.0, (1,))
-    policy = CQLPolicy(obs_space, action_space, CQLConfig(hidden=(32, 32), lr=3e-3, seed=0))
+    policy = CQLPolicy(obs_space, action_space, CQLPolicyConfig(hidden=(32, 32), lr=3e-3, seed=0))
     penalties = []
     for step in range(150):
         info = policy.learn_on_batch(narrow_data(policy, seed=step))

@@ -13,18 +13,18 @@ import pytest
 
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies import (
-    APPOConfig,
     APPOPolicy,
-    IMPALAConfig,
+    APPOPolicyConfig,
     IMPALAPolicy,
-    PGConfig,
+    IMPALAPolicyConfig,
     PGPolicy,
-    PPOConfig,
+    PGPolicyConfig,
     PPOPolicy,
-    SACConfig,
+    PPOPolicyConfig,
     SACPolicy,
-    TD3Config,
+    SACPolicyConfig,
     TD3Policy,
+    TD3PolicyConfig,
 )
 from hrl_tasks.policies.data_parallel import split_rows
 from hrl_tasks.rollout.learner_group import Learner, combine_info
@@ -32,18 +32,18 @@ from tests.policies.synthetic import cartpole_spaces, fragment, pendulum_spaces
 
 FRAGMENT = 12
 CASES = {  # policy, and a batch of whole fragments (on-policy) or of replay rows
-    "ppo": lambda: PPOPolicy(*cartpole_spaces(), PPOConfig(
+    "ppo": lambda: PPOPolicy(*cartpole_spaces(), PPOPolicyConfig(
         seed=1, minibatch_size=20, num_sgd_iter=3, target_kl=0.5)),
-    "ppo_continuous": lambda: PPOPolicy(*pendulum_spaces(), PPOConfig(
+    "ppo_continuous": lambda: PPOPolicy(*pendulum_spaces(), PPOPolicyConfig(
         seed=1, minibatch_size=32, num_sgd_iter=2)),
-    "a2c": lambda: PGPolicy(*cartpole_spaces(), PGConfig(seed=1, normalize_advantages=True)),
-    "impala": lambda: IMPALAPolicy(*pendulum_spaces(), IMPALAConfig(
+    "a2c": lambda: PGPolicy(*cartpole_spaces(), PGPolicyConfig(seed=1, normalize_advantages=True)),
+    "impala": lambda: IMPALAPolicy(*pendulum_spaces(), IMPALAPolicyConfig(
         seed=1, rollout_fragment_length=FRAGMENT)),
-    "appo": lambda: APPOPolicy(*cartpole_spaces(), APPOConfig(
+    "appo": lambda: APPOPolicy(*cartpole_spaces(), APPOPolicyConfig(
         seed=1, rollout_fragment_length=FRAGMENT, num_sgd_iter=2)),
-    "sac": lambda: SACPolicy(*pendulum_spaces(), SACConfig(seed=1, hidden=(32, 32))),
-    "sac_discrete": lambda: SACPolicy(*cartpole_spaces(), SACConfig(seed=1, hidden=(32,))),
-    "td3": lambda: TD3Policy(*pendulum_spaces(), TD3Config(seed=1, hidden=(32, 32),
+    "sac": lambda: SACPolicy(*pendulum_spaces(), SACPolicyConfig(seed=1, hidden=(32, 32))),
+    "sac_discrete": lambda: SACPolicy(*cartpole_spaces(), SACPolicyConfig(seed=1, hidden=(32,))),
+    "td3": lambda: TD3Policy(*pendulum_spaces(), TD3PolicyConfig(seed=1, hidden=(32, 32),
                                                            policy_delay=1)),
 }  # fmt: skip
 REPLAY = ("sac", "sac_discrete", "td3")

@@ -3,12 +3,12 @@ import pytest
 import torch
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies import DQNConfig, DQNPolicy, n_step_returns
+from hrl_tasks.policies import DQNPolicy, DQNPolicyConfig, n_step_returns
 from tests.policies.synthetic import cartpole_spaces, fragment, pendulum_spaces, transitions
 
 
 def make(**overrides):
-    return DQNPolicy(*cartpole_spaces(), DQNConfig(seed=0, **overrides))
+    return DQNPolicy(*cartpole_spaces(), DQNPolicyConfig(seed=0, **overrides))
 
 
 def q_values(policy, model, obs):

@@ -2,12 +2,12 @@ import numpy as np
 import pytest
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies import ESConfig, ESPolicy, centered_ranks
+from hrl_tasks.policies import ESPolicy, ESPolicyConfig, centered_ranks
 from tests.policies.synthetic import cartpole_spaces, es_batch, imitation_loss, pendulum_spaces
 
 
 def make(seed=0, **overrides):
-    return ESPolicy(*pendulum_spaces(), ESConfig(seed=seed, hidden=(8,), **overrides))
+    return ESPolicy(*pendulum_spaces(), ESPolicyConfig(seed=seed, hidden=(8,), **overrides))
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_actions_are_deterministic():
     actions, extras = policy.compute_actions(obs)
     np.testing.assert_array_equal(actions, policy.compute_actions(obs, explore=False)[0])
     assert actions.shape == (5, 1) and actions.dtype == np.float32 and extras == {}
-    discrete = ESPolicy(*cartpole_spaces(), ESConfig(seed=0))
+    discrete = ESPolicy(*cartpole_spaces(), ESPolicyConfig(seed=0))
     actions, _ = discrete.compute_actions(np.zeros((3, 4), np.float32))
     assert actions.shape == (3,) and actions.dtype == np.int64
 

@@ -3,14 +3,14 @@ import pytest
 import torch
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies import IMPALAConfig, IMPALAPolicy, gae
+from hrl_tasks.policies import IMPALAPolicy, IMPALAPolicyConfig, gae
 from tests.policies.synthetic import cartpole_spaces, fragment, pendulum_spaces
 
 SPACES = {"discrete": cartpole_spaces, "continuous": pendulum_spaces}
 
 
 def make(kind="discrete", **overrides):
-    return IMPALAPolicy(*SPACES[kind](), IMPALAConfig(seed=0, **overrides))
+    return IMPALAPolicy(*SPACES[kind](), IMPALAPolicyConfig(seed=0, **overrides))
 
 
 @pytest.mark.parametrize("kind", sorted(SPACES))
@@ -41,7 +41,7 @@ def test_concatenated_fragments_are_split_by_length():
     joined = IMPALAPolicy(
         policy.observation_space,
         policy.action_space,
-        IMPALAConfig(seed=0, rollout_fragment_length=8),
+        IMPALAPolicyConfig(seed=0, rollout_fragment_length=8),
     )
     joined.set_weights(policy.get_weights())
     terms = joined.loss(SampleBatch.concat_samples(fragments))

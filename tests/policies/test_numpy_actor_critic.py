@@ -8,28 +8,30 @@ import torch
 from hrl_tasks.data import decode, encode
 from hrl_tasks.errors import ConfigError
 from hrl_tasks.policies import (
-    IMPALAConfig,
     IMPALAPolicy,
+    IMPALAPolicyConfig,
     NumpyActorCritic,
-    PGConfig,
     PGPolicy,
-    PPOConfig,
+    PGPolicyConfig,
     PPOPolicy,
+    PPOPolicyConfig,
 )
 from tests.policies.synthetic import cartpole_spaces, fragment, pendulum_spaces
 
 POLICIES = {
-    "ppo-discrete": lambda: PPOPolicy(*cartpole_spaces(), PPOConfig(seed=0)),
-    "ppo-continuous": lambda: PPOPolicy(*pendulum_spaces(), PPOConfig(seed=0)),
+    "ppo-discrete": lambda: PPOPolicy(*cartpole_spaces(), PPOPolicyConfig(seed=0)),
+    "ppo-continuous": lambda: PPOPolicy(*pendulum_spaces(), PPOPolicyConfig(seed=0)),
     "ppo-shared-trunk": lambda: PPOPolicy(
-        *cartpole_spaces(), PPOConfig(seed=0, shared_trunk=True, hidden=(32, 16))
+        *cartpole_spaces(), PPOPolicyConfig(seed=0, shared_trunk=True, hidden=(32, 16))
     ),
     "ppo-relu-rl-zoo": lambda: PPOPolicy(
         *pendulum_spaces(),
-        PPOConfig(seed=0, activation="relu", log_std_init=-2.0, hidden=(32, 32), shared_trunk=True),
+        PPOPolicyConfig(
+            seed=0, activation="relu", log_std_init=-2.0, hidden=(32, 32), shared_trunk=True
+        ),
     ),  # fmt: skip
-    "pg-no-critic": lambda: PGPolicy(*cartpole_spaces(), PGConfig(seed=0, use_critic=False)),
-    "impala-continuous": lambda: IMPALAPolicy(*pendulum_spaces(), IMPALAConfig(seed=0)),
+    "pg-no-critic": lambda: PGPolicy(*cartpole_spaces(), PGPolicyConfig(seed=0, use_critic=False)),
+    "impala-continuous": lambda: IMPALAPolicy(*pendulum_spaces(), IMPALAPolicyConfig(seed=0)),
 }
 
 
@@ -93,7 +95,7 @@ def test_postprocesses_like_the_policy(policy):
 
 
 def test_categorical_samples_follow_the_probabilities():
-    policy = PPOPolicy(*cartpole_spaces(), PPOConfig(seed=0, hidden=(8,)))
+    policy = PPOPolicy(*cartpole_spaces(), PPOPolicyConfig(seed=0, hidden=(8,)))
     weights = policy.get_weights()
     weights["actor.2.bias"] = np.array([0.0, 1.0], np.float32)  # p(1) = e / (1 + e) = 0.731
     policy.set_weights(weights)
@@ -105,7 +107,7 @@ def test_categorical_samples_follow_the_probabilities():
 
 
 def test_gaussian_samples_have_the_policy_mean_and_std():
-    policy = PPOPolicy(*pendulum_spaces(), PPOConfig(seed=0))
+    policy = PPOPolicy(*pendulum_spaces(), PPOPolicyConfig(seed=0))
     weights = policy.get_weights()
     weights["dist_head.log_std"] = np.array([-0.5], np.float32)
     policy.set_weights(weights)
@@ -165,7 +167,7 @@ def test_weights_that_do_not_fit_the_spaces_are_refused():
 
 def test_image_observations_keep_a_torch_copy():
     space = gym.spaces.Box(0, 255, (36, 36, 1), np.uint8)
-    policy = PPOPolicy(space, gym.spaces.Discrete(3), PPOConfig(seed=0, hidden=()))
+    policy = PPOPolicy(space, gym.spaces.Discrete(3), PPOPolicyConfig(seed=0, hidden=()))
     copy = policy.inference_copy()
     assert isinstance(copy, PPOPolicy) and copy is not policy
     obs = np.random.default_rng(0).integers(0, 255, (4, 36, 36, 1), dtype=np.uint8)
@@ -179,9 +181,11 @@ def test_rl_zoo_settings_reach_the_copy_and_a_wrong_activation_is_named():
     np.testing.assert_array_equal(policy.model.dist_head.log_std.detach().numpy(), [-2.0])
     copy = policy.inference_copy()
     assert copy.activation == "relu" and copy.reward_normalization_gamma is None
-    rewarded = PPOPolicy(*pendulum_spaces(), PPOConfig(seed=0, normalize_rewards=True, gamma=0.9))
+    rewarded = PPOPolicy(
+        *pendulum_spaces(), PPOPolicyConfig(seed=0, normalize_rewards=True, gamma=0.9)
+    )
     assert rewarded.inference_copy().reward_normalization_gamma == 0.9
     with pytest.raises(
-        ConfigError, match="PPOConfig.activation must be one of 'tanh', 'relu', got 'gelu'"
+        ConfigError, match="PPOPolicyConfig.activation must be one of 'tanh', 'relu', got 'gelu'"
     ):
-        PPOPolicy(*pendulum_spaces(), PPOConfig(activation="gelu"))
+        PPOPolicy(*pendulum_spaces(), PPOPolicyConfig(activation="gelu"))

@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from hrl_tasks.data import SampleBatch, decode, encode
-from hrl_tasks.policies import DQNConfig, DQNPolicy, NumpyQNetwork
+from hrl_tasks.policies import DQNPolicy, DQNPolicyConfig, NumpyQNetwork
 from tests.policies.synthetic import cartpole_spaces
 
 CONFIGS = {
-    "dueling": DQNConfig(seed=0, hidden=(64, 64)),
-    "plain-head": DQNConfig(seed=0, hidden=(32,), dueling=False),
-    "no-trunk": DQNConfig(seed=0, hidden=(), n_step=3),
+    "dueling": DQNPolicyConfig(seed=0, hidden=(64, 64)),
+    "plain-head": DQNPolicyConfig(seed=0, hidden=(32,), dueling=False),
+    "no-trunk": DQNPolicyConfig(seed=0, hidden=(), n_step=3),
 }
 
 
@@ -88,7 +88,7 @@ def test_n_step_postprocessing_is_the_policy_s(policy):
 def test_masked_actions_are_never_taken():
     space = gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
     space.mask_size = 2  # the last two entries say which of the two actions are legal
-    policy = DQNPolicy(space, gym.spaces.Discrete(2), DQNConfig(seed=0, hidden=(16,)))
+    policy = DQNPolicy(space, gym.spaces.Discrete(2), DQNPolicyConfig(seed=0, hidden=(16,)))
     copy = policy.inference_copy()
     obs = np.random.default_rng(0).normal(size=(500, 6)).astype(np.float32)
     obs[:, -2:] = [0.0, 1.0]  # only action 1 is legal
@@ -124,5 +124,5 @@ def test_learning_is_refused_and_weights_that_do_not_fit_are_named(policy):
 
 def test_image_observations_keep_a_torch_copy():
     space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    policy = DQNPolicy(space, gym.spaces.Discrete(3), DQNConfig(seed=0))
+    policy = DQNPolicy(space, gym.spaces.Discrete(3), DQNPolicyConfig(seed=0))
     assert isinstance(policy.inference_copy(), DQNPolicy)

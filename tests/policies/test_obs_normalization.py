@@ -3,12 +3,12 @@
 import numpy as np
 
 from hrl_tasks.data.running_stats import RunningStats
-from hrl_tasks.policies import NumpyActorCritic, PPOConfig, PPOPolicy
+from hrl_tasks.policies import NumpyActorCritic, PPOPolicy, PPOPolicyConfig
 from tests.policies.synthetic import pendulum_spaces
 
 
 def test_the_numpy_copy_normalizes_as_the_torch_policy_does():
-    policy = PPOPolicy(*pendulum_spaces(), PPOConfig(seed=0, normalize_observations=True))
+    policy = PPOPolicy(*pendulum_spaces(), PPOPolicyConfig(seed=0, normalize_observations=True))
     rng = np.random.default_rng(0)
     policy.update_observation_stats(RunningStats.of(rng.normal(4.0, 2.0, (500, 3)), (3,)))
     copy = policy.inference_copy()
@@ -21,6 +21,6 @@ def test_the_numpy_copy_normalizes_as_the_torch_policy_does():
     np.testing.assert_allclose(copied_extras["values"], extras["values"], atol=1e-5)
     np.testing.assert_allclose(copy.compute_values(obs), policy.compute_values(obs), atol=1e-5)
     # Without the setting there is no normalizer and nothing changes in the weights.
-    plain = PPOPolicy(*pendulum_spaces(), PPOConfig(seed=0))
+    plain = PPOPolicy(*pendulum_spaces(), PPOPolicyConfig(seed=0))
     assert not plain.normalizes_observations and not plain.inference_copy().normalizes_observations
     assert not any(k.startswith("obs_normalizer") for k in plain.get_weights())

@@ -3,13 +3,13 @@ import pytest
 import torch
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies import PGConfig, PGPolicy, gae
+from hrl_tasks.policies import PGPolicy, PGPolicyConfig, gae
 from tests.policies.synthetic import cartpole_spaces, fragment, pendulum_spaces
 
 
 @pytest.fixture
 def policy():
-    return PGPolicy(*cartpole_spaces(), PGConfig(seed=0, lam=0.9))
+    return PGPolicy(*cartpole_spaces(), PGPolicyConfig(seed=0, lam=0.9))
 
 
 def test_postprocess_adds_gae_columns(policy):
@@ -35,7 +35,7 @@ def test_postprocess_adds_gae_columns(policy):
 
 
 def test_without_critic_advantages_are_discounted_returns():
-    policy = PGPolicy(*cartpole_spaces(), PGConfig(seed=0, use_critic=False, gamma=0.5))
+    policy = PGPolicy(*cartpole_spaces(), PGPolicyConfig(seed=0, use_critic=False, gamma=0.5))
     raw = fragment(policy, 9)  # terminated at t=3, truncated at t=6
     batch = policy.postprocess_trajectory(raw)
     r = raw["rewards"]
@@ -61,7 +61,7 @@ def test_loss_terms_by_hand(policy):
 
 @pytest.mark.parametrize("spaces", [cartpole_spaces, pendulum_spaces])
 def test_learning_reduces_the_loss(spaces):
-    policy = PGPolicy(*spaces(), PGConfig(seed=0, lr=3e-3))
+    policy = PGPolicy(*spaces(), PGPolicyConfig(seed=0, lr=3e-3))
     batch = policy.postprocess_trajectory(fragment(policy, 64))
     before = policy.loss(batch)
     for _ in range(10):

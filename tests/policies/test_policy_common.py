@@ -11,20 +11,20 @@ import torch
 from hrl_tasks.data import SampleBatch, decode, encode
 from hrl_tasks.policies import (
     CNN,
-    DQNConfig,
     DQNPolicy,
-    ESConfig,
+    DQNPolicyConfig,
     ESPolicy,
-    IMPALAConfig,
+    ESPolicyConfig,
     IMPALAPolicy,
-    PGConfig,
+    IMPALAPolicyConfig,
     PGPolicy,
-    PPOConfig,
+    PGPolicyConfig,
     PPOPolicy,
-    SACConfig,
+    PPOPolicyConfig,
     SACPolicy,
-    TD3Config,
+    SACPolicyConfig,
     TD3Policy,
+    TD3PolicyConfig,
 )
 from tests.policies.synthetic import (
     cartpole_spaces,
@@ -35,19 +35,21 @@ from tests.policies.synthetic import (
 )
 
 CASES = {
-    "pg": lambda seed: PGPolicy(*cartpole_spaces(), PGConfig(seed=seed)),
+    "pg": lambda seed: PGPolicy(*cartpole_spaces(), PGPolicyConfig(seed=seed)),
     "ppo_discrete": lambda seed: PPOPolicy(
-        *cartpole_spaces(), PPOConfig(seed=seed, minibatch_size=16, num_sgd_iter=2)
+        *cartpole_spaces(), PPOPolicyConfig(seed=seed, minibatch_size=16, num_sgd_iter=2)
     ),
     "ppo_continuous": lambda seed: PPOPolicy(
-        *pendulum_spaces(), PPOConfig(seed=seed, minibatch_size=16, num_sgd_iter=2)
+        *pendulum_spaces(), PPOPolicyConfig(seed=seed, minibatch_size=16, num_sgd_iter=2)
     ),
-    "dqn": lambda seed: DQNPolicy(*cartpole_spaces(), DQNConfig(seed=seed, epsilon=0.5)),
-    "impala": lambda seed: IMPALAPolicy(*pendulum_spaces(), IMPALAConfig(seed=seed)),
-    "es": lambda seed: ESPolicy(*pendulum_spaces(), ESConfig(seed=seed, hidden=(16,))),
-    "sac": lambda seed: SACPolicy(*pendulum_spaces(), SACConfig(seed=seed, hidden=(32, 32))),
-    "sac_discrete": lambda seed: SACPolicy(*cartpole_spaces(), SACConfig(seed=seed, hidden=(32,))),
-    "td3": lambda seed: TD3Policy(*pendulum_spaces(), TD3Config(seed=seed, hidden=(32, 32))),
+    "dqn": lambda seed: DQNPolicy(*cartpole_spaces(), DQNPolicyConfig(seed=seed, epsilon=0.5)),
+    "impala": lambda seed: IMPALAPolicy(*pendulum_spaces(), IMPALAPolicyConfig(seed=seed)),
+    "es": lambda seed: ESPolicy(*pendulum_spaces(), ESPolicyConfig(seed=seed, hidden=(16,))),
+    "sac": lambda seed: SACPolicy(*pendulum_spaces(), SACPolicyConfig(seed=seed, hidden=(32, 32))),
+    "sac_discrete": lambda seed: SACPolicy(
+        *cartpole_spaces(), SACPolicyConfig(seed=seed, hidden=(32,))
+    ),
+    "td3": lambda seed: TD3Policy(*pendulum_spaces(), TD3PolicyConfig(seed=seed, hidden=(32, 32))),
 }
 NO_EXTRAS = ("dqn", "es", "sac", "sac_discrete", "td3")  # replay learners store no logp
 
@@ -194,16 +196,16 @@ def test_config_is_a_strict_dataclass(name):
 def test_single_thread_only_when_asked(monkeypatch):
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
-    policy = PGPolicy(*cartpole_spaces(), PGConfig(seed=0))
+    policy = PGPolicy(*cartpole_spaces(), PGPolicyConfig(seed=0))
     assert calls == []
-    policy = PGPolicy(*cartpole_spaces(), PGConfig(seed=0), single_thread=True)
+    policy = PGPolicy(*cartpole_spaces(), PGPolicyConfig(seed=0), single_thread=True)
     assert calls == [1]
     pickle.loads(pickle.dumps(policy))  # a rollout process keeps the setting
     assert calls == [1, 1]
 
 
 def test_value_function_only_where_there_is_one():
-    pg = PGPolicy(*cartpole_spaces(), PGConfig(seed=0))
+    pg = PGPolicy(*cartpole_spaces(), PGPolicyConfig(seed=0))
     obs = observations(pg)
     _, extras = pg.compute_actions(obs)
     np.testing.assert_allclose(pg.compute_values(obs), extras[SampleBatch.VALUES])
@@ -215,8 +217,8 @@ def test_image_observations_go_through_the_cnn():
     space = gym.spaces.Box(0, 255, (36, 36, 1), np.uint8)
     rng = np.random.default_rng(0)
     obs = rng.integers(0, 256, (6, 36, 36, 1), dtype=np.uint8)
-    ppo = PPOPolicy(space, gym.spaces.Discrete(3), PPOConfig(seed=0, hidden=()))
-    dqn = DQNPolicy(space, gym.spaces.Discrete(3), DQNConfig(seed=0, hidden=()))
+    ppo = PPOPolicy(space, gym.spaces.Discrete(3), PPOPolicyConfig(seed=0, hidden=()))
+    dqn = DQNPolicy(space, gym.spaces.Discrete(3), DQNPolicyConfig(seed=0, hidden=()))
     for policy in (ppo, dqn):
         assert isinstance(policy.model.encoder, CNN)
         actions, _ = policy.compute_actions(obs)

@@ -2,14 +2,14 @@ import numpy as np
 import pytest
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies import PPOConfig, PPOPolicy, gae
+from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig, gae
 from tests.policies.synthetic import cartpole_spaces, fragment, pendulum_spaces
 
 SPACES = {"discrete": cartpole_spaces, "continuous": pendulum_spaces}
 
 
 def make(kind, **overrides):
-    config = PPOConfig(**{"seed": 0, "minibatch_size": 32, "lr": 1e-3, **overrides})
+    config = PPOPolicyConfig(**{"seed": 0, "minibatch_size": 32, "lr": 1e-3, **overrides})
     return PPOPolicy(*SPACES[kind](), config)
 
 

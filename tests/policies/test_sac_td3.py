@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies import SACConfig, SACPolicy, TD3Config, TD3Policy, UnsupportedSpaceError
+from hrl_tasks.policies import (
+    SACPolicy,
+    SACPolicyConfig,
+    TD3Policy,
+    TD3PolicyConfig,
+    UnsupportedSpaceError,
+)
 from hrl_tasks.policies.sac import squashed_sample
 from tests.policies.synthetic import cartpole_spaces, pendulum_spaces
 
@@ -66,9 +72,9 @@ def test_the_squashed_gaussian_log_probability_is_torchs():
 
 
 @pytest.mark.parametrize("make", [
-    lambda: SACPolicy(OBS, ACTION, SACConfig(seed=0, hidden=(32,))),
-    lambda: SACPolicy(OBS, gym.spaces.Discrete(2), SACConfig(seed=0, hidden=(32,))),
-    lambda: TD3Policy(OBS, ACTION, TD3Config(seed=0, hidden=(32,), policy_delay=1)),
+    lambda: SACPolicy(OBS, ACTION, SACPolicyConfig(seed=0, hidden=(32,))),
+    lambda: SACPolicy(OBS, gym.spaces.Discrete(2), SACPolicyConfig(seed=0, hidden=(32,))),
+    lambda: TD3Policy(OBS, ACTION, TD3PolicyConfig(seed=0, hidden=(32,), policy_delay=1)),
 ], ids=["sac", "sac_discrete", "td3"])  # fmt: skip
 def test_each_term_moves_only_its_own_parameters(make):
     policy = make()
@@ -85,7 +91,7 @@ def test_each_term_moves_only_its_own_parameters(make):
 
 
 def test_sac_learns_the_best_action_of_a_one_step_task_and_lowers_its_temperature():
-    policy = SACPolicy(OBS, ACTION, SACConfig(seed=0, hidden=(64, 64), lr=3e-3))
+    policy = SACPolicy(OBS, ACTION, SACPolicyConfig(seed=0, hidden=(64, 64), lr=3e-3))
     train(policy, 400)
     test = one_step_batch(policy, 256, seed=99)
     actions, _ = policy.compute_actions(test["obs"], explore=False)
@@ -96,7 +102,7 @@ def test_sac_learns_the_best_action_of_a_one_step_task_and_lowers_its_temperatur
 
 
 def test_discrete_sac_learns_which_action_pays():
-    policy = SACPolicy(OBS, gym.spaces.Discrete(2), SACConfig(seed=0, hidden=(64,), lr=3e-3))
+    policy = SACPolicy(OBS, gym.spaces.Discrete(2), SACPolicyConfig(seed=0, hidden=(64,), lr=3e-3))
     train(policy, 300)
     test = one_step_batch(policy, 256, seed=99)
     actions, _ = policy.compute_actions(test["obs"], explore=False)
@@ -106,7 +112,7 @@ def test_discrete_sac_learns_which_action_pays():
 
 
 def test_td3_learns_the_best_action_and_trains_its_actor_every_policy_delay_updates():
-    policy = TD3Policy(OBS, ACTION, TD3Config(seed=0, hidden=(64, 64), lr=3e-3))
+    policy = TD3Policy(OBS, ACTION, TD3PolicyConfig(seed=0, hidden=(64, 64), lr=3e-3))
     actor_before = [p.clone() for p in policy.model.actor.parameters()]
 
     def actor_unchanged():
@@ -127,7 +133,7 @@ def test_td3_learns_the_best_action_and_trains_its_actor_every_policy_delay_upda
 
 
 def test_td3_target_by_hand_without_smoothing_noise():
-    policy = TD3Policy(*pendulum_spaces(), TD3Config(seed=0, hidden=(16,), target_noise=0.0))
+    policy = TD3Policy(*pendulum_spaces(), TD3PolicyConfig(seed=0, hidden=(16,), target_noise=0.0))
     rng = np.random.default_rng(0)
     n = 16
     batch = SampleBatch({
@@ -154,7 +160,7 @@ def test_td3_target_by_hand_without_smoothing_noise():
 
 
 def test_uniform_actions_span_the_action_space_until_turned_off():
-    policy = SACPolicy(*pendulum_spaces(), SACConfig(seed=0, hidden=(16,)))
+    policy = SACPolicy(*pendulum_spaces(), SACPolicyConfig(seed=0, hidden=(16,)))
     obs = np.zeros((2000, 3), np.float32)
     policy.set_uniform_actions(True)
     actions, _ = policy.compute_actions(obs)
@@ -172,20 +178,24 @@ def test_uniform_actions_span_the_action_space_until_turned_off():
 
 def test_spaces_they_cannot_act_in_are_named():
     with pytest.raises(UnsupportedSpaceError, match="TD3 needs a 1-D Box with finite bounds"):
-        TD3Policy(*cartpole_spaces(), TD3Config(seed=0))
+        TD3Policy(*cartpole_spaces(), TD3PolicyConfig(seed=0))
     unbounded = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
     with pytest.raises(UnsupportedSpaceError, match="SAC needs a 1-D Box .* or Discrete"):
-        SACPolicy(OBS, unbounded, SACConfig(seed=0))
+        SACPolicy(OBS, unbounded, SACPolicyConfig(seed=0))
 
 
 def test_default_target_entropies():
-    assert SACPolicy(OBS, ACTION, SACConfig(seed=0)).target_entropy == -1.0
-    discrete = SACPolicy(OBS, gym.spaces.Discrete(4), SACConfig(seed=0))
+    assert SACPolicy(OBS, ACTION, SACPolicyConfig(seed=0)).target_entropy == -1.0
+    discrete = SACPolicy(OBS, gym.spaces.Discrete(4), SACPolicyConfig(seed=0))
     assert discrete.target_entropy == pytest.approx(0.89 * math.log(4))
-    assert SACPolicy(OBS, ACTION, SACConfig(seed=0, target_entropy=-3.0)).target_entropy == -3.0
+    assert (
+        SACPolicy(OBS, ACTION, SACPolicyConfig(seed=0, target_entropy=-3.0)).target_entropy == -3.0
+    )
 
 
-@pytest.mark.parametrize("cls, config", [(SACPolicy, SACConfig), (TD3Policy, TD3Config)])
+@pytest.mark.parametrize(
+    "cls, config", [(SACPolicy, SACPolicyConfig), (TD3Policy, TD3PolicyConfig)]
+)
 def test_normalized_observations_are_what_the_networks_read_and_travel_with_the_weights(
     cls, config
 ):

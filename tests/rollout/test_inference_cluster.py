@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.rollout import WorkerSet
 
 pytestmark = pytest.mark.cluster
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cluster
 
 def test_numpy_rollout_workers_sample_learnable_batches_without_torch(engine):
     env = gym.make("CartPole-v1")
-    policy = PPOPolicy(env.observation_space, env.action_space, PPOConfig(seed=0))
+    policy = PPOPolicy(env.observation_space, env.action_space, PPOPolicyConfig(seed=0))
     with WorkerSet(
         engine,
         "CartPole-v1",

@@ -11,12 +11,12 @@ import hrl_tasks
 from hrl_tasks.algorithms import PPO
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.policies import (
-    IMPALAConfig,
     IMPALAPolicy,
-    PPOConfig,
+    IMPALAPolicyConfig,
     PPOPolicy,
-    SACConfig,
+    PPOPolicyConfig,
     SACPolicy,
+    SACPolicyConfig,
 )
 from hrl_tasks.rollout.learner_group import LearnerGroup, LearnerGroupError
 from tests.policies.synthetic import cartpole_spaces, fragment, pendulum_spaces
@@ -24,10 +24,10 @@ from tests.policies.synthetic import cartpole_spaces, fragment, pendulum_spaces
 pytestmark = pytest.mark.cluster
 
 CASES = {
-    "ppo": lambda: PPOPolicy(*cartpole_spaces(), PPOConfig(seed=2, minibatch_size=24)),
-    "impala": lambda: IMPALAPolicy(*pendulum_spaces(), IMPALAConfig(
+    "ppo": lambda: PPOPolicy(*cartpole_spaces(), PPOPolicyConfig(seed=2, minibatch_size=24)),
+    "impala": lambda: IMPALAPolicy(*pendulum_spaces(), IMPALAPolicyConfig(
         seed=2, rollout_fragment_length=16)),
-    "sac": lambda: SACPolicy(*pendulum_spaces(), SACConfig(seed=2, hidden=(32, 32))),
+    "sac": lambda: SACPolicy(*pendulum_spaces(), SACPolicyConfig(seed=2, hidden=(32, 32))),
 }  # fmt: skip
 
 
@@ -80,7 +80,9 @@ def test_a_learner_killed_while_the_group_learns_costs_nothing(three_workers):
     weights are those of a lone learner that lost nothing."""
 
     def make():
-        return PPOPolicy(*cartpole_spaces(), PPOConfig(seed=4, minibatch_size=8, num_sgd_iter=10))
+        return PPOPolicy(
+            *cartpole_spaces(), PPOPolicyConfig(seed=4, minibatch_size=8, num_sgd_iter=10)
+        )
 
     alone, driver = make(), make()
     group = LearnerGroup(three_workers, driver, 2, resources={"CPU": 1})

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.rollout import RolloutWorker
 from hrl_tasks.rollout.reward_scaling import RewardScaler
 from tests.policies.synthetic import pendulum_spaces
@@ -30,11 +30,13 @@ def test_the_scaler_divides_by_the_spread_of_every_return_so_far_across_fragment
 
 
 def test_a_worker_learns_from_scaled_rewards_and_reports_the_envs_returns():
-    policy = PPOPolicy(*pendulum_spaces(), PPOConfig(seed=0, normalize_rewards=True, gamma=0.99))
+    policy = PPOPolicy(
+        *pendulum_spaces(), PPOPolicyConfig(seed=0, normalize_rewards=True, gamma=0.99)
+    )
     worker = RolloutWorker("Pendulum-v1", policy.inference_copy(), num_envs=2,
                            rollout_fragment_length=200, seed=0)  # fmt: skip
     batch, metrics = worker.sample()
-    plain_worker = RolloutWorker("Pendulum-v1", PPOPolicy(*pendulum_spaces(), PPOConfig(seed=0))
+    plain_worker = RolloutWorker("Pendulum-v1", PPOPolicy(*pendulum_spaces(), PPOPolicyConfig(seed=0))
                                  .inference_copy(), num_envs=2, rollout_fragment_length=200,
                                  seed=0)  # fmt: skip
     raw, raw_metrics = plain_worker.sample()

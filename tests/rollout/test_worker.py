@@ -4,7 +4,7 @@ import pytest
 from gymnasium.wrappers import TimeLimit
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.policies import DQNConfig, DQNPolicy, PPOConfig, PPOPolicy
+from hrl_tasks.policies import DQNPolicy, DQNPolicyConfig, PPOPolicy, PPOPolicyConfig
 from hrl_tasks.rollout import EnvError, RolloutWorker
 from hrl_tasks.rollout.worker import EPS_ID_BITS
 from tests.rollout.envs import BadOutputEnv, ChainEnv, RecordActions
@@ -13,7 +13,7 @@ GAMMA = 0.9
 
 
 def ppo(obs_space, act_space):
-    return PPOPolicy(obs_space, act_space, PPOConfig(seed=0, gamma=GAMMA, lam=1.0))
+    return PPOPolicy(obs_space, act_space, PPOPolicyConfig(seed=0, gamma=GAMMA, lam=1.0))
 
 
 def numpy_ppo(obs_space, act_space):
@@ -238,7 +238,7 @@ def test_an_env_that_keeps_raising_ends_sampling():
 
 def test_dqn_batches_carry_next_obs_and_no_values():
     def dqn(obs_space, act_space):
-        return DQNPolicy(obs_space, act_space, DQNConfig(seed=0, n_step=2))
+        return DQNPolicy(obs_space, act_space, DQNPolicyConfig(seed=0, n_step=2))
 
     worker = RolloutWorker(truncating_chain, dqn, num_envs=2, rollout_fragment_length=6, seed=0)
     batch, _ = worker.sample()

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 import hrl_tasks as hrl
-from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.rollout import UnknownEnvError, WorkerSet, register_env
 from tests.rollout.envs import ChainEnv, Tag
 
 
 def ppo(obs_space, act_space):
-    return PPOPolicy(obs_space, act_space, PPOConfig(seed=0))
+    return PPOPolicy(obs_space, act_space, PPOPolicyConfig(seed=0))
 
 
 def perturbed(weights, scale=0.1, seed=0):

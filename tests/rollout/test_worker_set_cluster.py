@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hrl_tasks as hrl
-from hrl_tasks.policies import PPOConfig, PPOPolicy
+from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig
 from hrl_tasks.rollout import WorkerSet
 from hrl_tasks.scheduler import clear_faults, inject_faults
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.cluster
 
 
 def ppo(obs_space, act_space):
-    return PPOPolicy(obs_space, act_space, PPOConfig(seed=0))
+    return PPOPolicy(obs_space, act_space, PPOPolicyConfig(seed=0))
 
 
 def perturbed(weights, seed):

@@ -9,7 +9,7 @@ from hrl_tasks.flow import (
     ParallelRollouts,
     StandardMetricsReporting,
 )
-from hrl_tasks.policies.configs import PGConfig as PGPolicyConfig
+from hrl_tasks.policies.configs import PGPolicyConfig
 from hrl_tasks.policies.pg import PGPolicy
 
 

@@ -8,7 +8,7 @@ from hrl_tasks.algorithms.apex.config import ApeXConfig
 from hrl_tasks.algorithms.apex.replay_shard import ReplayShard
 from hrl_tasks.algorithms.sharded_replay import ShardedReplay
 from hrl_tasks.flow import SetEpsilon, TrainOneStep, UpdateTargetNetwork
-from hrl_tasks.policies.configs import DQNConfig as DQNPolicyConfig
+from hrl_tasks.policies.configs import DQNPolicyConfig
 from hrl_tasks.policies.dqn import DQNPolicy
 
 __all__ = ["ApeX", "ApeXConfig", "ReplayShard", "per_worker_epsilons"]

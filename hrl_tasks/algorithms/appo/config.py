@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from hrl_tasks.algorithms.impala.config import IMPALAConfig
-from hrl_tasks.policies.configs import APPOConfig as APPOPolicyConfig
+from hrl_tasks.policies.configs import APPOPolicyConfig
 
 
 @dataclass

@@ -4,7 +4,7 @@ takes clipped-surrogate steps (`APPOPolicy`) instead of V-trace policy-gradient 
 from hrl_tasks.algorithms.appo.config import APPOConfig
 from hrl_tasks.algorithms.impala import IMPALA
 from hrl_tasks.policies.appo import APPOPolicy
-from hrl_tasks.policies.configs import APPOConfig as APPOPolicyConfig
+from hrl_tasks.policies.configs import APPOPolicyConfig
 
 
 class APPO(IMPALA):

@@ -5,7 +5,7 @@ from typing import ClassVar
 
 from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.algorithms.offline import OfflineConfig
-from hrl_tasks.policies.configs import CQLConfig as CQLPolicyConfig
+from hrl_tasks.policies.configs import CQLPolicyConfig
 
 
 @dataclass

@@ -6,7 +6,7 @@ from hrl_tasks.algorithms.cql.config import CQLConfig
 from hrl_tasks.algorithms.offline import OfflineAlgorithm
 from hrl_tasks.algorithms.sac.plan import UpdateTargets
 from hrl_tasks.flow import TrainOneStep
-from hrl_tasks.policies.configs import CQLConfig as CQLPolicyConfig
+from hrl_tasks.policies.configs import CQLPolicyConfig
 from hrl_tasks.policies.cql import CQLPolicy
 
 

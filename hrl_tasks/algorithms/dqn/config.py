@@ -5,7 +5,7 @@ from typing import ClassVar
 
 from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.algorithms.replay_learning import ReplayConfig
-from hrl_tasks.policies.configs import DQNConfig as DQNPolicyConfig
+from hrl_tasks.policies.configs import DQNPolicyConfig
 
 
 @dataclass

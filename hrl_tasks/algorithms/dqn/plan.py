@@ -26,7 +26,7 @@ from hrl_tasks.flow import (
     linear_schedule,
 )
 from hrl_tasks.flow.context import STEPS_SAMPLED
-from hrl_tasks.policies.configs import DQNConfig as DQNPolicyConfig
+from hrl_tasks.policies.configs import DQNPolicyConfig
 from hrl_tasks.policies.dqn import DQNPolicy
 from hrl_tasks.policies.policy_map import PolicyMap
 

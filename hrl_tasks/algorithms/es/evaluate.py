@@ -21,7 +21,7 @@ import numpy as np
 
 from hrl_tasks.envs import EnvError, env_creator, env_name
 from hrl_tasks.policies import ESPolicy
-from hrl_tasks.policies.configs import ESConfig as ESPolicyConfig
+from hrl_tasks.policies.configs import ESPolicyConfig
 from hrl_tasks.scheduler import EngineError, worker_local
 
 

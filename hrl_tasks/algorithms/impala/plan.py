@@ -11,7 +11,7 @@ from hrl_tasks.algorithms.impala.learner import (
     RecordSampled,
 )
 from hrl_tasks.flow import Enqueue, ParallelRollouts, StandardMetricsReporting
-from hrl_tasks.policies.configs import IMPALAConfig as IMPALAPolicyConfig
+from hrl_tasks.policies.configs import IMPALAPolicyConfig
 from hrl_tasks.policies.impala import IMPALAPolicy
 from hrl_tasks.rollout.async_learner import RemoteLearner
 

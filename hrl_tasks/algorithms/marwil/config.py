@@ -5,7 +5,7 @@ from typing import ClassVar
 
 from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
 from hrl_tasks.algorithms.offline import OfflineConfig
-from hrl_tasks.policies.configs import MARWILConfig as MARWILPolicyConfig
+from hrl_tasks.policies.configs import MARWILPolicyConfig
 
 
 @dataclass

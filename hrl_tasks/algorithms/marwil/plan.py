@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hrl_tasks.algorithms.marwil.config import BCConfig, MARWILConfig
 from hrl_tasks.algorithms.offline import OfflineAlgorithm
-from hrl_tasks.policies.configs import MARWILConfig as MARWILPolicyConfig
+from hrl_tasks.policies.configs import MARWILPolicyConfig
 from hrl_tasks.policies.marwil import MARWILPolicy
 
 

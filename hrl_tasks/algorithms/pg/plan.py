@@ -3,7 +3,7 @@
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.pg.config import A2CConfig
 from hrl_tasks.flow import ConcatBatches, ParallelRollouts, StandardMetricsReporting, TrainOneStep
-from hrl_tasks.policies.configs import PGConfig as PGPolicyConfig
+from hrl_tasks.policies.configs import PGPolicyConfig
 from hrl_tasks.policies.pg import PGPolicy
 
 

@@ -13,7 +13,7 @@ from hrl_tasks.flow import (
     StandardMetricsReporting,
     TrainOneStep,
 )
-from hrl_tasks.policies.configs import PPOConfig as PPOPolicyConfig
+from hrl_tasks.policies.configs import PPOPolicyConfig
 from hrl_tasks.policies.ppo import PPOPolicy
 
 

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from hrl_tasks.algorithms.sharded_replay import ContinuousReplayConfig
-from hrl_tasks.policies.configs import SACConfig as SACPolicyConfig
+from hrl_tasks.policies.configs import SACPolicyConfig
 
 
 @dataclass

@@ -19,7 +19,7 @@ from hrl_tasks.flow import (
     UpdatePriorities,
 )
 from hrl_tasks.flow.context import STEPS_SAMPLED
-from hrl_tasks.policies.configs import SACConfig as SACPolicyConfig
+from hrl_tasks.policies.configs import SACPolicyConfig
 from hrl_tasks.policies.sac import SACPolicy
 
 

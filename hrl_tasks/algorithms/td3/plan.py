@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from hrl_tasks.algorithms.sac.plan import SAC
 from hrl_tasks.algorithms.sharded_replay import ContinuousReplayConfig
-from hrl_tasks.policies.configs import TD3Config as TD3PolicyConfig
+from hrl_tasks.policies.configs import TD3PolicyConfig
 from hrl_tasks.policies.td3 import TD3Policy
 
 
