@@ -182,9 +182,18 @@ class Algorithm(abc.ABC):
 
     @classmethod
     def parse_config(cls, config: AlgorithmConfig | Mapping | None, overrides: Mapping):
-        if isinstance(config, AlgorithmConfig):
-            config = config.to_dict()
-        parsed = cls.config_class.from_dict(config, **overrides)
+        """The config to run: one of this algorithm's config class is taken as it is
+        (it was checked when built), with ``overrides`` checked over it; a mapping, or
+        another algorithm's config, is read into this one's."""
+        if type(config) is cls.config_class and not overrides:
+            parsed = config
+        elif type(config) is cls.config_class:  # unknown keys named as from_dict names them
+            fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+            parsed = cls.config_class.from_dict(fields, **overrides)
+        else:
+            if isinstance(config, AlgorithmConfig):
+                config = config.to_dict()
+            parsed = cls.config_class.from_dict(config, **overrides)
         torch.set_num_threads(parsed.learner_threads or default_threads())
         return parsed
 

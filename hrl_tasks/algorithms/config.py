@@ -151,6 +151,12 @@ class AlgorithmConfig:
     """Threads of each worker process of the embedded cluster (`embedded_cluster`)."""
 
     def __post_init__(self):
+        """Each value checked against its key's type (ints taken for floats, lists for
+        tuples), its bounds, then the keys together: a config built directly is
+        checked as one read `from_dict` is."""
+        owner = type(self).__name__
+        for key, hint in field_types(type(self)).items():
+            setattr(self, key, check_type(owner, key, getattr(self, key), hint))
         check_bounds(self)
         self.check()
 
@@ -218,10 +224,7 @@ class AlgorithmConfig:
             raise ConfigError(
                 f"{cls.__name__} has no key {said}. Allowed keys: {', '.join(sorted(names))}"
             )
-        hints = typing.get_type_hints(cls)
-        for key, value in merged.items():
-            merged[key] = check_type(cls.__name__, key, value, hints[key])
-        return cls(**merged)
+        return cls(**merged)  # types, bounds and the keys together: __post_init__
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -251,6 +254,13 @@ def check_schedule(owner: str, key: str, schedule: tuple) -> None:
             f"{owner}.{key} must be ((steps, value), ...) pairs with steps from 0 up and each "
             f"value > 0, such as ((0, 2e-3), (200000, 2e-4)), got {schedule!r}"
         )
+
+
+@functools.cache
+def field_types(cls: type) -> dict[str, Any]:
+    """The type of each field of dataclass ``cls``, its annotations resolved."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 def check_type(owner: str, key: str, value: Any, hint: Any) -> Any:

@@ -323,3 +323,16 @@ def test_a_run_after_an_embedded_cluster_still_takes_a_thread_per_core(tmp_path)
 ])  # fmt: skip
 def test_the_config_decides_the_embedded_cluster(name, values, shape):
     assert get_config_class(name).from_dict(values).embedded_cluster() == shape
+
+
+def test_a_config_of_the_algorithm_s_own_class_is_taken_as_built_and_overrides_are_checked():
+    from hrl_tasks.algorithms import PPO
+
+    config = PPOConfig.from_dict(lr=3e-4)
+    assert PPO.parse_config(config, {}) is config  # parsed once, where it was built
+    overridden = PPO.parse_config(config, {"lr": 1})
+    assert overridden.lr == 1.0 and isinstance(overridden.lr, float) and config.lr == 3e-4
+    with pytest.raises(ConfigError, match=r"has no key 'lrr' \(did you mean 'lr'\?\)"):
+        PPO.parse_config(config, {"lrr": 1})
+    with pytest.raises(ConfigError, match="PPOConfig.lr must be float, got 'fast'"):
+        PPOConfig(lr="fast")  # built directly: its types are checked too
