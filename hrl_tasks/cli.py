@@ -762,7 +762,7 @@ def build_algorithm(setup: TrainSetup, algo_class: Future, engine):
     (None: it runs without a cluster); ``engine`` is closed if the algorithm fails to
     import or build."""
     try:
-        return algo_class.result()(setup.config, engine=engine)
+        return algo_class.result()(setup.checked, engine=engine)  # parsed once, in plan_train
     except BaseException:
         if engine is not None:
             engine.close()
