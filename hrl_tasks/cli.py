@@ -118,10 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(tune)
     tune.add_argument("--samples", type=count(1), default=8, help="trials (grid: its repeats)")
-    tune.add_argument("--scheduler", choices=("fifo", "asha", "pbt"), default="fifo",
-                      help="trial scheduler (default fifo)")  # fmt: skip
-    tune.add_argument("--sampler", choices=("random", "grid", "optuna"), default="random",
-                      help="how configs are drawn (optuna: TPE, needs optuna)")  # fmt: skip
+    tune.add_argument(
+        "--scheduler",
+        choices=("fifo", "asha", "pbt"),
+        default="fifo",
+        help="trial scheduler (default fifo)",
+    )
+    tune.add_argument(
+        "--sampler",
+        choices=("random", "grid", "optuna"),
+        default="random",
+        help="how configs are drawn (optuna: TPE, needs optuna)",
+    )
     tune.add_argument("--metric", default="episode_return_mean", help="the metric to optimize")
     tune.add_argument("--mode", choices=("max", "min"), default="max")
     tune.add_argument(
@@ -402,8 +410,11 @@ def engine_from_args(args, embedded: dict | None, workers: int = 2, run_dir: Pat
         return gateway_engine(args, workers)
     if args.runner is not None:
         return runner_engine(args, run_dir or Path("runs") / "runner")
-    tls = {"tls_ca_file": args.tls_ca_file, "tls_client_cert": args.tls_cert,
-           "tls_client_key": args.tls_key}  # fmt: skip
+    tls = {
+        "tls_ca_file": args.tls_ca_file,
+        "tls_client_cert": args.tls_cert,
+        "tls_client_key": args.tls_key,
+    }
     if (any(tls.values()) or args.upload) and not args.address:
         raise ValueError("--tls-ca-file, --tls-cert, --tls-key and --upload go with --address")
     if args.address:
@@ -424,8 +435,11 @@ def engine_from_args(args, embedded: dict | None, workers: int = 2, run_dir: Pat
     engine = Engine.batch(args.cluster, args.jobs, options, resources)
     try:
         wanted = args.jobs * worker_processes(engine.cluster)
-        print(f"submitted {args.jobs} {args.cluster} worker jobs; waiting for {wanted} "
-              f"worker processes", flush=True)  # fmt: skip
+        print(
+            f"submitted {args.jobs} {args.cluster} worker jobs; waiting for {wanted} "
+            f"worker processes",
+            flush=True,
+        )
         engine.wait_for_workers(wanted, timeout=args.wait_for_jobs)
         print(f"worker jobs: {', '.join(job_ids(engine.cluster)) or '(none listed)'}", flush=True)
     except TimeoutError:
@@ -455,9 +469,12 @@ def gateway_engine(args, workers: int):
     from hrl_tasks.scheduler.adaptive import parse_bounds
 
     bounds = parse_bounds(args.adapt) if args.adapt else None
-    print(f"asking the gateway {args.gateway or '(from Dask configuration)'} for a cluster of "
-          + (f"{bounds.minimum} to {bounds.maximum}" if bounds else str(workers)) + " workers",
-          flush=True)  # fmt: skip
+    print(
+        f"asking the gateway {args.gateway or '(from Dask configuration)'} for a cluster of "
+        + (f"{bounds.minimum} to {bounds.maximum}" if bounds else str(workers))
+        + " workers",
+        flush=True,
+    )
     engine = Engine.from_gateway(
         args.gateway or None,
         workers=workers,
@@ -514,8 +531,15 @@ def workers_needed(config) -> int:
     return max(1, int(config.num_workers))
 
 
-EXPERIMENT_KEYS = ("algorithm", "env", "config", "stop", "policies", "policy_mapping_fn",
-                   "policies_to_train")  # fmt: skip
+EXPERIMENT_KEYS = (
+    "algorithm",
+    "env",
+    "config",
+    "stop",
+    "policies",
+    "policy_mapping_fn",
+    "policies_to_train",
+)
 MULTI_AGENT_KEYS = ("env", "policies", "policy_mapping_fn", "policies_to_train")
 
 
@@ -567,9 +591,13 @@ def config_from_args(args) -> dict:
         if not sep or not key:
             raise ValueError(f"--set needs KEY=VALUE, got {item!r}")
         config[key.strip()] = parse_value(value)
-    given = (("env", args.env), ("num_workers", args.num_workers), ("seed", args.seed),
-             ("record_experience", getattr(args, "record", None)),
-             ("experience_input", getattr(args, "train_from", None)))  # fmt: skip
+    given = (
+        ("env", args.env),
+        ("num_workers", args.num_workers),
+        ("seed", args.seed),
+        ("record_experience", getattr(args, "record", None)),
+        ("experience_input", getattr(args, "train_from", None)),
+    )
     for key, value in given:
         if value is not None:
             config[key] = value
@@ -877,9 +905,11 @@ def run_tune(args) -> int:
     if best is None:
         print("done: no trial reported the metric")
         return 1
-    print(f"done: best trial {best['trial_id']}, {args.metric} {best['best']:.4g}, "
-          f"config {best['config']}; checkpoint {best['checkpoint']}; "
-          f"table in {out / 'results.csv'}, curves in {out / 'curves.png'}")  # fmt: skip
+    print(
+        f"done: best trial {best['trial_id']}, {args.metric} {best['best']:.4g}, "
+        f"config {best['config']}; checkpoint {best['checkpoint']}; "
+        f"table in {out / 'results.csv'}, curves in {out / 'curves.png'}"
+    )
     return 0
 
 
@@ -944,8 +974,12 @@ class Progress:
     def update(self, result: dict) -> None:
         steps = result["env_steps_sampled"]
         rate = (steps - self.base_steps) / max(1e-9, time.perf_counter() - self.start)
-        line = {"iter": result["iteration"], "steps": steps, "score": headline(result),
-                "steps/s": f"{rate:.0f}"}  # fmt: skip
+        line = {
+            "iter": result["iteration"],
+            "steps": steps,
+            "score": headline(result),
+            "steps/s": f"{rate:.0f}",
+        }
         if self.disabled:
             print("  ".join(f"{k}={v}" for k, v in line.items()), flush=True)
             return

@@ -57,8 +57,12 @@ def plot_learning_curve(
             if points:
                 xs, ys = zip(*points, strict=True)
                 policy = key.partition("/")[2]
-                ax.plot(xs, ys, label=f"{label}: {policy}" if policy else label,
-                        linestyle=":" if policy else "-")  # fmt: skip
+                ax.plot(
+                    xs,
+                    ys,
+                    label=f"{label}: {policy}" if policy else label,
+                    linestyle=":" if policy else "-",
+                )
     if threshold is not None:
         ax.axhline(threshold, linestyle="--", color="grey", label=f"target {threshold:g}")
     ax.set_xlabel("env steps")
@@ -90,8 +94,14 @@ def plot_win_rates(metrics: Sequence[dict], path: str | Path, title: str = "") -
             xs, wins, losses = zip(*points, strict=True)
             (line,) = ax.plot(xs, wins, marker=".", label=f"{opponent}: won")
             if all(x is not None for x in losses):
-                ax.plot(xs, losses, marker=".", linestyle="--", color=line.get_color(),
-                        label=f"{opponent}: lost")  # fmt: skip
+                ax.plot(
+                    xs,
+                    losses,
+                    marker=".",
+                    linestyle="--",
+                    color=line.get_color(),
+                    label=f"{opponent}: lost",
+                )
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("training time (minutes)")
     ax.set_ylabel("share of evaluation games")

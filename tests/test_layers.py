@@ -211,3 +211,17 @@ def test_no_bench_or_example_script_takes_a_standard_library_modules_name():
     scripts = [*(ROOT / "bench").glob("*.py"), *(ROOT / "examples").glob("*.py")]
     assert scripts
     assert [p.name for p in scripts if p.stem in sys.stdlib_module_names] == []
+
+
+def test_the_formatter_s_output_is_the_package_s_with_few_exceptions_each_said_why():
+    # CONTRIBUTING.md: `# fmt: skip` only where a table would be unreadable otherwise,
+    # with the reason in a comment on the line above, and at most 40 in the package.
+    skips = []
+    for path in PACKAGE.rglob("*.py"):
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if line.rstrip().endswith("# fmt: skip"):
+                above = lines[number - 1].strip() if number else ""
+                skips.append((f"{path.relative_to(ROOT)}:{number + 1}", above.startswith("#")))
+    assert len(skips) <= 40, len(skips)
+    assert all(said for _, said in skips), [where for where, said in skips if not said]

@@ -125,12 +125,14 @@ class Algorithm(abc.ABC):
         if not self.config.num_learners:
             return None
         return LearnerGroup(
-            self.engine, policy, self.config.num_learners,
+            self.engine,
+            policy,
+            self.config.num_learners,
             resources=self.config.learner_resources or {"CPU": 1},
             max_restarts=self.config.max_restarts,
             num_threads=self.config.learner_threads,
             plaintext=self.config.learner_group_plaintext,
-        )  # fmt: skip
+        )
 
     def check_before_cluster(self, policy) -> None:
         """What must hold before a cluster starts, beyond each key's own checks

@@ -175,8 +175,9 @@ class AlgorithmConfig:
         Raises:
             ConfigError: naming the keys that do not fit together.
         """
-        check_resources(type(self).__name__, "rollout_worker_resources",
-                        self.rollout_worker_resources)  # fmt: skip
+        check_resources(
+            type(self).__name__, "rollout_worker_resources", self.rollout_worker_resources
+        )
         check_resources(type(self).__name__, "learner_resources", self.learner_resources)
         if self.record_experience is not None and not self.samples_with_rollout_workers:
             raise ConfigError(
@@ -244,11 +245,13 @@ def check_schedule(owner: str, key: str, schedule: tuple) -> None:
     pairs = all(len(point) == 2 for point in schedule)
     times = [point[0] for point in schedule] if pairs else []
     good = (
-        pairs and len(schedule) > 0 and times[0] >= 0
+        pairs
+        and len(schedule) > 0
+        and times[0] >= 0
         and all(a <= b for a, b in zip(times, times[1:], strict=False))
         and all(math.isfinite(t) for t in times)
         and all(math.isfinite(v) and v > 0 for _, v in schedule)
-    )  # fmt: skip
+    )
     if not good:
         raise ConfigError(
             f"{owner}.{key} must be ((steps, value), ...) pairs with steps from 0 up and each "

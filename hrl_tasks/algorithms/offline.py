@@ -71,8 +71,7 @@ class OfflineAlgorithm(Algorithm):
     rollout workers; ``num_workers`` worker processes read the files; the driver learns,
     evaluates every ``evaluation_interval`` iterations and estimates off-policy."""
 
-    columns: ClassVar[tuple[str, ...]] = ("obs", "actions", "rewards", "terminateds",
-                                           "truncateds")  # fmt: skip
+    columns: ClassVar[tuple[str, ...]] = ("obs", "actions", "rewards", "terminateds", "truncateds")
     """The recorded columns the learner reads."""
 
     def num_rollout_workers(self) -> int:
@@ -104,9 +103,16 @@ class OfflineAlgorithm(Algorithm):
         cfg = self.config
         self.experience, self.estimates_made = experience_files(cfg.experience_input), 0
         rng = np.random.default_rng(None if cfg.seed is None else cfg.seed + 1)
-        batches = ReadExperience(self.engine, self.experience, ctx, cfg.train_batch_size, rng,
-                                 columns=self.columns, postprocess=self.postprocess(),
-                                 window=cfg.shuffle_window)  # fmt: skip
+        batches = ReadExperience(
+            self.engine,
+            self.experience,
+            ctx,
+            cfg.train_batch_size,
+            rng,
+            columns=self.columns,
+            postprocess=self.postprocess(),
+            window=cfg.shuffle_window,
+        )
         train = batches.for_each(self.learn_op(workers, ctx))
 
         def iterations():
@@ -118,14 +124,19 @@ class OfflineAlgorithm(Algorithm):
                 if cfg.evaluation_interval and done % cfg.evaluation_interval == 0:
                     with ctx.timer("evaluate"):
                         result = self.evaluate()
-                    ctx.add_episodes({"episode_returns": result["evaluation_returns"],
-                                      "episode_lengths": result["evaluation_lengths"]})  # fmt: skip
+                    ctx.add_episodes(
+                        {
+                            "episode_returns": result["evaluation_returns"],
+                            "episode_lengths": result["evaluation_lengths"],
+                        }
+                    )
                     with ctx.timer("estimate"):
                         ctx.info.update(self.off_policy_estimates())
                 yield None
 
-        return StandardMetricsReporting(LocalIterator(iterations(), "Offline"), ctx,
-                                        engine=self.engine)  # fmt: skip
+        return StandardMetricsReporting(
+            LocalIterator(iterations(), "Offline"), ctx, engine=self.engine
+        )
 
     def fitted_values(self, policy, rows: dict, path: str) -> dict[str, np.ndarray]:
         """``q`` (of each recorded action) and ``v`` of the learned policy at each row,
@@ -181,8 +192,10 @@ class OfflineAlgorithm(Algorithm):
         if not names or (asked is None and not hasattr(policy, "action_logp")):
             return {}
         if not hasattr(policy, "action_logp"):
-            raise ConfigError(f"{self.name} cannot give off-policy estimates: its policy gives "
-                              "no log-probability of an action; set off_policy_estimators=[]")  # fmt: skip
+            raise ConfigError(
+                f"{self.name} cannot give off-policy estimates: its policy gives "
+                "no log-probability of an action; set off_policy_estimators=[]"
+            )
         self.estimates_made += 1
         path = self.experience[self.estimates_made % len(self.experience)]  # file after file
         rows = self.engine.submit(read_file, path, name="read-experience").result()
@@ -194,8 +207,9 @@ class OfflineAlgorithm(Algorithm):
                 f"{path} does not have (recordings of PPO, A2C, IMPALA and APPO do); set "
                 "off_policy_estimators=[] to train without them"
             )
-        rows["target_logp"] = policy.action_logp(SampleBatch({"obs": rows["obs"],
-                                                              "actions": rows["actions"]}))  # fmt: skip
+        rows["target_logp"] = policy.action_logp(
+            SampleBatch({"obs": rows["obs"], "actions": rows["actions"]})
+        )
         if "dr" in names:
             rows.update(self.fitted_values(policy, rows, path))
         episodes = split_episodes(rows)

@@ -99,14 +99,20 @@ class ReplayConfig:
         """
         owner = type(self).__name__
         if self.prioritized_replay:
-            raise ConfigError(f"{owner}.prioritized_replay must be False with experience_input:"
-                              " recorded rows have no priorities")  # fmt: skip
+            raise ConfigError(
+                f"{owner}.prioritized_replay must be False with experience_input:"
+                " recorded rows have no priorities"
+            )
         if getattr(self, "n_step", 1) > 1:
-            raise ConfigError(f"{owner}.n_step must be 1 with experience_input: recorded rows "
-                              "are one-step transitions")  # fmt: skip
+            raise ConfigError(
+                f"{owner}.n_step must be 1 with experience_input: recorded rows "
+                "are one-step transitions"
+            )
         if getattr(self, "num_replay_shards", 0):
-            raise ConfigError(f"{owner}.num_replay_shards must be 0 with experience_input: the "
-                              "recording joins the driver's replay")  # fmt: skip
+            raise ConfigError(
+                f"{owner}.num_replay_shards must be 0 with experience_input: the "
+                "recording joins the driver's replay"
+            )
 
     def check_buffer(self) -> None:
         """Replay starts once the buffer holds ``max(learning_starts, train_batch_size)``
@@ -200,8 +206,9 @@ def mixed_replay(buffer, cfg: ReplayConfig, engine, ctx):
     rows = int(round(cfg.experience_mix * cfg.train_batch_size))
     columns = ("obs", "actions", "rewards", "terminateds", "truncateds", "next_obs")
     rng = np.random.default_rng(None if cfg.seed is None else cfg.seed + 2)
-    recorded = ReadExperience(engine, experience_files(cfg.experience_input), ctx,
-                              max(rows, 1), rng, columns=columns)  # fmt: skip
+    recorded = ReadExperience(
+        engine, experience_files(cfg.experience_input), ctx, max(rows, 1), rng, columns=columns
+    )
     return MixedReplay(buffer, recorded, rows)
 
 
@@ -225,8 +232,11 @@ class ReplayAndLearn:
 def replay_state(buffer, ratio: ReplayRatio) -> dict:
     """What a checkpoint keeps of a replay in the driver: its sampling state and ratio
     (not its rows: a resumed run refills it)."""
-    return {"replay_rows": len(buffer), "replay_rng": buffer.get_rng_state(),
-            "replay_ratio": ratio.state()}  # fmt: skip
+    return {
+        "replay_rows": len(buffer),
+        "replay_rng": buffer.get_rng_state(),
+        "replay_ratio": ratio.state(),
+    }
 
 
 def restore_replay(buffer, ratio: ReplayRatio, state: dict) -> None:

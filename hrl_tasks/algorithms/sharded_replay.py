@@ -127,7 +127,7 @@ class ShardedReplay:
                 label="ReplayShard",
                 strategy="spread",
                 max_restarts=cfg.max_restarts,
-            )  # fmt: skip
+            )
             for i in range(cfg.num_replay_shards)
         ]
         handles = list(workers.remote_workers)

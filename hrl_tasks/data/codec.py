@@ -128,8 +128,10 @@ def _dask_loads(header: dict, frames: Sequence[bytes | memoryview]) -> Any:
         dtype = _checked_dtype(dtype_str)
         count = math.prod(shape)
         if memoryview(frame).nbytes != count * dtype.itemsize:
-            raise DecodeError(f"a {dtype_str} column of shape {shape} in a frame of "
-                              f"{memoryview(frame).nbytes} bytes")  # fmt: skip
+            raise DecodeError(
+                f"a {dtype_str} column of shape {shape} in a frame of "
+                f"{memoryview(frame).nbytes} bytes"
+            )
         array = np.frombuffer(frame, dtype, count).reshape(shape)
         arrays.append(array if array.flags.aligned else array.copy())
     if kind == "batch":

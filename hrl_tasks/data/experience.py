@@ -54,9 +54,16 @@ REQUIRED = ("obs", "actions", "rewards", "terminateds", "truncateds", "eps_id", 
 """Columns every experience file has."""
 OPTIONAL = ("next_obs", "returns_to_go", "logp", "policy_id", "agent_id")
 KINDS = {
-    "rewards": "f", "terminateds": "b", "truncateds": "b", "eps_id": "iu", "t": "iu",
-    "returns_to_go": "f", "logp": "f", "policy_id": "OSU", "agent_id": "OSU",
-}  # fmt: skip
+    "rewards": "f",
+    "terminateds": "b",
+    "truncateds": "b",
+    "eps_id": "iu",
+    "t": "iu",
+    "returns_to_go": "f",
+    "logp": "f",
+    "policy_id": "OSU",
+    "agent_id": "OSU",
+}
 """The numpy kinds a column may have (obs, next_obs and actions may have any number)."""
 KIND_NAMES = {"f": "a float", "b": "a bool", "iu": "an integer", "OSU": "a string"}
 PART_ROWS = 100_000
@@ -365,8 +372,9 @@ def experience_files(pattern: str | os.PathLike) -> list[str]:
     else:
         found = fs.glob(root) if any(c in root for c in "*?[") else [root] * fs.exists(root)
     if not found:
-        raise ExperienceError(f"no experience files at {text!r} (a directory of *.parquet "
-                              "files, a glob, or one file)")  # fmt: skip
+        raise ExperienceError(
+            f"no experience files at {text!r} (a directory of *.parquet files, a glob, or one file)"
+        )
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     keep = "" if protocol in ("file", "local") else f"{protocol}://"
     return [f"{keep}{path}" for path in sorted(found)]
@@ -451,8 +459,11 @@ def trajectory_rows(
     columns (``[T, ...]``; ``logp`` if the policy has it), the episode id, its own step
     index, its returns-to-go and its agent and policy ids. Pure."""
     rewards = np.asarray(columns["rewards"], np.float32)
-    rows = {k: np.array(columns[k]) for k in (*REQUIRED, "next_obs", "logp")
-            if k in columns and k not in ("eps_id", "t")}  # copies: the batch goes on  # fmt: skip
+    rows = {
+        k: np.array(columns[k])
+        for k in (*REQUIRED, "next_obs", "logp")
+        if k in columns and k not in ("eps_id", "t")
+    }  # copies: the batch goes on
     rows["rewards"] = rewards
     rows["eps_id"] = np.full(len(rewards), eps_id, np.int64)
     rows["t"] = np.arange(len(rewards), dtype=np.int32)
@@ -484,9 +495,12 @@ class PolicyRecordings:
         writer = self.writers.get(policy_id)
         if writer is None:
             observation_space, action_space = self.spaces[policy_id]
-            metadata = {**self.metadata, "policy_id": str(policy_id),
-                        "observation_space": repr(observation_space),
-                        "action_space": repr(action_space)}  # fmt: skip
+            metadata = {
+                **self.metadata,
+                "policy_id": str(policy_id),
+                "observation_space": repr(observation_space),
+                "action_space": repr(action_space),
+            }
             prefix = f"{self.prefix}-{file_safe(policy_id)}"
             writer = self.writers[policy_id] = PartWriter(self.url, prefix, metadata)
         writer.add(rows)

@@ -56,5 +56,8 @@ class RunningStats:
 
     @classmethod
     def from_state(cls, state: dict) -> RunningStats:
-        return cls(float(state["count"]), np.asarray(state["mean"], np.float64),
-                   np.asarray(state["m2"], np.float64))  # fmt: skip
+        return cls(
+            float(state["count"]),
+            np.asarray(state["mean"], np.float64),
+            np.asarray(state["m2"], np.float64),
+        )

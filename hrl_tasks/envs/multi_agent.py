@@ -189,7 +189,7 @@ class CentralCriticEnv(_Wrapper):
                 np.full(n + state_size, -np.inf, np.float32),
                 np.full(n + state_size, np.inf, np.float32),
                 n,
-            )  # fmt: skip
+            )
             for agent, n in self._sizes.items()
         }
 

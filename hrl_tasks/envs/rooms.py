@@ -91,9 +91,13 @@ class RoomsLayout:
         top, left = self.corner(r, c)
         middle = self.size // 2
         return np.array(
-            [(top - 1, left + middle), (top + self.size, left + middle),
-             (top + middle, left - 1), (top + middle, left + self.size)][option]
-        )  # fmt: skip
+            [
+                (top - 1, left + middle),
+                (top + self.size, left + middle),
+                (top + middle, left - 1),
+                (top + middle, left + self.size),
+            ][option]
+        )
 
     def move(self, cell: np.ndarray, action: int) -> np.ndarray:
         target = cell + MOVES[action]

@@ -125,8 +125,11 @@ class _Tee:
                     return item
                 if self.ended:
                     return _END
-                behind = [i for i, q in enumerate(self.queues)
-                          if q is not None and len(q) >= self.max_buffered]  # fmt: skip
+                behind = [
+                    i
+                    for i, q in enumerate(self.queues)
+                    if q is not None and len(q) >= self.max_buffered
+                ]
                 if behind and all(self.consumers[i] == me for i in behind):
                     raise RuntimeError(
                         f"duplicate: copy {index} is {self.max_buffered} items ahead of copy "
@@ -184,9 +187,16 @@ class ParallelIterator:
     """
 
     def __init__(
-        self, engine, handles: list, method: str, transforms: tuple = (), speculative=False,
-        before_call=None, direct: bool = False, keep: bool = False,
-    ):  # fmt: skip
+        self,
+        engine,
+        handles: list,
+        method: str,
+        transforms: tuple = (),
+        speculative=False,
+        before_call=None,
+        direct: bool = False,
+        keep: bool = False,
+    ):
         if keep and not direct:
             raise ValueError("keep needs direct calls: items stay on their workers only so")
         self.engine = engine
@@ -201,9 +211,15 @@ class ParallelIterator:
     def for_each(self, fn: Callable[[Any, Any], Any]) -> ParallelIterator:
         """Apply ``fn(worker, item)`` on each worker to each of its items."""
         return ParallelIterator(
-            self.engine, self.handles, self.method, (*self.transforms, fn), self.speculative,
-            self.before_call, self.direct, self.keep,
-        )  # fmt: skip
+            self.engine,
+            self.handles,
+            self.method,
+            (*self.transforms, fn),
+            self.speculative,
+            self.before_call,
+            self.direct,
+            self.keep,
+        )
 
     def _call(self, handle):
         kwargs = (self.before_call(handle) if self.before_call is not None else None) or {}

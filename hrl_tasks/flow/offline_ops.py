@@ -105,8 +105,11 @@ def ReadExperience(
         rows_per_file: deque[int] = deque(maxlen=window)
         while True:
             while len(pending) < prefetch:
-                pending.append(engine.submit(read_for_training, next(order), columns,
-                                             postprocess, name="read-experience"))  # fmt: skip
+                pending.append(
+                    engine.submit(
+                        read_for_training, next(order), columns, postprocess, name="read-experience"
+                    )
+                )
             with ctx.timer("read"):
                 rows = pending.popleft().result()
             read = len(rows["rewards"])

@@ -147,8 +147,12 @@ class BatchingEvaluator:
         """How many forward passes had each number of rows, and of requests; and the
         positions answered from the cache (``cache_hits``) and by the network."""
         with self.cond:
-            return {"rows": dict(self.batch_rows), "requests": dict(self.batch_requests),
-                    "cache_hits": self.cache_hits, "cache_misses": self.cache_misses}  # fmt: skip
+            return {
+                "rows": dict(self.batch_rows),
+                "requests": dict(self.batch_requests),
+                "cache_hits": self.cache_hits,
+                "cache_misses": self.cache_misses,
+            }
 
     def _take(self) -> list[_Request]:
         batch, rows = [], 0

@@ -134,8 +134,18 @@ class SearchResult:
 class Node:
     """A state in the tree with the statistics of its outgoing edges."""
 
-    __slots__ = ("state", "to_play", "mask", "prior", "visits", "value_sums", "children",
-                 "expanded", "terminal", "value")  # fmt: skip
+    __slots__ = (
+        "state",
+        "to_play",
+        "mask",
+        "prior",
+        "visits",
+        "value_sums",
+        "children",
+        "expanded",
+        "terminal",
+        "value",
+    )
 
     def __init__(self, game: Game, state: State):
         self.state = state
@@ -159,8 +169,9 @@ class Node:
 
     def gumbel_terms(self, config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
         """Gumbel's view of this node: its logits and ``sigma(completed Q)``."""
-        completed = gumbel.completed_q(self.value, self.prior, self.visits, self.value_sums,
-                                       self.mask)  # fmt: skip
+        completed = gumbel.completed_q(
+            self.value, self.prior, self.visits, self.value_sums, self.mask
+        )
         transformed = gumbel.sigma(completed, self.visits, config.c_visit, config.c_scale)
         return gumbel.logits_of(self.prior, self.mask), transformed
 
@@ -262,8 +273,14 @@ def search(
     batch_sizes: list[int] = []
     if root.terminal:
         returns = np.asarray(game.returns(state), dtype=float)
-        return SearchResult(root.visits, root.value_sums, returns * budget, budget,
-                            legal=root.mask, to_play=root.to_play)  # fmt: skip
+        return SearchResult(
+            root.visits,
+            root.value_sums,
+            returns * budget,
+            budget,
+            legal=root.mask,
+            to_play=root.to_play,
+        )
     priors, values = evaluate([state])
     batch_sizes.append(1)
     root.expand(priors[0], float(values[0]))
@@ -299,8 +316,19 @@ def search(
             total += vector
         done += len(pending)
     action, improved = halving.finish(root) if halving.active else (None, None)
-    return SearchResult(root.visits, root.value_sums, total, done, batch_sizes, root.prior,
-                        root.mask, root.to_play, bounds, action, improved)  # fmt: skip
+    return SearchResult(
+        root.visits,
+        root.value_sums,
+        total,
+        done,
+        batch_sizes,
+        root.prior,
+        root.mask,
+        root.to_play,
+        bounds,
+        action,
+        improved,
+    )
 
 
 class SequentialHalving:
@@ -308,8 +336,9 @@ class SequentialHalving:
     noise: evaluation play), and the visits each simulation's root action should have.
     Inactive (``active`` False) for the other rules."""
 
-    def __init__(self, root: Node, config: SearchConfig, budget: int,
-                 rng: np.random.Generator, noise: bool):  # fmt: skip
+    def __init__(
+        self, root: Node, config: SearchConfig, budget: int, rng: np.random.Generator, noise: bool
+    ):
         self.active = config.rule == "gumbel"
         self.config = config
         if not self.active:
@@ -323,8 +352,9 @@ class SequentialHalving:
         """The root action of the next simulation (virtual visits of a batch count)."""
         index = min(int(round(root.visits.sum())), len(self.schedule) - 1)
         logits, transformed = root.gumbel_terms(self.config)
-        return gumbel.root_action(self.gumbel, logits, transformed, root.visits,
-                                  self.schedule[index], root.mask)  # fmt: skip
+        return gumbel.root_action(
+            self.gumbel, logits, transformed, root.visits, self.schedule[index], root.mask
+        )
 
     def finish(self, root: Node) -> tuple[int, np.ndarray]:
         """The move (the best of the last round's actions) and the improved policy target."""

@@ -100,13 +100,24 @@ def parallel_search(
     if parallel.mode == "root":
         budgets = split_evenly(config.simulations, parallel.trees)
         refs = [
-            engine.submit(root_tree, game, state, leaves, weights, config, n, child_seed(seed, i),
-                          name="search-tree", retries=parallel.retries)
+            engine.submit(
+                root_tree,
+                game,
+                state,
+                leaves,
+                weights,
+                config,
+                n,
+                child_seed(seed, i),
+                name="search-tree",
+                retries=parallel.retries,
+            )
             for i, n in enumerate(budgets)
-        ]  # fmt: skip
+        ]
         return merge_roots(engine.gather(refs), game)
-    return subtree_search(game, state, leaves, weights, config, parallel, config.simulations,
-                          seed, 0, engine=engine)  # fmt: skip
+    return subtree_search(
+        game, state, leaves, weights, config, parallel, config.simulations, seed, 0, engine=engine
+    )
 
 
 def subtree_search(
@@ -126,11 +137,11 @@ def subtree_search(
     rng = np.random.default_rng(seed)
     evaluate = leaves.resolve(game, rng, weights)
     if budget < parallel.split_min or depth >= parallel.max_depth or game.is_terminal(state):
-        return search(game, state, evaluate, config, rng, simulations=budget,
-                      root_noise=depth == 0)  # fmt: skip
+        return search(game, state, evaluate, config, rng, simulations=budget, root_noise=depth == 0)
     warm_budget = max(int(budget * parallel.warmup), int(game.legal_mask(state).sum()) + 1)
-    warm = search(game, state, evaluate, config, rng, simulations=warm_budget,
-                  root_noise=depth == 0)  # fmt: skip
+    warm = search(
+        game, state, evaluate, config, rng, simulations=warm_budget, root_noise=depth == 0
+    )
     from hrl_tasks.scheduler import current_engine
 
     engine = engine or current_engine()
@@ -141,12 +152,22 @@ def subtree_search(
         shares = allocate(current, budget_of_round, config)
         refs = {
             int(a): engine.submit(
-                subtree_search, game, game.step(state, int(a)), leaves, weights, config, parallel,
-                int(n), child_seed(seed, int(a) + game.num_actions * current.simulations),
-                depth + 1, name=f"search-subtree-d{depth + 1}", retries=parallel.retries,
+                subtree_search,
+                game,
+                game.step(state, int(a)),
+                leaves,
+                weights,
+                config,
+                parallel,
+                int(n),
+                child_seed(seed, int(a) + game.num_actions * current.simulations),
+                depth + 1,
+                name=f"search-subtree-d{depth + 1}",
+                retries=parallel.retries,
             )
-            for a, n in enumerate(shares) if n > 0
-        }  # fmt: skip
+            for a, n in enumerate(shares)
+            if n > 0
+        }
         results = dict(zip(refs, engine.gather(list(refs.values())), strict=True))
         current = merge_children(current, results, warm.to_play)
     return current
@@ -178,12 +199,15 @@ def allocate(warm: SearchResult, budget: int, config: SearchConfig) -> np.ndarra
     for _ in range(budget):
         if uct:
             log_total = math.log(max(total, 1.0))
-            scores = [values[a] + config.c_uct * math.sqrt(log_total / max(visits[a], 1e-9))
-                      for a in legal]  # fmt: skip
+            scores = [
+                values[a] + config.c_uct * math.sqrt(log_total / max(visits[a], 1e-9))
+                for a in legal
+            ]
         else:
             root = math.sqrt(max(total, 1.0))
-            scores = [values[a] + config.c_puct * prior[a] * root / (1.0 + visits[a])
-                      for a in legal]  # fmt: skip
+            scores = [
+                values[a] + config.c_puct * prior[a] * root / (1.0 + visits[a]) for a in legal
+            ]
         action = legal[scores.index(max(scores))]  # the first of equals, as argmax
         visits[action] += 1.0
         total += 1.0
@@ -204,8 +228,17 @@ def merge_children(
         total += child.value_vector_sum
         done += child.simulations
         batch_sizes += child.batch_sizes
-    return SearchResult(visits, value_sums, total, done, batch_sizes, warm.prior, warm.legal,
-                        warm.to_play, warm.bounds)  # fmt: skip
+    return SearchResult(
+        visits,
+        value_sums,
+        total,
+        done,
+        batch_sizes,
+        warm.prior,
+        warm.legal,
+        warm.to_play,
+        warm.bounds,
+    )
 
 
 def merge_roots(results: list[SearchResult], game: Game) -> SearchResult:
@@ -217,8 +250,11 @@ def merge_roots(results: list[SearchResult], game: Game) -> SearchResult:
         sum(r.value_vector_sum for r in results),
         sum(r.simulations for r in results),
         [b for r in results for b in r.batch_sizes],
-        first.prior, first.legal, first.to_play, first.bounds,
-    )  # fmt: skip
+        first.prior,
+        first.legal,
+        first.to_play,
+        first.bounds,
+    )
 
 
 def split_evenly(total: int, parts: int) -> list[int]:

@@ -128,10 +128,13 @@ class ActorCriticPolicy(TorchPolicy):
         if not isinstance(self.model.encoder, nn.Flatten):
             return super().inference_copy()
         return NumpyActorCritic(
-            self.observation_space, self.action_space, self.get_weights(), self.postprocessor(),
+            self.observation_space,
+            self.action_space,
+            self.get_weights(),
+            self.postprocessor(),
             activation=self.activation,
             reward_normalization_gamma=self.reward_normalization_gamma,
-        )  # fmt: skip
+        )
 
     @torch.no_grad()
     def compute_actions(

@@ -46,10 +46,16 @@ class Adam:
         if not self.params:
             raise ValueError("Adam got no parameters to optimize")
         self.param_groups = [
-            {"params": self.params, "lr": float(lr), "betas": tuple(map(float, betas)),
-             "eps": float(eps), "weight_decay": float(weight_decay), "amsgrad": False,
-             "maximize": False}
-        ]  # fmt: skip
+            {
+                "params": self.params,
+                "lr": float(lr),
+                "betas": tuple(map(float, betas)),
+                "eps": float(eps),
+                "weight_decay": float(weight_decay),
+                "amsgrad": False,
+                "maximize": False,
+            }
+        ]
         self.state: dict[int, dict[str, Any]] = {}  # by parameter index, from its first step
 
     @torch.no_grad()
@@ -62,8 +68,11 @@ class Adam:
         for i in indices:
             if i not in self.state:
                 p = self.params[i]
-                self.state[i] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
-                                 "exp_avg_sq": torch.zeros_like(p)}  # fmt: skip
+                self.state[i] = {
+                    "step": torch.tensor(0.0),
+                    "exp_avg": torch.zeros_like(p),
+                    "exp_avg_sq": torch.zeros_like(p),
+                }
         states = [self.state[i] for i in indices]
         params = [self.params[i] for i in indices]
         moments = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states])
@@ -78,10 +87,13 @@ class Adam:
         """The moments and step counts, and the settings, as ``torch.optim.Adam`` has them."""
         group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
         state = {
-            i: {"step": s["step"].clone(), "exp_avg": s["exp_avg"].clone(),
-                "exp_avg_sq": s["exp_avg_sq"].clone()}
+            i: {
+                "step": s["step"].clone(),
+                "exp_avg": s["exp_avg"].clone(),
+                "exp_avg_sq": s["exp_avg_sq"].clone(),
+            }
             for i, s in self.state.items()
-        }  # fmt: skip
+        }
         return {
             "state": state,
             "param_groups": [{**group, "params": list(range(len(self.params)))}],
@@ -105,10 +117,15 @@ class Adam:
             p = self.params[i]
             moments = [torch.as_tensor(saved[k], dtype=p.dtype) for k in ("exp_avg", "exp_avg_sq")]
             if any(m.shape != p.shape for m in moments):
-                raise ValueError(f"optimizer moments of shape {tuple(moments[0].shape)} for a "
-                                 f"parameter of shape {tuple(p.shape)}")  # fmt: skip
-            loaded[i] = {"step": torch.tensor(float(saved["step"])),
-                         "exp_avg": moments[0].clone(), "exp_avg_sq": moments[1].clone()}  # fmt: skip
+                raise ValueError(
+                    f"optimizer moments of shape {tuple(moments[0].shape)} for a "
+                    f"parameter of shape {tuple(p.shape)}"
+                )
+            loaded[i] = {
+                "step": torch.tensor(float(saved["step"])),
+                "exp_avg": moments[0].clone(),
+                "exp_avg_sq": moments[1].clone(),
+            }
         self.state = loaded
         # (weight_decay stays this optimizer's own: a saved AdamW's loads into an Adam)
         self.param_groups[0].update({k: float(group[k]) for k in ("lr", "eps") if k in group})
@@ -130,9 +147,20 @@ def fused_update(params, grads, exp_avgs, exp_avg_sqs, steps, group) -> None:
     ``torch.optim.Adam(fused=True)`` (about 12% off a small PPO update on CPU)."""
     beta1, beta2 = group["betas"]
     torch._fused_adam_(
-        params, grads, exp_avgs, exp_avg_sqs, [], steps, lr=group["lr"], beta1=beta1,
-        beta2=beta2, weight_decay=0.0, eps=group["eps"], amsgrad=False, maximize=False,
-    )  # fmt: skip
+        params,
+        grads,
+        exp_avgs,
+        exp_avg_sqs,
+        [],
+        steps,
+        lr=group["lr"],
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=0.0,
+        eps=group["eps"],
+        amsgrad=False,
+        maximize=False,
+    )
 
 
 def foreach_update(params, grads, exp_avgs, exp_avg_sqs, steps, group) -> None:
@@ -147,5 +175,6 @@ def foreach_update(params, grads, exp_avgs, exp_avg_sqs, steps, group) -> None:
     denominators = torch._foreach_sqrt(exp_avg_sqs)  # noqa: SLF001
     torch._foreach_div_(denominators, [math.sqrt(1 - beta2**n) for n in counts])
     torch._foreach_add_(denominators, group["eps"])
-    torch._foreach_addcdiv_(params, exp_avgs, denominators,
-                            [-group["lr"] / (1 - beta1**n) for n in counts])  # fmt: skip
+    torch._foreach_addcdiv_(
+        params, exp_avgs, denominators, [-group["lr"] / (1 - beta1**n) for n in counts]
+    )

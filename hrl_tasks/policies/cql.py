@@ -35,8 +35,11 @@ class CQLPolicy(SACPolicy):
         uniform = torch.rand(size * n, self.action_dim, generator=self.generator) * 2 - 1
         uniform_logp = -self.action_dim * math.log(2.0)  # density of U[-1, 1]^d
         groups = []  # per kind of action: (q1, q2) of the [B * n] actions, less log-densities
-        for actions, logp in ((uniform, uniform_logp), (policy_actions, policy_logp),
-                              (next_actions, next_logp)):  # fmt: skip
+        for actions, logp in (
+            (uniform, uniform_logp),
+            (policy_actions, policy_logp),
+            (next_actions, next_logp),
+        ):
             q1, q2 = self.model.critic(obs_rep, actions)
             groups.append((q1 - logp, q2 - logp))
         q_data = self.model.critic(obs, cols["actions"])
@@ -45,7 +48,7 @@ class CQLPolicy(SACPolicy):
                 torch.cat([g[k].view(size, n) for g in groups], dim=1),
                 q_data[k],
                 cfg.cql_temperature,
-            )  # fmt: skip
+            )
             for k in range(2)
         )
         return self._with_penalty(terms, penalty)
@@ -62,8 +65,12 @@ class CQLPolicy(SACPolicy):
 
     def _with_penalty(self, terms, penalty):
         loss_cql = self.config.min_q_weight * penalty
-        return {**terms, "loss_cql": loss_cql, "total": terms["total"] + loss_cql,
-                "cql_penalty": penalty.detach()}  # fmt: skip
+        return {
+            **terms,
+            "loss_cql": loss_cql,
+            "total": terms["total"] + loss_cql,
+            "cql_penalty": penalty.detach(),
+        }
 
 
 def __getattr__(name: str):  # the config's old name, CQLConfig

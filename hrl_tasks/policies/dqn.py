@@ -137,8 +137,9 @@ class DQNPolicy(TorchPolicy):
         postprocess = functools.partial(
             n_step_transitions, gamma=self.config.gamma, n_step=self.config.n_step
         )
-        return NumpyQNetwork(self.observation_space, self.action_space, self.get_weights(),
-                             self.epsilon, postprocess)  # fmt: skip
+        return NumpyQNetwork(
+            self.observation_space, self.action_space, self.get_weights(), self.epsilon, postprocess
+        )
 
     def postprocess_trajectory(self, batch: SampleBatch) -> SampleBatch:
         """Rewrites rows as n-step transitions when ``n_step > 1`` (see the class doc)."""

@@ -51,8 +51,15 @@ class FittedQEvaluation:
         seed: Seed of the weights and of the minibatches.
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, gamma: float, hidden=(64, 64),
-                 lr: float = 1e-3, seed: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        obs_dim: int,
+        num_actions: int,
+        gamma: float,
+        hidden=(64, 64),
+        lr: float = 1e-3,
+        seed: int | None = None,
+    ):
         if seed is not None:
             torch.manual_seed(seed)
         self.q = MLP(obs_dim, num_actions, tuple(hidden), nn.ReLU)
@@ -61,8 +68,14 @@ class FittedQEvaluation:
         self.gamma = gamma
         self.rng = np.random.default_rng(seed)
 
-    def fit(self, rows: dict[str, np.ndarray], next_probs: np.ndarray, steps: int = 500,
-            batch_size: int = 256, target_every: int = 100) -> float:  # fmt: skip
+    def fit(
+        self,
+        rows: dict[str, np.ndarray],
+        next_probs: np.ndarray,
+        steps: int = 500,
+        batch_size: int = 256,
+        target_every: int = 100,
+    ) -> float:
         """``steps`` regression steps on ``rows`` (``obs``, ``actions``, ``rewards``,
         ``next_obs``, ``terminateds``), ``next_probs[i]`` being the target policy's
         action probabilities at row ``i``'s ``next_obs``; returns the last loss."""
@@ -100,8 +113,15 @@ class ContinuousFittedQEvaluation:
         gamma, hidden, lr, seed: As for `FittedQEvaluation`.
     """
 
-    def __init__(self, obs_dim: int, action_dim: int, gamma: float, hidden=(64, 64),
-                 lr: float = 1e-3, seed: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        gamma: float,
+        hidden=(64, 64),
+        lr: float = 1e-3,
+        seed: int | None = None,
+    ):
         if seed is not None:
             torch.manual_seed(seed)
         self.q = MLP(obs_dim + action_dim, 1, tuple(hidden), nn.ReLU)
@@ -115,16 +135,23 @@ class ContinuousFittedQEvaluation:
         """``[N, K, obs + action]`` inputs of ``obs`` ``[N, O]`` with ``actions`` ``[N, K, A]``."""
         return torch.cat([obs.unsqueeze(1).expand(-1, actions.shape[1], -1), actions], -1)
 
-    def fit(self, rows: dict[str, np.ndarray], next_actions: np.ndarray, steps: int = 500,
-            batch_size: int = 256, target_every: int = 100) -> float:  # fmt: skip
+    def fit(
+        self,
+        rows: dict[str, np.ndarray],
+        next_actions: np.ndarray,
+        steps: int = 500,
+        batch_size: int = 256,
+        target_every: int = 100,
+    ) -> float:
         """``steps`` regression steps on ``rows`` (``obs``, ``actions``, ``rewards``,
         ``next_obs``, ``terminateds``), ``next_actions[i]`` (``[K, A]``) being actions
         the target policy draws at row ``i``'s ``next_obs``; returns the last loss."""
         obs = torch.as_tensor(rows["obs"], dtype=torch.float32).flatten(1)
         next_obs = torch.as_tensor(rows["next_obs"], dtype=torch.float32).flatten(1)
         actions = torch.as_tensor(rows["actions"], dtype=torch.float32).reshape(len(obs), -1)
-        drawn = torch.as_tensor(next_actions, dtype=torch.float32).reshape(len(obs), -1,
-                                                                           actions.shape[1])  # fmt: skip
+        drawn = torch.as_tensor(next_actions, dtype=torch.float32).reshape(
+            len(obs), -1, actions.shape[1]
+        )
         rewards = torch.as_tensor(rows["rewards"], dtype=torch.float32)
         alive = 1.0 - torch.as_tensor(rows["terminateds"], dtype=torch.float32)
 

@@ -150,8 +150,9 @@ def soft_q_targets(
     ``next_logp`` of shape ``[B, n]`` and the probabilities as ``next_probs``
     through `soft_values`.
     """
-    _check_same_shape(rewards=rewards, discounts=discounts, next_q1=next_q1, next_q2=next_q2,
-                      next_logp=next_logp)  # fmt: skip
+    _check_same_shape(
+        rewards=rewards, discounts=discounts, next_q1=next_q1, next_q2=next_q2, next_logp=next_logp
+    )
     return rewards + discounts * (torch.minimum(next_q1, next_q2) - alpha * next_logp)
 
 

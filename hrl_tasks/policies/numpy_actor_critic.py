@@ -141,10 +141,14 @@ class NumpyActorCritic(NumpyActingCopy):
         self._actor = linear_layers(self._weights, "actor")
         self._critic = linear_layers(self._weights, "critic")
         mean = self._weights.get("obs_normalizer.mean")
-        self._normalizer = None if mean is None else (
-            mean.astype(np.float32),
-            np.sqrt(self._weights["obs_normalizer.var"].astype(np.float32) + np.float32(1e-8)),
-        )  # fmt: skip
+        self._normalizer = (
+            None
+            if mean is None
+            else (
+                mean.astype(np.float32),
+                np.sqrt(self._weights["obs_normalizer.var"].astype(np.float32) + np.float32(1e-8)),
+            )
+        )
         log_std = self._weights.get("dist_head.log_std")
         self._log_std = None if log_std is None else log_std.astype(np.float32)
         self._check_shapes()

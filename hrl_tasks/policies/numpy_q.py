@@ -151,8 +151,7 @@ class NumpyQNetwork(NumpyActingCopy):
 
     def get_state(self) -> dict[str, Any]:
         """Weights, epsilon and the generator's state."""
-        return {"weights": self.get_weights(), "epsilon": self.epsilon,
-                "rng": self.get_rng_state()}  # fmt: skip
+        return {"weights": self.get_weights(), "epsilon": self.epsilon, "rng": self.get_rng_state()}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_weights(state["weights"])

@@ -72,8 +72,9 @@ def weighted_importance_sampling(episodes: Sequence[dict[str, np.ndarray]], gamm
     values = []
     for episode, w in zip(episodes, weights, strict=True):
         steps = len(w)
-        normalized = np.divide(w, mean_weight[:steps], out=np.zeros(steps),
-                               where=mean_weight[:steps] > 0)  # fmt: skip
+        normalized = np.divide(
+            w, mean_weight[:steps], out=np.zeros(steps), where=mean_weight[:steps] > 0
+        )
         discounts = gamma ** np.arange(steps)
         values.append(float(np.sum(discounts * normalized * episode["rewards"])))
     return float(np.mean(values))
@@ -101,5 +102,7 @@ def split_episodes(rows: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
     order = trajectory_order(rows)
     ordered = {k: v[order] for k, v in rows.items()}
     bounds = [*trajectory_starts(ordered), len(order)]
-    return [{k: v[a:b] for k, v in ordered.items()}
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]  # fmt: skip
+    return [
+        {k: v[a:b] for k, v in ordered.items()}
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+    ]

@@ -62,13 +62,22 @@ class PolicyValueNet(nn.Module):
         )
         self.body = nn.Sequential(*[ResidualBlock(c) for _ in range(spec.blocks)])
         self.policy_head = nn.Sequential(
-            nn.Conv2d(c, 2, 1, bias=False), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(),
+            nn.Conv2d(c, 2, 1, bias=False),
+            nn.BatchNorm2d(2),
+            nn.ReLU(),
+            nn.Flatten(),
             nn.Linear(2 * height * width, spec.num_actions),
-        )  # fmt: skip
+        )
         self.value_head = nn.Sequential(
-            nn.Conv2d(c, 1, 1, bias=False), nn.BatchNorm2d(1), nn.ReLU(), nn.Flatten(),
-            nn.Linear(height * width, 64), nn.ReLU(), nn.Linear(64, 1), nn.Tanh(),
-        )  # fmt: skip
+            nn.Conv2d(c, 1, 1, bias=False),
+            nn.BatchNorm2d(1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(height * width, 64),
+            nn.ReLU(),
+            nn.Linear(64, 1),
+            nn.Tanh(),
+        )
 
     def forward(self, planes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.body(self.stem(planes.permute(0, 3, 1, 2)))
@@ -102,8 +111,7 @@ def policy_value_terms(
     logits = logits.masked_fill(~masks, -1e9)
     policy_loss = -(target_policies * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
     value_loss = torch.mean((values - target_values) ** 2)
-    return {"total": policy_loss + value_loss, "policy_loss": policy_loss,
-            "value_loss": value_loss}  # fmt: skip
+    return {"total": policy_loss + value_loss, "policy_loss": policy_loss, "value_loss": value_loss}
 
 
 @dataclass
@@ -121,8 +129,9 @@ class PolicyValueConfig:
 
     @property
     def spec(self) -> PolicyValueSpec:
-        return PolicyValueSpec(tuple(self.observation_shape), int(self.num_actions),
-                               self.channels, self.blocks)  # fmt: skip
+        return PolicyValueSpec(
+            tuple(self.observation_shape), int(self.num_actions), self.channels, self.blocks
+        )
 
 
 class PolicyValuePolicy(TorchPolicy):
@@ -151,8 +160,9 @@ class PolicyValuePolicy(TorchPolicy):
         return Adam(model.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay)
 
     def compute_actions(self, obs, explore=True):
-        raise NotImplementedError("AlphaZero's network acts through a tree search "
-                                  "(hrl_tasks.planning.mcts.search)")  # fmt: skip
+        raise NotImplementedError(
+            "AlphaZero's network acts through a tree search (hrl_tasks.planning.mcts.search)"
+        )
 
     def loss(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         self.model.train()  # batch normalization on the batch's statistics

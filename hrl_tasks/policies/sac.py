@@ -94,8 +94,14 @@ class SACPolicy(TwinQPolicy):
 
     def make_model(self) -> nn.Module:
         cfg = self.config
-        return SACModel(self.obs_dim, self.action_dim, self.discrete, cfg.hidden,
-                        cfg.initial_alpha, self.make_normalizer())  # fmt: skip
+        return SACModel(
+            self.obs_dim,
+            self.action_dim,
+            self.discrete,
+            cfg.hidden,
+            cfg.initial_alpha,
+            self.make_normalizer(),
+        )
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -146,8 +152,9 @@ class SACPolicy(TwinQPolicy):
         with torch.no_grad():
             next_actions, next_logp = self._sample(cols["next_obs"])
             next_q1, next_q2 = self.target_model.critic(cols["next_obs"], next_actions)
-            targets = soft_q_targets(cols["rewards"], cols["discounts"], next_q1, next_q2,
-                                     next_logp, alpha)  # fmt: skip
+            targets = soft_q_targets(
+                cols["rewards"], cols["discounts"], next_q1, next_q2, next_logp, alpha
+            )
         q1, q2 = self.model.critic(cols["obs"], cols["actions"])
         loss_critic = twin_q_loss(q1, q2, targets, cols["weights"])
         actions, logp = self._sample(cols["obs"])

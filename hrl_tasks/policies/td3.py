@@ -89,8 +89,9 @@ class TD3Policy(TwinQPolicy):
             noise = noise.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)
             next_actions = (next_actions + noise).clamp(-1.0, 1.0)
             next_q1, next_q2 = self.target_model.critic(cols["next_obs"], next_actions)
-            targets = soft_q_targets(cols["rewards"], cols["discounts"], next_q1, next_q2,
-                                     torch.zeros_like(next_q1), 0.0)  # fmt: skip
+            targets = soft_q_targets(
+                cols["rewards"], cols["discounts"], next_q1, next_q2, torch.zeros_like(next_q1), 0.0
+            )
         q1, q2 = self.model.critic(cols["obs"], cols["actions"])
         loss_critic = 2.0 * twin_q_loss(q1, q2, targets, cols["weights"])  # SB3's: the full sum
         if self.actor_updates_now():

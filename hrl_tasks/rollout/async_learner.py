@@ -115,9 +115,14 @@ class AsyncLearner:
             except queue.Full:
                 continue
         with self.lock:
-            reply = {"sampled": batch.env_steps(), "metrics": metrics, **self.unreported,
-                     "version": self.version, "info": dict(self.info),
-                     "queued": self.inbox.qsize()}  # fmt: skip
+            reply = {
+                "sampled": batch.env_steps(),
+                "metrics": metrics,
+                **self.unreported,
+                "version": self.version,
+                "info": dict(self.info),
+                "queued": self.inbox.qsize(),
+            }
             self.unreported = {"trained": 0, "updates": 0, "learn_s": 0.0}
             if self.version >= self.sent_version + self.broadcast_interval:
                 reply["weights"] = self.policy.get_weights()
@@ -210,11 +215,21 @@ class RemoteLearner:
         self.policy = workers.local_worker.policy
         policy = self.policy
         self.handle = self.engine.create_worker(
-            AsyncLearner, type(policy), policy.observation_space, policy.action_space,
-            policy.config, state=policy.get_state(), train_batch_size=train_batch_size,
-            queue_size=queue_size, num_threads=num_threads, broadcast_interval=broadcast_interval,
-            resources=resources, name="AsyncLearner", label="Learner", max_restarts=max_restarts,
-        )  # fmt: skip
+            AsyncLearner,
+            type(policy),
+            policy.observation_space,
+            policy.action_space,
+            policy.config,
+            state=policy.get_state(),
+            train_batch_size=train_batch_size,
+            queue_size=queue_size,
+            num_threads=num_threads,
+            broadcast_interval=broadcast_interval,
+            resources=resources,
+            name="AsyncLearner",
+            label="Learner",
+            max_restarts=max_restarts,
+        )
         self.handle.ready()
         self.in_flight: collections.deque = collections.deque()  # add calls
         self.kept_state: dict | None = None  # what a re-created learner starts from

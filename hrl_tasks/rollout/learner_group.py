@@ -204,8 +204,11 @@ class Learner:
         """Seconds in ``learn_on_batch`` (and, of those, in all-reduces) and in keeping
         the state to roll back to, since the last call."""
         group = self.policy.data_parallel
-        out = {"learn_s": self.learn_s, "reduce_s": 0.0 if group is None else group.reduce_s,
-               "snapshot_s": self.snapshot_s}  # fmt: skip
+        out = {
+            "learn_s": self.learn_s,
+            "reduce_s": 0.0 if group is None else group.reduce_s,
+            "snapshot_s": self.snapshot_s,
+        }
         self.learn_s = self.snapshot_s = 0.0
         if group is not None:
             group.reduce_s = 0.0
@@ -259,14 +262,27 @@ class LearnerGroup:
         if self.size < 1:
             raise ValueError(f"a learner group needs num_learners >= 1, got {num_learners!r}")
         admit_plaintext(engine, self.size, plaintext)
-        args = (type(policy), policy.observation_space, policy.action_space, policy.config,
-                policy.get_state(), num_threads)  # fmt: skip
+        args = (
+            type(policy),
+            policy.observation_space,
+            policy.action_space,
+            policy.config,
+            policy.get_state(),
+            num_threads,
+        )
         self.handles = []
         try:
             for rank in range(self.size):
-                self.handles.append(engine.create_worker(
-                    Learner, *args, resources=resources, name=f"Learner-{rank}", label="Learner",
-                    max_restarts=max_restarts))  # fmt: skip
+                self.handles.append(
+                    engine.create_worker(
+                        Learner,
+                        *args,
+                        resources=resources,
+                        name=f"Learner-{rank}",
+                        label="Learner",
+                        max_restarts=max_restarts,
+                    )
+                )
             for handle in self.handles:
                 handle.ready()
             self._form()
@@ -318,8 +334,7 @@ class LearnerGroup:
             LearnerGroupError: If the update failed on ``MAX_REFORMS + 1`` groups.
         """
         shares = self.shares(len(batch))
-        shards = [batch if s == slice(0, len(batch)) else batch[s]
-                  for s in shares]  # fmt: skip
+        shards = [batch if s == slice(0, len(batch)) else batch[s] for s in shares]
         for attempt in range(MAX_REFORMS + 1):
             calls, self._pending = self._pending, []
             refs = [
@@ -343,8 +358,9 @@ class LearnerGroup:
         """After a failed update: the lost learners re-created, every learner loaded
         with a survivor's state (or the driver's copy), the group formed again."""
         lost = [isinstance(out, WorkerLostError) for out in outcomes]
-        logger.warning("learner group: %d of %d learners lost; forming the group again",
-                       sum(lost), self.size)  # fmt: skip
+        logger.warning(
+            "learner group: %d of %d learners lost; forming the group again", sum(lost), self.size
+        )
         survivors = [h for h, gone in zip(self.handles, lost, strict=True) if not gone]
         for handle in self.handles:
             handle.ready()

@@ -138,10 +138,16 @@ class MultiAgentRolloutWorker(WorkerCalls):
         from hrl_tasks.data.experience import PolicyRecordings
         from hrl_tasks.version import __version__
 
-        metadata = {"env": self.env_name, "worker_index": self.worker_index,
-                    "hrl_tasks_version": __version__, "multi_agent": True}  # fmt: skip
-        spaces = {pid: (policy.observation_space, policy.action_space)
-                  for pid, policy in self.policy.policies.items()}  # fmt: skip
+        metadata = {
+            "env": self.env_name,
+            "worker_index": self.worker_index,
+            "hrl_tasks_version": __version__,
+            "multi_agent": True,
+        }
+        spaces = {
+            pid: (policy.observation_space, policy.action_space)
+            for pid, policy in self.policy.policies.items()
+        }
         prefix = f"worker-{self.worker_index}-{secrets.token_hex(4)}"
         return PolicyRecordings(url, prefix, metadata, spaces)
 

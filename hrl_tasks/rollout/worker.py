@@ -447,9 +447,15 @@ class RolloutWorker(WorkerCalls):
         from hrl_tasks.data.experience import ExperienceRecording, PartWriter
         from hrl_tasks.version import __version__
 
-        spaces = {"observation_space": repr(self.env.single_observation_space),
-                  "action_space": repr(self.env.single_action_space)}  # fmt: skip
-        metadata = {"env": self.env_name, "worker_index": self.worker_index,
-                    "hrl_tasks_version": __version__, **spaces}  # fmt: skip
+        spaces = {
+            "observation_space": repr(self.env.single_observation_space),
+            "action_space": repr(self.env.single_action_space),
+        }
+        metadata = {
+            "env": self.env_name,
+            "worker_index": self.worker_index,
+            "hrl_tasks_version": __version__,
+            **spaces,
+        }
         prefix = f"worker-{self.worker_index}-{secrets.token_hex(4)}"  # a re-created one too
         return ExperienceRecording(PartWriter(url, prefix, metadata))

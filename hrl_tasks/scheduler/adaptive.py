@@ -71,9 +71,13 @@ class ClusterUpkeep:
     `KEEPALIVE_S` while the engine works (a gateway ends clusters it thinks idle)."""
 
     def __init__(
-        self, engine, cluster, bounds: Bounds | None, target: int,
+        self,
+        engine,
+        cluster,
+        bounds: Bounds | None,
+        target: int,
         scale_down_after_s: float = SCALE_DOWN_AFTER_S,
-    ):  # fmt: skip
+    ):
         self.engine, self.cluster, self.bounds = engine, cluster, bounds
         self.target = target
         self.recent: deque[int] = deque(maxlen=max(1, round(scale_down_after_s / TICK_S)))

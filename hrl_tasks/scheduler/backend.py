@@ -395,8 +395,14 @@ class DaskBackend(BackendRecords):
 
     @staticmethod
     def _spec(key, name, attempt, resources, topic, internal) -> dict:
-        return {"key": key, "name": name, "attempt": attempt, "resources": resources or {},
-                "topic": topic, "internal": internal}  # fmt: skip
+        return {
+            "key": key,
+            "name": name,
+            "attempt": attempt,
+            "resources": resources or {},
+            "topic": topic,
+            "internal": internal,
+        }
 
     def launch(self, launches: list) -> None:
         """Send attempts: direct calls as messages, the rest as Dask tasks, batched.
@@ -431,10 +437,15 @@ class DaskBackend(BackendRecords):
             except Exception as exc:
                 failed.append(ev.AttemptDone(launch.key, "error", exc))
                 continue
-            spec = self._spec(launch.key, launch.name, launch.attempt, launch.request, topic,
-                              launch.internal)  # fmt: skip
-            options = (launch.workers, launch.strict, tuple(sorted(launch.request.items())),
-                       launch.priority)  # fmt: skip
+            spec = self._spec(
+                launch.key, launch.name, launch.attempt, launch.request, topic, launch.internal
+            )
+            options = (
+                launch.workers,
+                launch.strict,
+                tuple(sorted(launch.request.items())),
+                launch.priority,
+            )
             batches.setdefault(options, []).append((launch, fn, spec, args, kwargs))
             self.batched.add(launch.key)
         failed += self._submit(batches)
@@ -445,10 +456,18 @@ class DaskBackend(BackendRecords):
         """Submit batched attempts, one ``map`` per set of options; the failures as events."""
         failed = []
         for (workers, strict, request, priority), batch in batches.items():
-            pin = {} if workers is None else {"workers": list(workers),
-                                              "allow_other_workers": not strict}  # fmt: skip
-            common = {"pure": False, "resources": dict(request) or None, "priority": priority,
-                      "fifo_timeout": FIFO, **pin}  # fmt: skip
+            pin = (
+                {}
+                if workers is None
+                else {"workers": list(workers), "allow_other_workers": not strict}
+            )
+            common = {
+                "pure": False,
+                "resources": dict(request) or None,
+                "priority": priority,
+                "fifo_timeout": FIFO,
+                **pin,
+            }
             try:
                 futures = self._map(batch, common)
             except Exception:  # find the culprit: one at a time
@@ -482,8 +501,12 @@ class DaskBackend(BackendRecords):
             return fn, args, kwargs, topic
         factory, fargs, fkwargs, topic = self.objects[launch.obj_id]
         if launch.kind == "create":
-            return create_object, (launch.obj_id, launch.seq, factory, fargs, fkwargs,
-                                   launch.state), {}, topic  # fmt: skip
+            return (
+                create_object,
+                (launch.obj_id, launch.seq, factory, fargs, fkwargs, launch.state),
+                {},
+                topic,
+            )
         if launch.kind == "destroy":
             return destroy_object, (launch.obj_id, launch.seq), {}, topic
         method, margs, mkwargs = self._method_of(launch)
@@ -535,8 +558,9 @@ class DaskBackend(BackendRecords):
                 channel.put(key, task_id, self.put_values[task_id])
                 sent[task_id] = KeptInput(key, address)
         args, kwargs = resolve_inputs((args, kwargs), launch.inputs, self.futures, sent)
-        spec = self._spec(launch.key, launch.name, launch.attempt, launch.request, topic,
-                          launch.internal)  # fmt: skip
+        spec = self._spec(
+            launch.key, launch.name, launch.attempt, launch.request, topic, launch.internal
+        )
         spec["watched"] = launch.watched
         self.futures[launch.key] = None
         self.sent_direct[launch.key] = (address, launch.name)
@@ -623,9 +647,11 @@ class DaskBackend(BackendRecords):
         async def one(item: Kept):
             if item.address in self.state.silent:  # known frozen: not waited for
                 return ResultsLost(
-                    f"the result of {item.key} is held by {item.address}, which stopped "
-                    "reporting", (item.key,), address=item.address, silent=True,
-                )  # fmt: skip
+                    f"the result of {item.key} is held by {item.address}, which stopped reporting",
+                    (item.key,),
+                    address=item.address,
+                    silent=True,
+                )
             # A bounded connect: Dask retries a refused one (a dead worker) for 30 s.
             try:
                 comm = await asyncio.wait_for(
@@ -650,8 +676,10 @@ class DaskBackend(BackendRecords):
             return ResultsLost(
                 f"the result of {item.key} was lost with its worker {item.address}"
                 + (", which stopped reporting" if silent else ""),
-                (item.key,), address=item.address, silent=silent,
-            )  # fmt: skip
+                (item.key,),
+                address=item.address,
+                silent=silent,
+            )
 
         found = await asyncio.gather(*[one(item) for item in kept])
         lost = [f for f in found if isinstance(f, ResultsLost)]
@@ -659,8 +687,12 @@ class DaskBackend(BackendRecords):
             first = lost[0]
             alike = [x for x in lost if (x.address, x.silent) == (first.address, first.silent)]
             keys = tuple(key for x in alike for key in x.keys)
-            raise ResultsLost(str(first) + (f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""),
-                              keys, address=first.address, silent=first.silent)  # fmt: skip
+            raise ResultsLost(
+                str(first) + (f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""),
+                keys,
+                address=first.address,
+                silent=first.silent,
+            )
         return found
 
     async def _answer_unless_silent(self, ask, address: str):
@@ -746,9 +778,16 @@ class DaskBackend(BackendRecords):
         """Tell the object's worker that calls ``seqs`` will never run."""
         spec = self._spec(self.state.new_key("skip"), "skip", 0, {}, self.topic, True)
         future = self.client.submit(
-            run_task, skip_calls, spec, (obj_id, list(seqs)), {}, key=spec["key"],
-            pure=False, workers=[address], allow_other_workers=False,
-        )  # fmt: skip
+            run_task,
+            skip_calls,
+            spec,
+            (obj_id, list(seqs)),
+            {},
+            key=spec["key"],
+            pure=False,
+            workers=[address],
+            allow_other_workers=False,
+        )
         fire_and_forget(future)
 
     def _call_answer(self, address: str, key: str, status, value, elapsed) -> list:
@@ -797,13 +836,13 @@ class DaskBackend(BackendRecords):
                 lost = WorkerLostError(
                     f"{name}: lost the connection to worker {address} during a direct call",
                     address=address,
-                )  # fmt: skip
+                )
                 events.append(ev.AttemptDone(key, "error", lost, worker_lost=True))
             else:
                 cut = ConnectionError(
                     f"{name}: the connection to worker {address} broke during a direct "
                     "call, and the worker still runs: the call may or may not have run"
-                )  # fmt: skip
+                )
                 events.append(ev.AttemptDone(key, "error", cut))
         if events:
             self.feed(*events)
@@ -964,11 +1003,13 @@ class DaskBackend(BackendRecords):
         fetched = iter(await self._fetch(remote, pinned, again) if remote else ())
         from_workers = iter(await self._fetch_kept(kept) if kept else ())
         return [
-            v.value if isinstance(v, Local)
-            else next(from_workers) if isinstance(v, Kept)
+            v.value
+            if isinstance(v, Local)
+            else next(from_workers)
+            if isinstance(v, Kept)
             else next(fetched)
             for v in values
-        ]  # fmt: skip
+        ]
 
     async def _fetch(self, futures: list, pinned: list, recomputable: list = ()) -> list:
         """The values of finished ``futures``; a liveness check instead of a hang.
@@ -1005,9 +1046,10 @@ class DaskBackend(BackendRecords):
                         raise
                     raise ResultsLost(
                         f"the result of {lost[0]} was lost with its worker, and it could "
-                        "not be computed again from what is left in the cluster", lost,
+                        "not be computed again from what is left in the cluster",
+                        lost,
                         address=getattr(getattr(exc, "last_worker", None), "address", None),
-                    ) from exc  # fmt: skip
+                    ) from exc
             if self.client.status not in CONNECTED:
                 fetch.cancel()
                 raise self.lost_scheduler()
@@ -1025,9 +1067,11 @@ class DaskBackend(BackendRecords):
                     key, address = next(iter(silent.items()))
                     raise ResultsLost(
                         f"the result of {key} is held by {address}, which stopped "
-                        "reporting to the scheduler", tuple(silent), address=address,
+                        "reporting to the scheduler",
+                        tuple(silent),
+                        address=address,
                         silent=True,
-                    )  # fmt: skip
+                    )
 
     async def _silent_holders(self, futures: list) -> dict:
         try:

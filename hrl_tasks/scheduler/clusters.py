@@ -79,10 +79,11 @@ def check_versions(client: Client) -> None:
     # A worker without hrl_tasks cannot even unpickle this function: its error says so.
     found = client.run(package_versions, on_error="return")
     wrong = {
-        w: version_mismatches(mine, v) if isinstance(v, dict)
+        w: version_mismatches(mine, v)
+        if isinstance(v, dict)
         else [f"hrl_tasks not importable ({type(v).__name__}: {v})"]
         for w, v in sorted(found.items())
-    }  # fmt: skip
+    }
     wrong = {w: m for w, m in wrong.items() if m}
     if wrong:
         detail = "; ".join(f"{w}: {', '.join(m)}" for w, m in wrong.items())
@@ -98,8 +99,9 @@ def tls_security(ca_file: str | None, cert: str | None, key: str | None):
     for ``Engine.connect(..., security=...)``."""
     from distributed.security import Security
 
-    return Security(tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key,
-                    require_encryption=True)  # fmt: skip
+    return Security(
+        tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key, require_encryption=True
+    )
 
 
 def probe_address(address: str, timeout: float = 5.0, security=None) -> None:
@@ -191,8 +193,11 @@ def upload_package(client: Client) -> None:
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hrl_tasks/
     with tempfile.TemporaryDirectory() as staging:
         root = os.path.join(staging, "hrl_tasks_upload")
-        shutil.copytree(package, os.path.join(root, "hrl_tasks"),
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
+        shutil.copytree(
+            package,
+            os.path.join(root, "hrl_tasks"),
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
         client.register_plugin(dask_compat.upload_directory(UploadDirectory, root))
 
 
@@ -369,8 +374,12 @@ def workers_did_not_start(exc: BaseException) -> str:
     return f"the embedded cluster's worker processes did not start ({exc}){hint}"
 
 
-BATCH_SYSTEMS = {"slurm": "SLURMCluster", "pbs": "PBSCluster", "sge": "SGECluster",
-                 "lsf": "LSFCluster"}  # fmt: skip
+BATCH_SYSTEMS = {
+    "slurm": "SLURMCluster",
+    "pbs": "PBSCluster",
+    "sge": "SGECluster",
+    "lsf": "LSFCluster",
+}
 """The batch systems ``start_batch_cluster`` knows, and dask-jobqueue's class for each
 (only SLURM is tested here, on a real controller)."""
 
@@ -429,14 +438,20 @@ def start_batch_cluster(
     cores = int(options.get("cores") or configured["cores"])
     processes = batch_processes(system, cores, options)
     declared = {"CPU": max(1, cores // processes), **(resources or {})}
-    extra = list(options.pop("worker_extra_args", None)
-                 or dask.config.get(f"jobqueue.{system}.worker-extra-args", None) or [])  # fmt: skip
+    extra = list(
+        options.pop("worker_extra_args", None)
+        or dask.config.get(f"jobqueue.{system}.worker-extra-args", None)
+        or []
+    )
     extra, given = without_resources(extra)
     declared = {**declared, **given}
     # One word: dask-jobqueue joins the arguments unquoted.
     extra += ["--resources", ",".join(f"{k}={v:g}" for k, v in declared.items())]
-    prologue = list(options.pop("job_script_prologue", None)
-                    or dask.config.get(f"jobqueue.{system}.job-script-prologue", None) or [])  # fmt: skip
+    prologue = list(
+        options.pop("job_script_prologue", None)
+        or dask.config.get(f"jobqueue.{system}.job-script-prologue", None)
+        or []
+    )
     prologue += allocator_exports(os.environ)
     cluster = getattr(dask_jobqueue, BATCH_SYSTEMS[system])(
         worker_extra_args=extra, job_script_prologue=prologue, **options
@@ -451,8 +466,11 @@ def allocator_exports(environ) -> list[str]:
     """Shell lines that give worker jobs the driver's glibc allocator settings
     (``MALLOC_*``, such as ``MALLOC_MMAP_THRESHOLD_`` for long IMPALA runs, see
     docs/benchmarks.md), which PBS, SGE and LSF jobs would not inherit. Pure."""
-    return [f"export {k}={shlex.quote(v)}" for k, v in sorted(environ.items())
-            if k.startswith("MALLOC_")]  # fmt: skip
+    return [
+        f"export {k}={shlex.quote(v)}"
+        for k, v in sorted(environ.items())
+        if k.startswith("MALLOC_")
+    ]
 
 
 def without_resources(args: list[str]) -> tuple[list[str], dict]:
@@ -489,5 +507,6 @@ def worker_processes(cluster) -> int:
 
 def job_ids(cluster) -> list[str]:
     """The batch system's ids of a dask-jobqueue cluster's worker jobs submitted so far."""
-    return sorted(str(job.job_id) for job in cluster.workers.values()
-                  if getattr(job, "job_id", None))  # fmt: skip
+    return sorted(
+        str(job.job_id) for job in cluster.workers.values() if getattr(job, "job_id", None)
+    )

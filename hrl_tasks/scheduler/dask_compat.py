@@ -61,10 +61,20 @@ async def outcome(future: Future) -> tuple[str, BaseException | None]:
 # --- messages ---------------------------------------------------------------------
 
 HEADER_KEYS = (
-    "num-sub-frames", "split-num-sub-frames", "split-offsets", "sub-header", "sub-headers",
-    "type-serialized", "parent-type-serialized", "pickle-protocol", "pickled-obj",
-    "frame-lengths", "is-collection", "data-header", "heartbeat-interval",
-)  # fmt: skip
+    "num-sub-frames",
+    "split-num-sub-frames",
+    "split-offsets",
+    "sub-header",
+    "sub-headers",
+    "type-serialized",
+    "parent-type-serialized",
+    "pickle-protocol",
+    "pickled-obj",
+    "frame-lengths",
+    "is-collection",
+    "data-header",
+    "heartbeat-interval",
+)
 """Map keys of ``distributed``'s messages that are not identifiers (protocol/core.py,
 serialize.py, numpy.py; the scheduler's heartbeat reply)."""
 

@@ -212,11 +212,21 @@ class Engine:
         nested = in_worker_task()
         # Lost workers come as the scheduler's remove-worker events; a sweep now and
         # then is the backstop (events sent while the client reconnected are not replayed).
-        state = EngineState(uuid.uuid4().hex[:16], placement_timeout=3 * lost_worker_timeout,
-                            sweep_s=EVENTS_BACKSTOP_SWEEP_S, validate=validating(validate))  # fmt: skip
+        state = EngineState(
+            uuid.uuid4().hex[:16],
+            placement_timeout=3 * lost_worker_timeout,
+            sweep_s=EVENTS_BACKSTOP_SWEEP_S,
+            validate=validating(validate),
+        )
         backend = DaskBackend(client, state, self.topic)
-        self._start(state, backend, retries, lost_worker_timeout, activate=not nested,
-                    stall_warning_s=stall_warning_s)  # fmt: skip
+        self._start(
+            state,
+            backend,
+            retries,
+            lost_worker_timeout,
+            activate=not nested,
+            stall_warning_s=stall_warning_s,
+        )
         self.route, self.nested, self.has_workers = route, nested, True
         self._reaches_workers: bool | None = None  # see reaches_workers(); None: not asked
         client.subscribe_topic(self.topic, backend.on_reports)
@@ -301,8 +311,13 @@ class Engine:
             held.release()
             raise
         try:
-            engine = cls(client, cluster=cluster, validate=validate,
-                         stall_warning_s=stall_warning_s, route=route)  # fmt: skip
+            engine = cls(
+                client,
+                cluster=cluster,
+                validate=validate,
+                stall_warning_s=stall_warning_s,
+                route=route,
+            )
         except BaseException:
             client.close()
             cluster.close()
@@ -537,8 +552,10 @@ class Engine:
             self.upkeep.close()
         self.watch.close()
         self.backend.close()
-        handlers = {self.topic: self.backend.on_reports,
-                    worker_events.TOPIC: self.backend.on_cluster_event}  # fmt: skip
+        handlers = {
+            self.topic: self.backend.on_reports,
+            worker_events.TOPIC: self.backend.on_cluster_event,
+        }
         for topic, handler in handlers.items():
             if dask_compat.topic_handler(self.client, topic) == handler:  # not another engine's
                 self.client.unsubscribe_topic(topic)
@@ -607,10 +624,18 @@ class Engine:
         options = {k: submit_kwargs.pop(k, None) for k in ("resources", "retries", "name", "route")}
         speculative = submit_kwargs.pop("speculative", False)
         made = [
-            self._task(fn, args, submit_kwargs, options["resources"], options["retries"],
-                       speculative, options["name"], options["route"])
+            self._task(
+                fn,
+                args,
+                submit_kwargs,
+                options["resources"],
+                options["retries"],
+                speculative,
+                options["name"],
+                options["route"],
+            )
             for args in zip(*iterables, strict=True)
-        ]  # fmt: skip
+        ]
         if made:
             self.backend.push(*(event for _, event in made))
         return [ref for ref, _ in made]
@@ -899,8 +924,17 @@ class Engine:
         # Made inside a task: elsewhere than the task's own process when there is room,
         # so that a nested algorithm's rollout workers do not share its learner's process.
         avoid = _own_worker() if parent is not None else frozenset()
-        create = ev.CreateObject(obj_id, creation.task_id, name, label, request, strategy,
-                                 max_restarts, reissue_calls, avoid)  # fmt: skip
+        create = ev.CreateObject(
+            obj_id,
+            creation.task_id,
+            name,
+            label,
+            request,
+            strategy,
+            max_restarts,
+            reissue_calls,
+            avoid,
+        )
         try:  # what other engines hold now, so that it is placed where there is room
             seen = [self.backend.see_workers()]
         except Exception:  # the scheduler is busy or going away: the last look serves
@@ -953,8 +987,9 @@ class Engine:
         ref.deps = tuple(d.task_id for d in deps)
         if keep:
             self.backend.keep.add(ref.task_id)
-        call = ev.CallObject(ref.task_id, handle.obj_id, method, ref.deps, direct=direct,
-                             speculation=speculation)  # fmt: skip
+        call = ev.CallObject(
+            ref.task_id, handle.obj_id, method, ref.deps, direct=direct, speculation=speculation
+        )
         self.backend.push(call)
         return ref
 

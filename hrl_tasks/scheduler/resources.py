@@ -170,8 +170,10 @@ class Ledger:
             holders = ", ".join(sorted(mine)) or "nothing of this engine's"
             if others:
                 holders += f"; {len(others)} of other engines'"
-            lines.append(f"  {worker}: declares {shown(self.capacity[worker])}, free "
-                         f"{shown(self.free(worker))}, held by {holders}")  # fmt: skip
+            lines.append(
+                f"  {worker}: declares {shown(self.capacity[worker])}, free "
+                f"{shown(self.free(worker))}, held by {holders}"
+            )
         return "\n".join(lines)
 
     def check(self, request: Mapping[str, float]) -> None:

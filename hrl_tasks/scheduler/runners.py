@@ -52,14 +52,20 @@ def rank_and_size(system: str, environ) -> tuple[int, int]:
     """
     names = {
         "slurm": [("SLURM_PROCID", "SLURM_NTASKS")],
-        "mpi": [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
-                ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE")],
-    }[system]  # fmt: skip
+        "mpi": [
+            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+            ("PMI_RANK", "PMI_SIZE"),
+            ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ],
+    }[system]
     for rank, size in names:
         if rank in environ and size in environ:
             return int(environ[rank]), int(environ[size])
-    launcher = "srun hrl-tasks ... --runner slurm" if system == "slurm" else (
-        "mpirun -n 4 hrl-tasks ... --runner mpi")  # fmt: skip
+    launcher = (
+        "srun hrl-tasks ... --runner slurm"
+        if system == "slurm"
+        else ("mpirun -n 4 hrl-tasks ... --runner mpi")
+    )
     raise EngineError(
         f"--runner {system} starts every process of the run, so it runs under its launcher "
         f"({launcher}); {' or '.join('/'.join(pair) for pair in names)} are not set here"
@@ -256,8 +262,9 @@ class Listen(NamedTuple):
     dashboard: str
 
 
-def slurm_runner(run_dir: Path, rank: int, size: int, worker_options: dict, listen: Listen,
-                 ports: str | None):  # fmt: skip
+def slurm_runner(
+    run_dir: Path, rank: int, size: int, worker_options: dict, listen: Listen, ports: str | None
+):
     try:
         from dask_jobqueue.slurm import SLURMRunner
     except ImportError:
@@ -373,8 +380,10 @@ def end_on_lost_rank(engine, run_dir: Path) -> None:
     import threading
     import time
 
-    initial = {address: info.get("name")
-               for address, info in engine.client.scheduler_info()["workers"].items()}  # fmt: skip
+    initial = {
+        address: info.get("name")
+        for address, info in engine.client.scheduler_info()["workers"].items()
+    }
     first_lost: list[str] = []  # the ranks seen gone before mpirun's signals
 
     def gone_now() -> list[str]:
@@ -400,8 +409,12 @@ def end_on_lost_rank(engine, run_dir: Path) -> None:
         kept = sorted((run_dir / "checkpoints").glob("checkpoint-*.hrl"))
         what = f"worker rank {', '.join(gone)} died" if gone else "a rank ended"
         last = f"from {kept[-1].name}" if kept else "from the start: no checkpoint was saved"
-        print(f"hrl-tasks: error: mpirun ended the run: {what}; `--resume {run_dir}` continues "
-              f"{last}", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"hrl-tasks: error: mpirun ended the run: {what}; `--resume {run_dir}` continues "
+            f"{last}",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(1)
 
     received, wakeup = socket.socketpair()

@@ -214,8 +214,10 @@ class DeclareThreads(WorkerPlugin):
         if "CPU" in worker.state.total_resources:
             return
         await dask_compat.change_supply(worker, {"CPU": float(worker.state.nthreads)})
-        worker.log_event(worker_events.TOPIC, {"action": "add-worker", "worker": worker.address,
-                                               "expected": False})  # fmt: skip
+        worker.log_event(
+            worker_events.TOPIC,
+            {"action": "add-worker", "worker": worker.address, "expected": False},
+        )
 
 
 def working(worker) -> bool:

@@ -310,9 +310,17 @@ class EngineState:
     # --- plain tasks ------------------------------------------------------------
 
     def _on_SubmitTask(self, e: ev.SubmitTask) -> None:
-        task = self._add(Task(e.task_id, e.name, deps=e.deps, request=e.request,
-                              policy=e.policy, speculation=e.speculation,
-                              route=e.route))  # fmt: skip
+        task = self._add(
+            Task(
+                e.task_id,
+                e.name,
+                deps=e.deps,
+                request=e.request,
+                policy=e.policy,
+                speculation=e.speculation,
+                route=e.route,
+            )
+        )
         self.stats.count("submitted")
         if self._failed_input(task) is None:
             self._launch(task, 0, key=e.task_id)
@@ -325,15 +333,25 @@ class EngineState:
         task = self.tasks.get(e.task_id)
         if task is None or task.kind != "task" or task.status != FINISHED:
             why = "it is not a finished task" if task is None else f"it is {task.status}"
-            self._emit(ev.Fail(e.task_id, WorkerLostError(
-                f"the result of task {e.task_id} was lost and cannot be computed again: {why}"
-            )))  # fmt: skip
+            self._emit(
+                ev.Fail(
+                    e.task_id,
+                    WorkerLostError(
+                        f"the result of task {e.task_id} was lost and cannot be computed again: {why}"
+                    ),
+                )
+            )
             return
         if task.recomputed >= RECOMPUTE_LIMIT:
-            self._emit(ev.Fail(e.task_id, WorkerLostError(
-                f"the result of {task.name!r} was lost with its worker "
-                f"{task.recomputed + 1} times; it is not computed again"
-            )))  # fmt: skip
+            self._emit(
+                ev.Fail(
+                    e.task_id,
+                    WorkerLostError(
+                        f"the result of {task.name!r} was lost with its worker "
+                        f"{task.recomputed + 1} times; it is not computed again"
+                    ),
+                )
+            )
             return
         task.status, task.winner, task.recomputed = PENDING, None, task.recomputed + 1
         self.stats.count("recomputed")
@@ -343,8 +361,9 @@ class EngineState:
             self.spec.live.add(task.task_id)
 
     def _on_PutValue(self, e: ev.PutValue) -> None:
-        self._add(Task(e.task_id, "put", kind="put", status=FINISHED, winner=e.task_id,
-                       current=e.task_id))  # fmt: skip
+        self._add(
+            Task(e.task_id, "put", kind="put", status=FINISHED, winner=e.task_id, current=e.task_id)
+        )
 
     def _launch(
         self,
@@ -362,8 +381,11 @@ class EngineState:
         back-off, for its own inputs, or for its object's new home) has no
         result to point at yet: the task waits for it to settle first.
         """
-        idle = {d for d in task.deps
-                if d in self.tasks and self.tasks[d].status == PENDING and not self.tasks[d].live}  # fmt: skip
+        idle = {
+            d
+            for d in task.deps
+            if d in self.tasks and self.tasks[d].status == PENDING and not self.tasks[d].live
+        }
         if idle and backup_on is None:
             self._wait_for_inputs(task, idle, (number, None, True))
             return
@@ -392,9 +414,14 @@ class EngineState:
             workers = self._healthy_workers(away_from)
         # Only an object's calls are bound to a worker; a plain task's workers are a
         # preference (its result can be computed again elsewhere if its worker dies).
-        self.attempts[key] = Attempt(key, task.task_id, number, inputs,
-                                     pinned=obj.address if obj is not None else None,
-                                     sent_to=sent_to if direct_route else None)  # fmt: skip
+        self.attempts[key] = Attempt(
+            key,
+            task.task_id,
+            number,
+            inputs,
+            pinned=obj.address if obj is not None else None,
+            sent_to=sent_to if direct_route else None,
+        )
         if direct_route:
             self._count_sent(key, sent_to, task.request, +1)
         task.live[key] = self.now
@@ -405,16 +432,30 @@ class EngineState:
             task.backups.add(key)
             self.spec.reserved[key] = backup_on
             self.spec.busy[backup_on] = self.spec.busy.get(backup_on, 0) + 1
-        self._emit(ev.Launch(
-            key, task.task_id, task.name, number, kind=task.kind, workers=workers,
-            strict=obj is not None or direct_route, route="direct" if direct_route else "dask",
-            priority=1 if backup_on is not None else 0, inputs=inputs, request=task.request,
-            internal=task.internal, direct=task.direct,
-            fetch=task.kind in ("create", "snapshot"), obj_id=task.obj_id, seq=task.seq,
-            method=task.method, state=obj.snapshot if obj and task.kind == "create" else None,
-            args_of=task.backup_of,
-            watched=task.speculation is not None or task.backup_of is not None,
-        ))  # fmt: skip
+        self._emit(
+            ev.Launch(
+                key,
+                task.task_id,
+                task.name,
+                number,
+                kind=task.kind,
+                workers=workers,
+                strict=obj is not None or direct_route,
+                route="direct" if direct_route else "dask",
+                priority=1 if backup_on is not None else 0,
+                inputs=inputs,
+                request=task.request,
+                internal=task.internal,
+                direct=task.direct,
+                fetch=task.kind in ("create", "snapshot"),
+                obj_id=task.obj_id,
+                seq=task.seq,
+                method=task.method,
+                state=obj.snapshot if obj and task.kind == "create" else None,
+                args_of=task.backup_of,
+                watched=task.speculation is not None or task.backup_of is not None,
+            )
+        )
 
     def _failed_input(self, task: Task) -> BaseException | None:
         """Fail ``task`` if one of its inputs failed; returns that input's error."""
@@ -622,13 +663,15 @@ class EngineState:
         # makes it run again on the input's final value, not counted as a retry.
         deps = [(d, self.tasks[d]) for d in task.deps if d in self.tasks]
         pending = {d for d, dep in deps if dep.status == PENDING}
-        changed = any(dep.status == FINISHED and dep.winner != attempt.inputs.get(d)
-                      for d, dep in deps)  # fmt: skip
+        changed = any(
+            dep.status == FINISHED and dep.winner != attempt.inputs.get(d) for d, dep in deps
+        )
         if pending:
             self._wait_for_inputs(task, pending, (attempt.number, error, True))
             return
-        self._inputs_settled(task, attempt.number, error, rerun=changed, lost=worker_lost,
-                             address=attempt.pinned)  # fmt: skip
+        self._inputs_settled(
+            task, attempt.number, error, rerun=changed, lost=worker_lost, address=attempt.pinned
+        )
 
     def _wait_for_inputs(self, task: Task, inputs: set, then: tuple) -> None:
         """Decide ``then`` = (attempt, error, rerun) for ``task`` once ``inputs`` settle."""
@@ -677,8 +720,16 @@ class EngineState:
     # --- stateful objects -------------------------------------------------------
 
     def _on_CreateObject(self, e: ev.CreateObject) -> None:
-        obj = ObjectState(e.obj_id, e.name, e.label, e.request, e.strategy, e.max_restarts,
-                          e.reissue_calls, avoid=e.avoid)  # fmt: skip
+        obj = ObjectState(
+            e.obj_id,
+            e.name,
+            e.label,
+            e.request,
+            e.strategy,
+            e.max_restarts,
+            e.reissue_calls,
+            avoid=e.avoid,
+        )
         self.objects[e.obj_id] = obj
         self._place(obj, creation_id=e.task_id)
 
@@ -702,9 +753,14 @@ class EngineState:
             self._emit(ev.Supply(address, obj.obj_id, held, dict(obj.request)))
         obj.address, obj.unplaced_since, obj.exclude = address, None, frozenset()
         creation_id = creation_id or (obj.creation if obj.creation not in self.tasks else None)
-        creation = Task(creation_id or self.new_key(f"{obj.label}.__init__"),
-                        f"{obj.label}.__init__", kind="create", obj_id=obj.obj_id,
-                        seq=self._next_seq(obj), internal=True)  # fmt: skip
+        creation = Task(
+            creation_id or self.new_key(f"{obj.label}.__init__"),
+            f"{obj.label}.__init__",
+            kind="create",
+            obj_id=obj.obj_id,
+            seq=self._next_seq(obj),
+            internal=True,
+        )
         self.tasks[creation.task_id] = creation
         obj.creation = creation.task_id
         obj.calls[creation.seq] = creation.task_id
@@ -724,9 +780,19 @@ class EngineState:
     def _on_CallObject(self, e: ev.CallObject) -> None:
         obj = self.objects.get(e.obj_id)
         name = f"{obj.label if obj else e.obj_id}.{e.method}"
-        task = self._add(Task(e.task_id, name, kind="call", deps=e.deps, obj_id=e.obj_id,
-                              method=e.method, internal=e.internal, direct=e.direct,
-                              speculation=e.speculation))  # fmt: skip
+        task = self._add(
+            Task(
+                e.task_id,
+                name,
+                kind="call",
+                deps=e.deps,
+                obj_id=e.obj_id,
+                method=e.method,
+                internal=e.internal,
+                direct=e.direct,
+                speculation=e.speculation,
+            )
+        )
         if not e.internal:
             self.stats.count("submitted")
         if obj is None or obj.gone is not None:
@@ -758,9 +824,15 @@ class EngineState:
         if later:
             obj.snapshots[min(later)].append((task.task_id, key))
             return
-        snap = Task(self.new_key(f"{obj.label}.get_state"), f"{obj.label}.get_state",
-                    kind="snapshot", obj_id=obj.obj_id, method="get_state", internal=True,
-                    direct=task.direct)  # fmt: skip
+        snap = Task(
+            self.new_key(f"{obj.label}.get_state"),
+            f"{obj.label}.get_state",
+            kind="snapshot",
+            obj_id=obj.obj_id,
+            method="get_state",
+            internal=True,
+            direct=task.direct,
+        )
         self.tasks[snap.task_id] = snap
         self._send_call(obj, snap, key=snap.task_id)
         obj.snapshots[snap.seq] = [(task.task_id, key)]
@@ -839,10 +911,14 @@ class EngineState:
         if pending and pending[0].kind != "call":
             maybe_started = []  # a snapshot or the creation was the one running
         if obj.restarts >= obj.max_restarts:
-            self._end(obj, WorkerLostError(
-                f"stateful worker {obj.name!r} lost its worker {dead} and has been re-created "
-                f"{obj.restarts} times already (max_restarts)"
-            ), user_calls + ran)  # fmt: skip
+            self._end(
+                obj,
+                WorkerLostError(
+                    f"stateful worker {obj.name!r} lost its worker {dead} and has been re-created "
+                    f"{obj.restarts} times already (max_restarts)"
+                ),
+                user_calls + ran,
+            )
             return
         obj.restarts += 1
         restored = "from its last snapshot" if obj.has_state else "afresh from its factory"
@@ -882,8 +958,15 @@ class EngineState:
 
     def _on_KillObject(self, e: ev.KillObject) -> None:
         obj = self.objects.get(e.obj_id)
-        task = self._add(Task(e.task_id, f"{obj.label if obj else e.obj_id}.__del__",
-                              kind="destroy", obj_id=e.obj_id, internal=True))  # fmt: skip
+        task = self._add(
+            Task(
+                e.task_id,
+                f"{obj.label if obj else e.obj_id}.__del__",
+                kind="destroy",
+                obj_id=e.obj_id,
+                internal=True,
+            )
+        )
         if obj is None or obj.gone is not None:
             self._finish(task, e.task_id)
             return
@@ -1061,11 +1144,14 @@ class EngineState:
         for obj in list(self.objects.values()):
             waited = obj.unplaced_since is not None and self.now - obj.unplaced_since
             if obj.gone is None and obj.restarts and waited and waited > self.placement_timeout:
-                self._end(obj, WorkerLostError(
-                    f"stateful worker {obj.name!r} has no worker to run on (waited "
-                    f"{waited:.0f} s for room for {{{shown(obj.request)}}}); the workers "
-                    f"as this engine saw them:\n{self._ledger_view()}"
-                ))  # fmt: skip
+                self._end(
+                    obj,
+                    WorkerLostError(
+                        f"stateful worker {obj.name!r} has no worker to run on (waited "
+                        f"{waited:.0f} s for room for {{{shown(obj.request)}}}); the workers "
+                        f"as this engine saw them:\n{self._ledger_view()}"
+                    ),
+                )
         if self._needs_sweep() and self.now - self.swept_at >= self.sweep_s:
             self.swept_at = self.now
             self._emit(ev.Refresh())
@@ -1084,8 +1170,9 @@ class EngineState:
 
     def _place_direct(self, task: Task, away_from: str | None) -> str | None:
         """The worker to send ``task`` to now (see `placement.choose_worker`), or None."""
-        near = [self.tasks[d].held_on for d in task.deps
-                if d in self.tasks and self.tasks[d].held_on]  # fmt: skip
+        near = [
+            self.tasks[d].held_on for d in task.deps if d in self.tasks and self.tasks[d].held_on
+        ]
         spread = task.speculation or away_from or self.silent
         only = self._healthy_workers(away_from) if spread else None
         for worker, since in list(self.unreachable.items()):
@@ -1097,9 +1184,16 @@ class EngineState:
         if task.request:
             free = {w: self._free_for_tasks(w) for w in self.nthreads}
         self._turn += 1
-        return choose_worker(self.nthreads, {w: self._busy(w) for w in self.sent},
-                             task.request, free, near=near, only=only, turn=self._turn,
-                             depth=pipeline_depth(self.mean_s.get(task.name)))  # fmt: skip
+        return choose_worker(
+            self.nthreads,
+            {w: self._busy(w) for w in self.sent},
+            task.request,
+            free,
+            near=near,
+            only=only,
+            turn=self._turn,
+            depth=pipeline_depth(self.mean_s.get(task.name)),
+        )
 
     def _direct_inputs(self, task: Task) -> bool:
         """Whether every input of ``task`` is one a task sent on the direct route can
@@ -1107,10 +1201,12 @@ class EngineState:
         on the stream once)."""
         return all(
             d in self.tasks
-            and (self.tasks[d].kind == "put"
-                 or (self.tasks[d].kind == "task" and self.tasks[d].route == "direct"))
+            and (
+                self.tasks[d].kind == "put"
+                or (self.tasks[d].kind == "task" and self.tasks[d].route == "direct")
+            )
             for d in task.deps
-        )  # fmt: skip
+        )
 
     def _free_for_tasks(self, worker: str) -> dict:
         free = self.ledger.free(worker)
@@ -1143,9 +1239,17 @@ class EngineState:
     def _sent_lost(self, worker: str) -> None:
         """The direct-route attempts sent to ``worker`` end: it is gone."""
         for key in sorted(self.sent.get(worker, ())):
-            self._on_AttemptDone(ev.AttemptDone(key, "error", WorkerLostError(
-                f"lost worker {worker} while a task sent to it was in flight", address=worker,
-            ), worker_lost=True))  # fmt: skip
+            self._on_AttemptDone(
+                ev.AttemptDone(
+                    key,
+                    "error",
+                    WorkerLostError(
+                        f"lost worker {worker} while a task sent to it was in flight",
+                        address=worker,
+                    ),
+                    worker_lost=True,
+                )
+            )
         self.sent.pop(worker, None)
         self.sent_requests.pop(worker, None)
         self.sent_waiting.pop(worker, None)
@@ -1295,22 +1399,39 @@ class EngineState:
         if obj is None:
             return []
         peers = [self.objects.get(p) for p in obj.group if p != obj.obj_id]
-        return [p for p in peers if p is not None and p.gone is None and p.address is not None
-                and p.address != obj.address and not p.calls and not p.queued]  # fmt: skip
+        return [
+            p
+            for p in peers
+            if p is not None
+            and p.gone is None
+            and p.address is not None
+            and p.address != obj.address
+            and not p.calls
+            and not p.queued
+        ]
 
     def _launch_backup(self, task: Task, worker: str) -> None:
         self.stats.count("speculated")
         if task.obj_id is None:
-            number = max((self.attempts[k].number for k in task.live if k in self.attempts),
-                         default=0)  # fmt: skip
+            number = max(
+                (self.attempts[k].number for k in task.live if k in self.attempts), default=0
+            )
             self._launch(task, number, backup_on=worker)
             return
         peer = next((p for p in self._idle_peers(task) if p.address == worker), None)
         if peer is None:
             return
-        backup = Task(self.new_key(f"{peer.label}.{task.method}"), f"{peer.label}.{task.method}",
-                      kind="call", deps=task.deps, obj_id=peer.obj_id, method=task.method,
-                      internal=True, direct=task.direct, backup_of=task.task_id)  # fmt: skip
+        backup = Task(
+            self.new_key(f"{peer.label}.{task.method}"),
+            f"{peer.label}.{task.method}",
+            kind="call",
+            deps=task.deps,
+            obj_id=peer.obj_id,
+            method=task.method,
+            internal=True,
+            direct=task.direct,
+            backup_of=task.task_id,
+        )
         self.tasks[backup.task_id] = backup
         task.linked.append(backup.task_id)
         self._send_call(peer, backup, key=backup.task_id)
@@ -1343,7 +1464,7 @@ class EngineState:
                     "started": attempt.started_at is not None,
                     "age_s": age,
                     "route": task.route,
-                }  # fmt: skip
+                }
             )
         names = sorted(set(in_flight) | set(self.tally))
         return {
@@ -1357,7 +1478,7 @@ class EngineState:
                     "failed": self.tally.get(n, [0, 0])[1],
                 }
                 for n in names
-            },  # fmt: skip
+            },
             "waiting_for_a_slot": len(self.room),
             "objects": [
                 {
@@ -1367,7 +1488,7 @@ class EngineState:
                     "restarts": o.restarts,
                 }
                 for o in self.objects.values()
-            ],  # fmt: skip
+            ],
         }
 
     def slow_workers(self) -> set[str]:

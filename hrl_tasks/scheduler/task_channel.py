@@ -67,8 +67,9 @@ class TaskChannel:
             comm, plain = await asyncio.wait_for(
                 dask_compat.open_stream(
                     self.address, TASKS_HANDLER, self.connection_args, CONNECT_S
-                ), CONNECT_S + 1,
-            )  # fmt: skip
+                ),
+                CONNECT_S + 1,
+            )
             self.stream = await wire.opened(comm, plain)
         except (OSError, asyncio.TimeoutError) as exc:
             logger.info("hrl_tasks: no task stream to %s: %r", self.address, exc)
@@ -149,9 +150,18 @@ class TaskChannel:
         self.in_flight.discard(key)
         what = "call's arguments" if message[0] == "call" else "task's function or arguments"
         status = "unsent" if message[0] == "call" else "error"
-        self.on_answers(self.address, [("done", key, status, TypeError(
-            f"the {what} cannot be sent to the worker: {error!r}"
-        ), None)])  # fmt: skip
+        self.on_answers(
+            self.address,
+            [
+                (
+                    "done",
+                    key,
+                    status,
+                    TypeError(f"the {what} cannot be sent to the worker: {error!r}"),
+                    None,
+                )
+            ],
+        )
 
     async def _read(self) -> None:
         try:

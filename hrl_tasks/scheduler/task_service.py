@@ -390,8 +390,14 @@ class TaskStream:
         service = self.service
         runtime = service.runtime
         token = dask_compat.worker_context(runtime.worker)
-        ctx = TaskContext(key, spec["name"], spec["attempt"], spec.get("resources") or {},
-                          spec["topic"], route="direct")  # fmt: skip
+        ctx = TaskContext(
+            key,
+            spec["name"],
+            spec["attempt"],
+            spec.get("resources") or {},
+            spec["topic"],
+            route="direct",
+        )
         ctx.slots = service.slots
         ctx.on_wait = lambda waiting: self._waits(key, waiting)
         if spec.get("watched"):
@@ -467,8 +473,10 @@ class TaskStream:
     def _unpicklable(self, message, exc: Exception) -> None:
         """A result (or error) that does not pickle: its task fails with that."""
         _, key, status, value, elapsed = message
-        error = TypeError(f"the task's {'result' if status == 'OK' else 'error'} "
-                          f"{type(value).__name__} cannot be sent back: {exc!r}")  # fmt: skip
+        error = TypeError(
+            f"the task's {'result' if status == 'OK' else 'error'} "
+            f"{type(value).__name__} cannot be sent back: {exc!r}"
+        )
         self.outbox.append(("done", key, "error", error, elapsed))
         self.wake.set()
 

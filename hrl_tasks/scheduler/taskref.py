@@ -62,9 +62,17 @@ class TaskRef:
     """
 
     __slots__ = (
-        "engine", "task_id", "name", "direct", "pinned", "route", "outcome", "deps", "recipe",
+        "engine",
+        "task_id",
+        "name",
+        "direct",
+        "pinned",
+        "route",
+        "outcome",
+        "deps",
+        "recipe",
         "__weakref__",
-    )  # fmt: skip
+    )
 
     def __init__(
         self, engine: Engine, task_id: str, name: str, direct: bool = False, pinned: bool = False

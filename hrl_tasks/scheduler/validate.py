@@ -83,8 +83,10 @@ def where_is(state: EngineState, task: Task, now: float | None = None) -> list[s
         if attempt is None or attempt.task_id != task.task_id:
             where.append(f"! its attempt {key} is not an attempt of it")
         elif attempt.worker is None and attempt.sent_to is not None:  # the direct route
-            where.append(f"attempt {key} sent to {attempt.sent_to} {now - task.live[key]:.1f} s "
-                         "ago (running or queued there: it reports no start)")  # fmt: skip
+            where.append(
+                f"attempt {key} sent to {attempt.sent_to} {now - task.live[key]:.1f} s "
+                "ago (running or queued there: it reports no start)"
+            )
         elif attempt.worker is None:
             where.append(f"attempt {key} sent {now - task.live[key]:.1f} s ago, not started")
         else:
@@ -92,9 +94,10 @@ def where_is(state: EngineState, task: Task, now: float | None = None) -> list[s
             where.append(f"attempt {key} running on {attempt.worker} for {since:.1f} s")
     if task.room_wait is not None:
         where.append(
-            "waits for a free slot on a worker" if task.task_id in state.room
+            "waits for a free slot on a worker"
+            if task.task_id in state.room
             else "! waits for a free slot but is not queued for one"
-        )  # fmt: skip
+        )
     if task.retry_due is not None:
         where.append(f"waits out a retry's back-off ({task.retry_due - now:.1f} s left)")
     if task.waiting_on:
@@ -111,9 +114,10 @@ def where_is(state: EngineState, task: Task, now: float | None = None) -> list[s
         if task.task_id in obj.queued:
             ok = obj.address is None and obj.gone is None
             where.append(
-                f"queued until {obj.name!r} has a home" if ok
+                f"queued until {obj.name!r} has a home"
+                if ok
                 else "! queued on an object that has a home or is gone"
-            )  # fmt: skip
+            )
         if any(t is task for t, _, _ in obj.held):
             where.append("held for its object's creation report")
         if any(t == task.task_id for waiting in obj.snapshots.values() for t, _ in waiting):

@@ -97,8 +97,9 @@ class WaitWatch:
         with self.lock:
             self.waits[wait_id] = (time.monotonic(), refs, what)
             if self.thread is None and not self.closed:
-                self.thread = threading.Thread(target=self._look, daemon=True,
-                                               name="hrl-tasks-wait-watch")  # fmt: skip
+                self.thread = threading.Thread(
+                    target=self._look, daemon=True, name="hrl-tasks-wait-watch"
+                )
                 self.thread.start()
         try:
             yield
@@ -128,8 +129,12 @@ class WaitWatch:
                 logger.warning(
                     "hrl_tasks: %s has waited %.0f s for %d of %d tasks with no progress in "
                     "the engine (no attempt started or ended, no worker came or went):\n%s",
-                    what, waited, len(pending), len(refs), stories,
-                )  # fmt: skip
+                    what,
+                    waited,
+                    len(pending),
+                    len(refs),
+                    stories,
+                )
 
     def close(self) -> None:
         self.closed = True

@@ -90,8 +90,10 @@ class WorkerEvents(SchedulerPlugin):
             new = waiting - self.silent[address]
             if first or new:
                 self.silent[address] |= new
-                self.scheduler.log_event(TOPIC, {"action": "silent", "worker": address,
-                                                 "waiting": sorted(new)[:WAITING_TOLD]})  # fmt: skip
+                self.scheduler.log_event(
+                    TOPIC,
+                    {"action": "silent", "worker": address, "waiting": sorted(new)[:WAITING_TOLD]},
+                )
         for address in sorted(set(self.silent) - silent):
             del self.silent[address]
             if address in seen:
@@ -109,9 +111,10 @@ class WorkerEvents(SchedulerPlugin):
             return 0
         groups = self.scheduler.task_groups
         gone = {
-            span.id for span in defaults[:-SPANS_KEPT]
+            span.id
+            for span in defaults[:-SPANS_KEPT]
             if not span.children and all(groups.get(g.name) is not g for g in span.groups)
-        }  # fmt: skip
+        }
         for span_id in gone:
             del spans.spans[span_id]
         spans.root_spans[:] = [s for s in spans.root_spans if s.id not in gone]
@@ -136,11 +139,14 @@ class WorkerEvents(SchedulerPlugin):
         if topic != "all" or self.scheduler is None or not isinstance(msg, dict):
             return
         if msg.get("action") in ACTIONS:
-            self.scheduler.log_event(TOPIC, {
-                "action": msg["action"],
-                "worker": str(msg.get("worker", "")),
-                "expected": bool(msg.get("expected", False)),
-            })  # fmt: skip
+            self.scheduler.log_event(
+                TOPIC,
+                {
+                    "action": msg["action"],
+                    "worker": str(msg.get("worker", "")),
+                    "expected": bool(msg.get("expected", False)),
+                },
+            )
 
 
 def register(client) -> None:

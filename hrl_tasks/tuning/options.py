@@ -66,6 +66,8 @@ class TuneOptions:
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(options) - set(names))
         if unknown:
-            raise TypeError(f"tune() got unexpected keyword arguments {unknown}; "
-                            f"its options: {', '.join(names)}")  # fmt: skip
+            raise TypeError(
+                f"tune() got unexpected keyword arguments {unknown}; "
+                f"its options: {', '.join(names)}"
+            )
         return cls(**options)

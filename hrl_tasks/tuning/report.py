@@ -30,13 +30,21 @@ def render(trials, metric: str, mode: str, max_rows: int = 20) -> str:
     keys = sorted({k for t in trials for k in t.config})
     header = ["trial", "status", "iter", "env steps", metric, *keys]
     rows = [
-        [t.trial_id, t.status.lower(), str(t.iterations), str(t.env_steps),
-         _number(t.last.get(metric)), *[_number(t.config.get(k)) for k in keys]]
+        [
+            t.trial_id,
+            t.status.lower(),
+            str(t.iterations),
+            str(t.env_steps),
+            _number(t.last.get(metric)),
+            *[_number(t.config.get(k)) for k in keys],
+        ]
         for t in trials
-    ]  # fmt: skip
+    ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-             for row in [header, *rows]]  # fmt: skip
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
     return "\n".join([head, *lines])
 
 

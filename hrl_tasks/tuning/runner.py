@@ -114,8 +114,12 @@ def run_chunk(
         state = algo.get_state()
     finally:
         algo.stop()
-    return {"results": results, "state": state, "span": (started, time.time()),
-            "worker": where_this_runs()}  # fmt: skip
+    return {
+        "results": results,
+        "state": state,
+        "span": (started, time.time()),
+        "worker": where_this_runs(),
+    }
 
 
 def where_this_runs() -> str:
@@ -142,10 +146,13 @@ def fits(bundles: Sequence[Sequence[Mapping[str, float]]], capacity: Mapping[str
     requests = [r for bundle in bundles for r in bundle if r]
     for request in sorted(requests, key=lambda r: -sum(r.values())):
         worker = next(
-            (w for w, room in free.items()
-             if all(room.get(k, 0.0) >= v - 1e-9 for k, v in request.items())),
+            (
+                w
+                for w, room in free.items()
+                if all(room.get(k, 0.0) >= v - 1e-9 for k, v in request.items())
+            ),
             None,
-        )  # fmt: skip
+        )
         if worker is None:
             return False
         for name, amount in request.items():
@@ -181,12 +188,20 @@ class Trial:
         """What the state file and trials.json keep of the trial (`located` under the
         output directory, what the result reports)."""
         return {
-            "trial_id": self.trial_id, "config": dict(self.config), "last": dict(self.last),
-            "best": self.best, "iterations": self.iterations, "env_steps": self.env_steps,
-            "status": self.status, "start_time": self.start_time, "end_time": self.end_time,
-            "checkpoint": self.checkpoint, "failures": self.failures, "error": self.error,
+            "trial_id": self.trial_id,
+            "config": dict(self.config),
+            "last": dict(self.last),
+            "best": self.best,
+            "iterations": self.iterations,
+            "env_steps": self.env_steps,
+            "status": self.status,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "checkpoint": self.checkpoint,
+            "failures": self.failures,
+            "error": self.error,
             "chunks": [list(c) for c in self.chunks],
-        }  # fmt: skip
+        }
 
 
 def record_text(record: Mapping[str, Any]) -> bytes:
@@ -352,8 +367,9 @@ class Search:
                         self.reporter(self)
                     time.sleep(0.5)
                     continue
-                done, _ = self.engine.wait(list(self.running), timeout=5.0,
-                                           return_when="FIRST_COMPLETED")  # fmt: skip
+                done, _ = self.engine.wait(
+                    list(self.running), timeout=5.0, return_when="FIRST_COMPLETED"
+                )
                 for ref in done:
                     self.chunk_ended(self.trials[self.running.pop(ref)], ref)
                 if self.reporter is not None:
@@ -410,10 +426,17 @@ class Search:
         # counts per name (and its live page lists names), so a name per trial made a
         # group per trial, some 2.5 kB each in a long search's driver.
         ref = self.engine.submit(
-            run_chunk, self.algorithm, {**self.config, **trial.config}, trial.state, until,
-            self.stop, self.checkpoint_interval_s, self.time_attr,
-            resources=self.trial_resources or None, name="trial",
-        )  # fmt: skip
+            run_chunk,
+            self.algorithm,
+            {**self.config, **trial.config},
+            trial.state,
+            until,
+            self.stop,
+            self.checkpoint_interval_s,
+            self.time_attr,
+            resources=self.trial_resources or None,
+            name="trial",
+        )
         trial.status = RUNNING
         trial.start_time = trial.start_time or time.time()
         self.running[ref] = trial.trial_id
@@ -553,8 +576,10 @@ class Search:
             return
         self.out.mkdir(parents=True, exist_ok=True)
         # A trial a line; an ended trial's line is the text it keeps, not encoded again.
-        lines = [t.text if isinstance(t, EndedTrial) else record_text(t.record())
-                 for t in self.trials.values()]  # fmt: skip
+        lines = [
+            t.text if isinstance(t, EndedTrial) else record_text(t.record())
+            for t in self.trials.values()
+        ]
         sampler, scheduler = self.sampler.to_state(), self.scheduler.to_state()
         decisions = decisions_state(sampler, scheduler, self.stop, self.time_attr, self.exhausted)
         write_search(self.out, decisions, lines)
@@ -568,15 +593,41 @@ class Search:
         keys = sorted({k for r in records for k in r["config"]})
         with (self.out / "results.csv").open("w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(["trial_id", "status", "iterations", "env_steps", f"best {self.metric}",
-                             f"last {self.metric}", "start_time", "end_time", *keys])  # fmt: skip
+            writer.writerow(
+                [
+                    "trial_id",
+                    "status",
+                    "iterations",
+                    "env_steps",
+                    f"best {self.metric}",
+                    f"last {self.metric}",
+                    "start_time",
+                    "end_time",
+                    *keys,
+                ]
+            )
             for r in records:
-                writer.writerow([r["trial_id"], r["status"], r["iterations"], r["env_steps"],
-                                 r["best"], r["last"].get(self.metric), r["start_time"],
-                                 r["end_time"], *[r["config"].get(k) for k in keys]])  # fmt: skip
+                writer.writerow(
+                    [
+                        r["trial_id"],
+                        r["status"],
+                        r["iterations"],
+                        r["env_steps"],
+                        r["best"],
+                        r["last"].get(self.metric),
+                        r["start_time"],
+                        r["end_time"],
+                        *[r["config"].get(k) for k in keys],
+                    ]
+                )
         curves = {t.trial_id: self.curve(t) for t in self.trials.values()}
-        plot_trials(self.trials.values(), curves, self.out / "curves.png", self.metric,
-                    threshold=self.stop.get(self.metric))  # fmt: skip
+        plot_trials(
+            self.trials.values(),
+            curves,
+            self.out / "curves.png",
+            self.metric,
+            threshold=self.stop.get(self.metric),
+        )
 
     def curve(self, trial: Trial) -> list:
         """``trial``'s (env steps, metric) per iteration: kept here while it runs, read
@@ -680,8 +731,14 @@ def plot_trials(
 # --- the entry point -------------------------------------------------------------------
 
 
-def tune(algorithm: str, env: Any = None, space: Mapping[str, Any] | None = None,
-         config: Mapping[str, Any] | None = None, engine=None, **options) -> TuneResult:  # fmt: skip
+def tune(
+    algorithm: str,
+    env: Any = None,
+    space: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    engine=None,
+    **options,
+) -> TuneResult:
     """Search ``space`` for the config of ``algorithm`` that does best on ``env``: each
     trial a task that builds its own algorithm on ``engine`` (default: an embedded
     cluster) and trains it in chunks, the trial scheduler deciding between chunks.
@@ -730,11 +787,19 @@ def search_settings(algorithm: str, config: dict, space: dict, opts: TuneOptions
     out = None if opts.out is None else Path(opts.out)
     if opts.resume:
         check_resumable(out)
-    return dict(algorithm=algorithm, config=config, metric=opts.metric, mode=opts.mode,
-                stop=stop, trial_resources=trial_resources, out=out,
-                max_concurrent=opts.max_concurrent, max_failures=opts.max_failures,
-                checkpoint_interval_s=opts.checkpoint_interval_s,
-                reporter=with_table(opts.reporter) if opts.verbose else opts.reporter)  # fmt: skip
+    return dict(
+        algorithm=algorithm,
+        config=config,
+        metric=opts.metric,
+        mode=opts.mode,
+        stop=stop,
+        trial_resources=trial_resources,
+        out=out,
+        max_concurrent=opts.max_concurrent,
+        max_failures=opts.max_failures,
+        checkpoint_interval_s=opts.checkpoint_interval_s,
+        reporter=with_table(opts.reporter) if opts.verbose else opts.reporter,
+    )
 
 
 def fixed_config(config: Mapping[str, Any] | None, env: Any) -> dict:
@@ -770,8 +835,7 @@ def new_decisions(space: Mapping[str, Any], stop: Mapping[str, Any], opts: TuneO
     Raises:
         SearchError: for an unknown sampler or scheduler, or a bad space.
     """
-    sampler = make_sampler(opts.sampler, space, opts.num_samples, opts.seed, opts.metric,
-                           opts.mode)  # fmt: skip
+    sampler = make_sampler(opts.sampler, space, opts.num_samples, opts.seed, opts.metric, opts.mode)
     scheduler = make_scheduler(opts.scheduler, space, stop, opts.mode, opts.seed)
     # A scheduler given as an object counts iterations, whatever the stop conditions.
     time_attr = scheduler_budget(stop)[0] if isinstance(opts.scheduler, str) else "iteration"

@@ -51,8 +51,9 @@ def value_target(record: dict[str, Any], search_weight: float) -> np.ndarray:
     ``search_weight`` w, ``(1 - w) z + w q`` with ``q`` the search's value. Pure."""
     if search_weight == 0:
         return record["value"]
-    return ((1 - search_weight) * record["value"]
-            + search_weight * record["search_value"]).astype(np.float32)  # fmt: skip
+    return ((1 - search_weight) * record["value"] + search_weight * record["search_value"]).astype(
+        np.float32
+    )
 
 
 def scheduled_lr(schedule: tuple | None, lr: float, moves: int) -> float:
@@ -90,11 +91,13 @@ class AlphaZero(Algorithm):
         if self.config.num_learners:
             try:
                 self.learners = LearnerGroup(
-                    self.engine, self.learner, self.config.num_learners,
+                    self.engine,
+                    self.learner,
+                    self.config.num_learners,
                     resources=self.config.learner_resources or {"CPU": 1},
                     max_restarts=self.config.max_restarts,
                     num_threads=self.config.learner_threads,
-                )  # fmt: skip
+                )
             except BaseException:
                 if self.owns_engine:
                     self.engine.close()
@@ -104,11 +107,17 @@ class AlphaZero(Algorithm):
         cfg = self.config
         self.learners = None  # a LearnerGroup, with num_learners=1
         self.game = make_game(cfg.env if isinstance(cfg.env, str) else cfg.env())
-        self.learner = PolicyValuePolicy(config=PolicyValueConfig(
-            observation_shape=tuple(self.game.observation_shape),
-            num_actions=self.game.num_actions, channels=cfg.channels, blocks=cfg.blocks,
-            lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed,
-        ))  # fmt: skip
+        self.learner = PolicyValuePolicy(
+            config=PolicyValueConfig(
+                observation_shape=tuple(self.game.observation_shape),
+                num_actions=self.game.num_actions,
+                channels=cfg.channels,
+                blocks=cfg.blocks,
+                lr=cfg.lr,
+                weight_decay=cfg.weight_decay,
+                seed=cfg.seed,
+            )
+        )
         self.spec = self.learner.config.spec
         self.net = self.learner.model
         seed = secrets.randbits(62) if cfg.seed is None else cfg.seed
@@ -116,20 +125,28 @@ class AlphaZero(Algorithm):
         self.counters: Counter[str] = Counter()
         self.iteration, self.time_total_s = 0, 0.0
         self.search_config = SearchConfig(
-            simulations=cfg.simulations, rule=cfg.search_rule, c_puct=cfg.c_puct,
-            dirichlet_alpha=cfg.dirichlet_alpha, dirichlet_fraction=cfg.dirichlet_fraction,
-            batch_size=cfg.search_batch_size, gumbel_actions=cfg.gumbel_actions,
-        )  # fmt: skip
+            simulations=cfg.simulations,
+            rule=cfg.search_rule,
+            c_puct=cfg.c_puct,
+            dirichlet_alpha=cfg.dirichlet_alpha,
+            dirichlet_fraction=cfg.dirichlet_fraction,
+            batch_size=cfg.search_batch_size,
+            gumbel_actions=cfg.gumbel_actions,
+        )
         self.fast_config = None  # playout-cap randomization's cheap searches
         if cfg.full_search_fraction < 1.0:
             fast = cfg.fast_simulations or max(2, cfg.simulations // 4)
-            self.fast_config = SearchConfig(**{**self.search_config.__dict__,
-                                               "simulations": fast, "dirichlet_fraction": 0.0})  # fmt: skip
+            self.fast_config = SearchConfig(
+                **{**self.search_config.__dict__, "simulations": fast, "dirichlet_fraction": 0.0}
+            )
         self.evaluation_config = SearchConfig(
-            simulations=cfg.evaluation_simulations or cfg.simulations, rule=cfg.search_rule,
-            c_puct=cfg.c_puct, dirichlet_fraction=0.0, batch_size=cfg.search_batch_size,
+            simulations=cfg.evaluation_simulations or cfg.simulations,
+            rule=cfg.search_rule,
+            c_puct=cfg.c_puct,
+            dirichlet_fraction=0.0,
+            batch_size=cfg.search_batch_size,
             gumbel_actions=cfg.gumbel_actions,
-        )  # fmt: skip
+        )
         self.parallel = ParallelConfig(split_min=cfg.split_min) if cfg.split_min > 0 else None
 
     def build_for_acting(self) -> None:
@@ -169,12 +186,22 @@ class AlphaZero(Algorithm):
     def submit_games(self, leaves, weights) -> list:
         cfg = self.config
         return [
-            self.engine.submit(self_play_game, self.game, leaves, weights, self.search_config,
-                               self.parallel, cfg.temperature_moves, int(self.rng.integers(2**62)),
-                               self.fast_config, cfg.full_search_fraction,
-                               name="self-play", retries=3)
+            self.engine.submit(
+                self_play_game,
+                self.game,
+                leaves,
+                weights,
+                self.search_config,
+                self.parallel,
+                cfg.temperature_moves,
+                int(self.rng.integers(2**62)),
+                self.fast_config,
+                cfg.full_search_fraction,
+                name="self-play",
+                retries=3,
+            )
             for _ in range(cfg.games_per_iteration)
-        ]  # fmt: skip
+        ]
 
     def submit_matches(self, leaves, weights) -> dict[str, list]:
         """Evaluation games per opponent, the agent moving first in half of them; a game
@@ -182,14 +209,23 @@ class AlphaZero(Algorithm):
         cfg = self.config
         return {
             opponent: [
-                self.engine.submit(evaluation_game, self.game, leaves, weights,
-                                   self.evaluation_config, opponent, k % 2,
-                                   int(self.rng.integers(2**62)), cfg.evaluation_time_s,
-                                   name="evaluation", retries=3)
+                self.engine.submit(
+                    evaluation_game,
+                    self.game,
+                    leaves,
+                    weights,
+                    self.evaluation_config,
+                    opponent,
+                    k % 2,
+                    int(self.rng.integers(2**62)),
+                    cfg.evaluation_time_s,
+                    name="evaluation",
+                    retries=3,
+                )
                 for k in range(cfg.evaluation_games)
             ]
             for opponent in cfg.evaluation_opponents(self.game)
-        }  # fmt: skip
+        }
 
     def summarize_matches(self, matches: dict[str, list]) -> dict[str, float]:
         summary = {}
@@ -205,12 +241,14 @@ class AlphaZero(Algorithm):
     def store(self, record: dict[str, Any]) -> None:
         """Adds a game's searched positions, and their symmetric copies, to the buffer."""
         if record["positions"]:
-            obs, mask, policy = symmetries(self.game, record["obs"], record["mask"],
-                                           record["policy"])  # fmt: skip
+            obs, mask, policy = symmetries(
+                self.game, record["obs"], record["mask"], record["policy"]
+            )
             value = value_target(record, self.config.value_target_search)
             value = np.tile(value, len(obs) // len(value))
-            self.buffer.add(SampleBatch({"obs": obs, "mask": mask, "policy": policy,
-                                         "value": value}))  # fmt: skip
+            self.buffer.add(
+                SampleBatch({"obs": obs, "mask": mask, "policy": policy, "value": value})
+            )
         self.counters["games"] += 1
         self.counters["positions"] += record["moves"]
         self.counters["trained_positions"] += record["positions"]
@@ -277,14 +315,16 @@ class AlphaZero(Algorithm):
         if self.game.is_terminal(state):
             raise ValueError("the game in this observation is over: there is no move to make")
         evaluate = NetworkEvaluator(self.game, self.net.predict)
-        result = search(self.game, state, evaluate, self.evaluation_config, self.rng,
-                        root_noise=False)  # fmt: skip
+        result = search(
+            self.game, state, evaluate, self.evaluation_config, self.rng, root_noise=False
+        )
         return result.choose(1.0 if explore else 0.0, self.rng)
 
     def evaluate(self, episodes: int | None = None) -> dict:
         """Evaluation games now, against every opponent of the config."""
-        leaves = NetworkLeaves(self.spec, ("evaluate", self.counters["updates"]),
-                               self.config.evaluator_cache)  # fmt: skip
+        leaves = NetworkLeaves(
+            self.spec, ("evaluate", self.counters["updates"]), self.config.evaluator_cache
+        )
         weights = self.engine.put(self.net.get_weights())
         return self.summarize_matches(self.submit_matches(leaves, weights))
 
@@ -311,8 +351,13 @@ class AlphaZero(Algorithm):
         self.set_acting_state(state)
         saved = state["policy"]
         if saved.get("optimizer") is not None:  # a checkpoint saved before the policy had
-            self.learner.set_state({"rng": self.learner.get_rng_state(),  # its own rng
-                                    "num_grad_updates": 0, **saved})  # fmt: skip
+            self.learner.set_state(
+                {
+                    "rng": self.learner.get_rng_state(),  # its own rng
+                    "num_grad_updates": 0,
+                    **saved,
+                }
+            )
         if self.learners is not None:
             self.learners.push_state()
         self.counters = Counter(state["flow"]["counters"])

@@ -33,8 +33,9 @@ def searched_move(
     if parallel is not None and config.simulations >= parallel.split_min:
         if not root_noise:
             config = SearchConfig(**{**config.__dict__, "dirichlet_fraction": 0.0})
-        return parallel_search(game, state, leaves, config, parallel, int(rng.integers(2**62)),
-                               weights)  # fmt: skip
+        return parallel_search(
+            game, state, leaves, config, parallel, int(rng.integers(2**62)), weights
+        )
     evaluate = leaves.resolve(game, rng, weights)
     return search(game, state, evaluate, config, rng, root_noise=root_noise)
 

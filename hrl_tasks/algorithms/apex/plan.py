@@ -41,6 +41,8 @@ class ApeX(ShardedReplay, Algorithm):
         train = TrainOneStep(workers, ctx, sync_weights=False)
         target = UpdateTargetNetwork(workers, ctx, cfg.target_update_every)
         return self.sharded_plan(
-            workers, ctx, lambda item: target(self.send_priorities(train(item[1]), item[0])),
+            workers,
+            ctx,
+            lambda item: target(self.send_priorities(train(item[1]), item[0])),
             reporting,
-        )  # fmt: skip
+        )

@@ -89,10 +89,15 @@ class DQN(Algorithm):
         train_op = (
             rollouts.for_each(StoreToReplayBuffer(self.buffer))
             .for_each(ExploreAndSync(workers, ctx, cfg))
-            .for_each(ReplayAndLearn(mixed_replay(self.buffer, cfg, workers.engine, ctx),
-                                     self.replay_ratio,
-                                     lambda batch: target(priorities(train(batch))), ctx))
-        )  # fmt: skip
+            .for_each(
+                ReplayAndLearn(
+                    mixed_replay(self.buffer, cfg, workers.engine, ctx),
+                    self.replay_ratio,
+                    lambda batch: target(priorities(train(batch))),
+                    ctx,
+                )
+            )
+        )
         return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
 
     def get_state(self):

@@ -113,7 +113,7 @@ def run_round(engine, evaluator: Evaluator, theta: np.ndarray, jobs: list, resen
                 retries=2,
                 speculative=True,
                 name="es-perturbation" if fn is evaluate_pair else "es-theta",
-            )  # fmt: skip
+            )
             for i, (fn, args) in pending.items()
         }
         try:

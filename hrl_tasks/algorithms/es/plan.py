@@ -30,17 +30,26 @@ class ES(Algorithm):
         cfg = self.config
         policy = workers.local_worker.policy
         evaluator = Evaluator(
-            resolve_env(cfg.env), dict(cfg.env_config), policy.observation_space,
-            policy.action_space, policy.config, cfg.episodes_per_perturbation,
+            resolve_env(cfg.env),
+            dict(cfg.env_config),
+            policy.observation_space,
+            policy.action_space,
+            policy.config,
+            cfg.episodes_per_perturbation,
             cfg.max_episode_steps,
-        )  # fmt: skip
+        )
         seed = secrets.randbits(63) if cfg.seed is None else cfg.seed
         # Each round: theta to the cluster once, num_perturbations pure tasks (retried,
         # speculative) each returning the returns at theta + sigma eps and theta - sigma eps.
         rounds = PerturbationRounds(
-            workers.engine, policy, evaluator, ctx, cfg.num_perturbations,
-            cfg.theta_eval_episodes, seed,
-        )  # fmt: skip
+            workers.engine,
+            policy,
+            evaluator,
+            ctx,
+            cfg.num_perturbations,
+            cfg.theta_eval_episodes,
+            seed,
+        )
         # Centered ranks of the returns -> ES gradient -> Adam step, in the driver.
         train_op = rounds.for_each(ESTrainStep(policy, ctx))
         return StandardMetricsReporting(train_op, ctx, engine=workers.engine)

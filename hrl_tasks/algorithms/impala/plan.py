@@ -37,10 +37,14 @@ class IMPALA(Algorithm):
         if cfg.num_learners != 1 or not cfg.direct_calls:
             return super().build_learner(policy)
         return RemoteLearner(
-            self.workers, cfg.train_batch_size, cfg.learner_queue_size, cfg.broadcast_interval,
-            resources=cfg.learner_resources or {"CPU": 1}, max_restarts=cfg.max_restarts,
+            self.workers,
+            cfg.train_batch_size,
+            cfg.learner_queue_size,
+            cfg.broadcast_interval,
+            resources=cfg.learner_resources or {"CPU": 1},
+            max_restarts=cfg.max_restarts,
             num_threads=cfg.learner_threads or 1,
-        )  # fmt: skip
+        )
 
     def build_plan(self, workers, ctx):
         cfg = self.config
@@ -52,9 +56,11 @@ class IMPALA(Algorithm):
             pairs = rollouts.zip_with_source_actor(cfg.num_async)
             train_op = pairs.combine(FeedLearner(workers.learner_group, ctx))
             return StandardMetricsReporting(
-                train_op, ctx, min_steps_per_report=cfg.min_steps_per_report,
+                train_op,
+                ctx,
+                min_steps_per_report=cfg.min_steps_per_report,
                 engine=workers.engine,
-            )  # fmt: skip
+            )
         self.learner = LearnerThread(workers, cfg.train_batch_size, cfg.learner_queue_size)
         self.learner.start()
         # Batches as they come, num_async sample requests in flight per worker, with their source.

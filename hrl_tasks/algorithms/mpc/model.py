@@ -159,9 +159,10 @@ class DynamicsEnsemble:
         self.normalizer = Normalizer.identity(spec)
         named = dict(self.net.named_parameters())
         decayed = [v for k, v in named.items() if k.startswith("w")]
-        groups = [{"params": decayed, "weight_decay": weight_decay},
-                  {"params": [v for k, v in named.items() if not k.startswith("w")],
-                   "weight_decay": 0.0}]  # fmt: skip
+        groups = [
+            {"params": decayed, "weight_decay": weight_decay},
+            {"params": [v for k, v in named.items() if not k.startswith("w")], "weight_decay": 0.0},
+        ]
         self.optimizer = torch.optim.AdamW(groups, lr=lr)
 
     def inputs(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -255,8 +256,11 @@ class DynamicsEnsemble:
 
 def spec_arrays(spec: EnsembleSpec) -> dict[str, np.ndarray]:
     """The sizes `predict` reads from ``params``."""
-    return {"layers": np.array(len(spec.hidden) + 1), "discrete": np.array(spec.discrete),
-            "act_dim": np.array(spec.act_dim)}  # fmt: skip
+    return {
+        "layers": np.array(len(spec.hidden) + 1),
+        "discrete": np.array(spec.discrete),
+        "act_dim": np.array(spec.act_dim),
+    }
 
 
 def encode_actions(spec_or_params, actions: np.ndarray) -> np.ndarray:

@@ -78,8 +78,14 @@ class MPC(Algorithm):
         self.model = DynamicsEnsemble(
             observation_space, action_space, spec, cfg.lr, cfg.weight_decay
         )
-        planning = CEMConfig(cfg.horizon, cfg.population, cfg.elites, cfg.cem_iterations,
-                             cfg.cem_alpha, cfg.planner_tasks)  # fmt: skip
+        planning = CEMConfig(
+            cfg.horizon,
+            cfg.population,
+            cfg.elites,
+            cfg.cem_iterations,
+            cfg.cem_alpha,
+            cfg.planner_tasks,
+        )
         self.planner = CEMPlanner(EnsembleRollouts(cfg.particles), action_space, planning)
         self.acting_planner = CEMPlanner(EnsembleRollouts(cfg.particles), action_space, planning)
         train_seed, acting_seed, env_seed = np.random.SeedSequence(cfg.seed).spawn(3)

@@ -31,9 +31,14 @@ from hrl_tasks.algorithms.mpc.model import as_tensors, encode_actions, step
 
 class RolloutModel(Protocol):
     def returns(
-        self, params: Any, observation: np.ndarray, candidates: np.ndarray,
-        first: int, population: int, seed: int,
-    ) -> np.ndarray:  # fmt: skip
+        self,
+        params: Any,
+        observation: np.ndarray,
+        candidates: np.ndarray,
+        first: int,
+        population: int,
+        seed: int,
+    ) -> np.ndarray:
         """The return of each candidate, rows ``first`` on of a population of ``population``."""
 
 
@@ -170,10 +175,17 @@ class CEMPlanner:
         bounds = np.linspace(0, n, tasks + 1).astype(int)
         chunks = [candidates[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         refs = engine.map(
-            candidate_returns, [self.model] * tasks, [params_ref] * tasks,
-            [observation] * tasks, chunks, bounds[:-1].tolist(), [n] * tasks, [seed] * tasks,
-            name="mpc-candidates", retries=2,
-        )  # fmt: skip
+            candidate_returns,
+            [self.model] * tasks,
+            [params_ref] * tasks,
+            [observation] * tasks,
+            chunks,
+            bounds[:-1].tolist(),
+            [n] * tasks,
+            [seed] * tasks,
+            name="mpc-candidates",
+            retries=2,
+        )
         return np.concatenate(engine.gather(refs))
 
     # --- the sampling distribution: (mean, std) or (probs,) per step --------------------

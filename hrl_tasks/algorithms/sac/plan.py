@@ -50,10 +50,15 @@ class SAC(ShardedReplay, Algorithm):
         train_op = (
             rollouts.for_each(StoreToReplayBuffer(self.buffer))
             .for_each(UniformUntilLearning(workers, ctx, cfg.learning_starts))
-            .for_each(ReplayAndLearn(mixed_replay(self.buffer, cfg, workers.engine, ctx),
-                                     self.replay_ratio,
-                                     lambda batch: targets(priorities(train(batch))), ctx))
-        )  # fmt: skip
+            .for_each(
+                ReplayAndLearn(
+                    mixed_replay(self.buffer, cfg, workers.engine, ctx),
+                    self.replay_ratio,
+                    lambda batch: targets(priorities(train(batch))),
+                    ctx,
+                )
+            )
+        )
         return StandardMetricsReporting(train_op, ctx, cfg.min_steps_per_report, workers.engine)
 
     def sharded_learning(self, workers, ctx):
