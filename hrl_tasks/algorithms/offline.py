@@ -3,13 +3,13 @@ plan of batches read as tasks, gradient steps, evaluations and off-policy estima
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.config import ConfigError
+from hrl_tasks.algorithms.offline_config import ESTIMATOR_NAMES
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.experience import experience_files, read_file
 from hrl_tasks.flow import StandardMetricsReporting, TrainOneStep
@@ -23,47 +23,11 @@ from hrl_tasks.policies.off_policy_estimation import (
 )
 
 ESTIMATORS = {"is": importance_sampling, "wis": weighted_importance_sampling, "dr": doubly_robust}
+assert tuple(ESTIMATORS) == ESTIMATOR_NAMES
 """Off-policy estimators by the names ``off_policy_estimators`` takes (``dr`` fits a Q
 model of the learned policy first: `hrl_tasks.policies.fqe`)."""
 DRAWN_ACTIONS = 10
 """Box actions: actions drawn from the learned policy per state for ``V(s)`` (DR)."""
-
-
-@dataclass
-class OfflineConfig:
-    """Keys of the algorithms that learn from recorded experience (`ReadExperience`)."""
-
-    experience_input: str | None = None
-    """The recording to learn from: a directory of Parquet files, a glob, or one file; a
-    path or any fsspec URL (``s3://bucket/run``). Required."""
-    updates_per_iteration: int = 100
-    """Gradient steps of ``train_batch_size`` rows per iteration."""
-    shuffle_window: int = 4
-    """Files whose rows are mixed before batches are drawn."""
-    evaluation_interval: int = 1
-    """Iterations between evaluations (``evaluation_episodes`` greedy episodes in the
-    driver, reported as ``episode_return_mean``); 0: never."""
-    off_policy_estimators: tuple[str, ...] | None = None
-    """At each evaluation, the learned policy's discounted return estimated from one
-    recorded file by these: ``is`` (per-decision importance sampling), ``wis`` (its
-    weighted form), ``dr`` (doubly robust, with a Q model of the policy fitted to the
-    file's transitions first); reported as ``info/estimate/<name>``.
-    They need the behaviour policy's ``logp`` in the recording. None: ``is`` and
-    ``wis`` where the recording has it."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {
-        "updates_per_iteration": ">= 1",
-        "shuffle_window": ">= 1",
-        "evaluation_interval": ">= 0",
-    }
-
-    def check_offline(self) -> None:
-        unknown = sorted(set(self.off_policy_estimators or ()) - set(ESTIMATORS))
-        if unknown:
-            raise ConfigError(
-                f"{type(self).__name__}.off_policy_estimators must name {sorted(ESTIMATORS)}, "
-                f"got {unknown[0]!r}"
-            )
 
 
 class OfflineAlgorithm(Algorithm):

@@ -21,7 +21,6 @@ import numpy as np
 from hrl_tasks.data import PrioritizedReplayBuffer, ReplayBuffer, SampleBatch
 from hrl_tasks.data.rate_limiter import SampleToInsertRatio
 from hrl_tasks.errors import ConfigError
-from hrl_tasks.flow.context import STEPS_TRAINED
 
 
 @dataclass
@@ -225,6 +224,8 @@ class ReplayAndLearn:
         for _ in range(self.ratio.after_round(batch.env_steps())):
             self.learn(self.buffer.sample(self.ratio.batch_size))
         if self.ratio.inserted:
+            from hrl_tasks.flow.context import STEPS_TRAINED  # the flow imports the engine
+
             self.ctx.info["replay_ratio"] = self.ctx.counters[STEPS_TRAINED] / self.ratio.inserted
         return batch
 

@@ -336,3 +336,23 @@ def test_a_config_of_the_algorithm_s_own_class_is_taken_as_built_and_overrides_a
         PPO.parse_config(config, {"lrr": 1})
     with pytest.raises(ConfigError, match="PPOConfig.lr must be float, got 'fast'"):
         PPOConfig(lr="fast")  # built directly: its types are checked too
+
+
+CONFIGS_ALONE = """
+import sys
+from hrl_tasks.registry import CONFIG_PATHS, get_config_class
+for name in sorted(CONFIG_PATHS):
+    get_config_class(name).from_dict({})
+    heavy = [m for m in ("torch", "distributed") if m in sys.modules]
+    assert not heavy, (name, heavy)
+print(len(CONFIG_PATHS))
+"""
+
+
+def test_every_algorithm_s_config_is_read_and_checked_without_torch_or_distributed(tmp_path):
+    # So `hrl-tasks train` checks a config, and starts the embedded cluster, while the
+    # plan and torch import (README: bad input fails before any cluster starts).
+    done = subprocess.run([sys.executable, "-c", CONFIGS_ALONE], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=100)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) >= 16

@@ -5,7 +5,7 @@ from typing import ClassVar
 
 from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.algorithms.dqn.config import DQNConfig
-from hrl_tasks.algorithms.sharded_replay import ShardedReplayConfig, with_shard_processes
+from hrl_tasks.algorithms.sharded_replay_config import ShardedReplayConfig, with_shard_processes
 
 
 @dataclass

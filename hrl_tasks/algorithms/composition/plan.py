@@ -18,22 +18,10 @@ iterations consistent, since no sub-flow runs ahead in the background.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 from hrl_tasks.algorithms.algorithm import Algorithm
-from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
+from hrl_tasks.algorithms.composition.config import CompositionConfig
+from hrl_tasks.algorithms.config import ConfigError
 from hrl_tasks.flow import Concurrently, ParallelRollouts, StandardMetricsReporting
-
-
-@dataclass
-class CompositionConfig(AlgorithmConfig):
-    """The shared keys; each policy's own keys go in its ``PolicySpec.config``."""
-
-    min_steps_per_report: int = 1000
-    """Env steps sampled per reported iteration (the sub-flows step at their own pace)."""
-
-    BOUNDS: ClassVar[dict[str, str]] = {"min_steps_per_report": ">= 0"}
 
 
 class Composition(Algorithm):

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from hrl_tasks.algorithms.config import AlgorithmConfig
-from hrl_tasks.algorithms.offline import OfflineConfig
+from hrl_tasks.algorithms.offline_config import OfflineConfig
 from hrl_tasks.policies.configs import CQLPolicyConfig
 
 

@@ -4,7 +4,17 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from hrl_tasks.algorithms.config import AlgorithmConfig
-from hrl_tasks.algorithms.es.evaluate import NoiseTableConfig
+from hrl_tasks.policies.configs import ESPolicyConfig
+
+
+@dataclass
+class NoiseTableConfig(ESPolicyConfig):
+    """`ESPolicy`'s keys plus the shared noise table's."""
+
+    noise_table_size: int = 10_000_000
+    """float32 entries of the shared noise table (40 MB at 10M; the paper used 25M)."""
+    noise_table_seed: int = 123
+    """Seed of the noise table (the same table in every process)."""
 
 
 @dataclass

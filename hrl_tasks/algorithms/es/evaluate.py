@@ -19,20 +19,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from hrl_tasks.algorithms.es.config import NoiseTableConfig
 from hrl_tasks.envs import EnvError, env_creator, env_name
 from hrl_tasks.policies import ESPolicy
-from hrl_tasks.policies.configs import ESPolicyConfig
 from hrl_tasks.scheduler import EngineError, worker_local
-
-
-@dataclass
-class NoiseTableConfig(ESPolicyConfig):
-    """`ESPolicy`'s keys plus the shared noise table's."""
-
-    noise_table_size: int = 10_000_000
-    """float32 entries of the shared noise table (40 MB at 10M; the paper used 25M)."""
-    noise_table_seed: int = 123
-    """Seed of the noise table (the same table in every process)."""
 
 
 def make_noise_table(seed: int, size: int) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from hrl_tasks.algorithms.sharded_replay import ContinuousReplayConfig
+from hrl_tasks.algorithms.sharded_replay_config import ContinuousReplayConfig
 from hrl_tasks.policies.configs import SACPolicyConfig
 
 
