@@ -53,7 +53,7 @@ import numpy as np
 from hrl_tasks.envs.make import EnvLike, resolve_env
 from hrl_tasks.policies import Policy
 from hrl_tasks.rollout.worker import PolicyFactory, RolloutWorker
-from hrl_tasks.scheduler import EngineError, WorkerGroup, WorkerHandle
+from hrl_tasks.scheduler import EngineError, WorkerGroup, WorkerHandle, WorkerLostError
 
 
 def _identity(value: Any) -> Any:
@@ -402,8 +402,23 @@ class WorkerSet:
 
         Waits for the remote workers' calls in flight (the states follow them)."""
         with self._lock:
-            refs = [h.call("get_rng_state", direct=self.direct_calls) for h in self._remote]
-        return [self._local.get_rng_state(), *(ref.result() for ref in refs)]
+            calls = [(h, h.call("get_rng_state", direct=self.direct_calls)) for h in self._remote]
+        return [
+            self._local.get_rng_state(),
+            *(self._answer(handle, ref, "get_rng_state") for handle, ref in calls),
+        ]
+
+    def _answer(self, handle: WorkerHandle, ref, method: str, *args) -> Any:
+        """``ref``'s result; if it was lost with its worker (a checkpoint taken as a
+        worker dies), the same call again on the worker re-created (its state is then
+        that worker's). Raises once the worker is out of restarts."""
+        while True:
+            try:
+                return ref.result()
+            except WorkerLostError:
+                if not handle.alive:
+                    raise
+                ref = handle.call(method, *args, direct=self.direct_calls)
 
     def set_rng_states(self, states: Sequence[dict[str, Any]]) -> None:
         """Restores `get_rng_states` results, worker by worker (extra states, or
@@ -411,12 +426,12 @@ class WorkerSet:
         if states:
             self._local.set_rng_state(states[0])
         with self._lock:
-            refs = [
-                handle.call("set_rng_state", state, direct=self.direct_calls)
+            calls = [
+                (handle, handle.call("set_rng_state", state, direct=self.direct_calls), state)
                 for handle, state in zip(self._remote, states[1:], strict=False)
             ]
-        for ref in refs:
-            ref.result()
+        for handle, ref, state in calls:
+            self._answer(handle, ref, "set_rng_state", state)
 
     def foreach_worker(self, fn: Callable[[RolloutWorker], Any], local: bool = True) -> list[Any]:
         """Runs ``fn(worker)`` on every worker and waits for the results.

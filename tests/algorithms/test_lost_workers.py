@@ -101,6 +101,25 @@ def test_training_goes_on_after_a_rollout_worker_is_killed(fresh, algo_cls, extr
         algo.stop()
 
 
+@pytest.mark.timeout(120)
+def test_a_checkpoint_taken_as_a_rollout_worker_dies_waits_for_the_one_re_created(fresh):
+    # As `hrl-tasks train` checkpoints while a worker rank is killed: the rng state of
+    # the lost worker is asked again of its replacement.
+    algo = PPO({"num_workers": 2, "train_batch_size": 64, "minibatch_size": 32,
+                "num_sgd_iter": 2, "seed": 3}, engine=fresh)  # fmt: skip
+    try:
+        algo.train()
+        victim = algo.workers.remote_workers[0]
+        pid = fresh.client.run(os.getpid, workers=[victim.address])[victim.address]
+        os.kill(pid, signal.SIGKILL)
+        states = [algo.get_state() for _ in range(3)]  # the first asks the dying worker
+        assert victim.restarts >= 1 and victim.alive
+        assert all(len(state["workers"]) == 3 for state in states)
+        assert algo.train()["iteration"] == 2
+    finally:
+        algo.stop()
+
+
 def test_es_goes_on_after_a_worker_running_its_episodes_is_killed(fresh):
     """ES has no rollout workers: its episodes are tasks, retried after a lost worker."""
     algo = ES({"num_perturbations": 8, "seed": 3}, engine=fresh)
