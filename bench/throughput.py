@@ -54,6 +54,7 @@ CONFIGS = {
     "appo": {"num_envs_per_worker": ENVS, "hidden": (64, 64)},
     "apex": {"num_envs_per_worker": ENVS, "hidden": (64, 64)},  # Ape-X's default is 256x256
     "es": {"hidden": (64, 64)},  # no rollout workers: each antithetic pair is a task
+    "a3c": {"num_envs_per_worker": ENVS, "hidden": (64, 64)},  # bench/cpu_profile.py's only
 }
 WARMUP_ITERATIONS = 2
 MAX_WARMUP_ITERATIONS = 20  # Ape-X trains nothing until its shards hold learning_starts rows

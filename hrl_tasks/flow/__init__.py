@@ -33,6 +33,7 @@ from hrl_tasks.flow.train_ops import (
     ApplyGradients,
     AverageGradients,
     ComputeGradients,
+    FeedLearner,
     TrainOneStep,
 )
 
@@ -46,6 +47,7 @@ __all__ = [
     "Concurrently",
     "Dequeue",
     "Enqueue",
+    "FeedLearner",
     "FlowContext",
     "LocalIterator",
     "ParallelIterator",

@@ -230,7 +230,10 @@ class ParallelIterator:
             options["keep"] = True
         if not self.transforms:
             return handle.call(self.method, **kwargs, **options)
-        return handle.call("apply", _Pipeline(self.method, self.transforms, kwargs), **options)
+        # The method's arguments travel as the call's own (an engine.share value, such
+        # as deferred weights, may only be one), named by the pipeline.
+        pipeline = _Pipeline(self.method, self.transforms, tuple(kwargs))
+        return handle.call("apply", pipeline, *kwargs.values(), **options)
 
     def gather_sync(self, prefetch: bool = False) -> LocalIterator:
         """Yield, each step, the list of one item from every shard (bulk-synchronous).
@@ -315,15 +318,16 @@ class ParallelIterator:
 
 
 class _Pipeline:
-    """Picklable: ``method`` of the worker, then each transform, in one call."""
+    """Picklable: ``method`` of the worker, then each transform, in one call; the
+    method's keyword arguments ``names`` are the call's arguments after it."""
 
-    def __init__(self, method: str, transforms: tuple, kwargs: dict | None = None):
+    def __init__(self, method: str, transforms: tuple, names: tuple[str, ...] = ()):
         self.method = method
         self.transforms = transforms
-        self.kwargs = kwargs or {}
+        self.names = names
 
-    def __call__(self, worker):
-        item = getattr(worker, self.method)(**self.kwargs)
+    def __call__(self, worker, *values):
+        item = getattr(worker, self.method)(**dict(zip(self.names, values, strict=True)))
         for fn in self.transforms:
             item = fn(worker, item)
         return item

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hrl_tasks.flow.context import STEPS_TRAINED, FlowContext
+from hrl_tasks.flow.context import STEPS_SAMPLED, STEPS_TRAINED, FlowContext
 
 
 class TrainOneStep:
@@ -100,3 +100,30 @@ class ApplyGradients:
             else:
                 self.workers.sync_weights(to=[source])
         return info
+
+
+class FeedLearner:
+    """``(source, TaskRef of a kept item)`` -> the `RemoteLearner`'s replies, each
+    counted: steps sampled and trained, episodes, learner steps, its latest info.
+    Use with ``.combine()``. (IMPALA's and APPO's samples, A3C's gradients.)"""
+
+    def __init__(self, learner, ctx: FlowContext):
+        self.learner = learner
+        self.ctx = ctx
+
+    def __call__(self, item) -> list[dict]:
+        source, item_ref = item
+        replies = self.learner.add(item_ref, source)
+        ctx = self.ctx
+        for reply in replies:
+            ctx.counters[STEPS_SAMPLED] += reply["sampled"]
+            ctx.add_episodes(reply["metrics"])
+            ctx.counters["env_errors"] += int(reply["metrics"].get("env_errors", 0))
+            ctx.counters[STEPS_TRAINED] += reply["trained"]
+            ctx.counters["learner_steps"] += reply["updates"]
+            ctx.timers["learn"] += reply["learn_s"]
+            if reply["info"]:
+                ctx.info = dict(reply["info"])
+            ctx.info["learner_queue_size"] = reply["queued"]
+            ctx.info["learner_steps"] = ctx.counters["learner_steps"]
+        return replies

@@ -1,7 +1,7 @@
 """A learner in a process of its own, fed by the rollout workers without the driver.
 
-IMPALA's and APPO's data path, as in their papers and in Sample Factory: each
-rollout worker's batch stays on its worker (a kept direct call, see
+IMPALA's and APPO's data path (`AsyncLearner`), as in their papers and in Sample
+Factory: each rollout worker's batch stays on its worker (a kept direct call, see
 `WorkerHandle.call`), the driver passes only its TaskRef to the learner's `add`,
 and the learner's worker fetches the batch from the rollout worker's. The learner
 trains in a thread of its own as batches arrive. Every ``broadcast_interval``
@@ -11,6 +11,10 @@ does). Measured, that beat weights kept on the learner's worker and fetched from
 there: they reached the samplers two to four batches later, and IMPALA needed up to
 three times the env steps to learn CartPole (docs/benchmarks.md, 2026-11-29). No
 batch passes through the driver's process; the weights do, as they always have.
+
+A3C's (`GradientLearner`): each rollout worker's gradients stay on its worker, the
+learner fetches them from there, applies them, and its reply carries the new
+weights, which the driver hands to that worker's next ``sample`` call only.
 
 Recovery: the engine re-creates a learner whose process died, from its last
 state the driver noted (`RemoteLearner` asks for it every ``SNAPSHOT_EVERY_S``,
@@ -47,7 +51,50 @@ class AsyncLearnerError(RuntimeError):
     """The learner's thread failed (the cause is chained)."""
 
 
-class AsyncLearner:
+class _Learning:
+    """What the driver reads of a learner worker (`RemoteLearner`): weights and state."""
+
+    policy: Any
+    lock: threading.Lock
+
+    def weights(self) -> dict:
+        """The policy's weights."""
+        with self.lock:
+            return self.policy.get_weights()
+
+    def policy_state(self) -> dict[str, Any]:
+        with self.lock:
+            return self.policy.get_state()
+
+    def load_policy_state(self, state: dict[str, Any]) -> None:
+        with self.lock:
+            self.policy.set_state(state)
+
+    def close(self) -> None:
+        """Nothing runs beside the calls."""
+
+
+def _build_policy(policy_class, observation_space, action_space, config, state, num_threads):
+    keep_heap_for_learning()
+    import torch
+
+    torch.set_num_threads(int(num_threads))
+    policy = policy_class(observation_space, action_space, config)
+    if state is not None:
+        policy.set_state(state)
+    return policy
+
+
+def _update_observation_stats(policy, stats: list) -> None:
+    """After the update: it learned with the statistics it sampled with."""
+    if stats:
+        from hrl_tasks.data.running_stats import RunningStats
+
+        for state in stats:
+            policy.update_observation_stats(RunningStats.from_state(state))
+
+
+class AsyncLearner(_Learning):
     """A stateful worker: a policy that learns, in a thread of its own, on the batches given to `add`.
 
     Args:
@@ -71,13 +118,9 @@ class AsyncLearner:
         num_threads: int = 1,
         broadcast_interval: int = 1,
     ):
-        keep_heap_for_learning()
-        import torch
-
-        torch.set_num_threads(int(num_threads))
-        self.policy = policy_class(observation_space, action_space, config)
-        if state is not None:
-            self.policy.set_state(state)
+        self.policy = _build_policy(
+            policy_class, observation_space, action_space, config, state, num_threads
+        )
         self.train_batch_size = int(train_batch_size)
         self.inbox: queue.Queue = queue.Queue(int(queue_size))
         self.lock = threading.Lock()  # the policy and the counters
@@ -152,11 +195,7 @@ class AsyncLearner:
         with self.lock:
             start = time.perf_counter()
             info = self.policy.learn_on_batch(batch)
-            if stats:  # after the update: it learned with the statistics it sampled with
-                from hrl_tasks.data.running_stats import RunningStats
-
-                for state in stats:
-                    self.policy.update_observation_stats(RunningStats.from_state(state))
+            _update_observation_stats(self.policy, stats)
             self.unreported["learn_s"] += time.perf_counter() - start
             self.unreported["trained"] += batch.env_steps()
             self.unreported["updates"] += 1
@@ -167,28 +206,61 @@ class AsyncLearner:
         if self.error is not None:
             raise AsyncLearnerError(f"the learner's thread failed: {self.error!r}") from self.error
 
-    def weights(self) -> dict:
-        """The policy's weights (ask with ``keep=True``: they stay here for the rollout workers)."""
-        with self.lock:
-            return self.policy.get_weights()
-
-    def policy_state(self) -> dict[str, Any]:
-        with self.lock:
-            return self.policy.get_state()
-
-    def load_policy_state(self, state: dict[str, Any]) -> None:
-        with self.lock:
-            self.policy.set_state(state)
-
     def close(self) -> None:
         self.stopped.set()
         self.thread.join(timeout=10)
 
 
+class GradientLearner(_Learning):
+    """A stateful worker: a policy that applies the gradients given to `add` (A3C's
+    learner), one set per call, as they come.
+
+    Args:
+        policy_class, observation_space, action_space, config: build the policy.
+        state: its ``get_state()`` to start from.
+        num_threads: torch threads of the process.
+    """
+
+    def __init__(
+        self, policy_class, observation_space, action_space, config, state=None, num_threads=1
+    ):
+        self.policy = _build_policy(
+            policy_class, observation_space, action_space, config, state, num_threads
+        )
+        self.lock = threading.Lock()
+        self.version = 0  # gradient sets applied
+
+    def add(self, item: tuple) -> dict[str, Any]:
+        """Apply a rollout worker's ``(grads, info, env_steps, metrics)`` (`ComputeGradients`).
+
+        Returns:
+            As `AsyncLearner.add`'s reply, with the new ``weights`` every time: they go
+            back to the worker the gradients came from.
+        """
+        grads, info, steps, metrics = item
+        stats = metrics.pop("obs_stats", None)
+        with self.lock:
+            start = time.perf_counter()
+            self.policy.apply_gradients(grads)
+            _update_observation_stats(self.policy, [] if stats is None else [stats])
+            self.version += 1
+            return {
+                "sampled": int(steps),
+                "metrics": metrics,
+                "trained": int(steps),
+                "updates": 1,
+                "learn_s": time.perf_counter() - start,
+                "version": self.version,
+                "info": {k: float(v) for k, v in info.items() if getattr(v, "ndim", 0) == 0},
+                "queued": 0,
+                "weights": self.policy.get_weights(),
+            }
+
+
 class RemoteLearner:
-    """The driver's side of an `AsyncLearner`: feeds it references, counts its replies,
-    hands the weights they carry to the rollout workers, and keeps its state for
-    re-creating it.
+    """The driver's side of a learner worker (`AsyncLearner`, `GradientLearner`): feeds
+    it references, counts its replies, hands the weights they carry to the rollout
+    workers, and keeps its state for re-creating it.
 
     Takes the place of a `LearnerGroup` in ``WorkerSet.learner_group`` for what the
     driver reads (`pull_weights`, `pull_state`, `push_state`, `stop`).
@@ -196,63 +268,69 @@ class RemoteLearner:
     Args:
         workers: the ``WorkerSet`` (its local policy: the learner's first state,
             and the copy evaluation and checkpoints read).
-        train_batch_size, queue_size: as for `AsyncLearner`.
-        broadcast_interval: updates between two weight broadcasts.
-        resources, max_restarts, num_threads: of the learner's stateful worker.
+        learner_class: the stateful worker's class.
+        to_source: the weights a reply carries go to the worker whose item it was
+            (A3C), not to every rollout worker.
+        resources, max_restarts: of the learner's stateful worker.
+        options: the learner's other arguments (e.g. `AsyncLearner`'s
+            ``train_batch_size``, ``queue_size``, ``broadcast_interval``, ``num_threads``).
     """
 
     def __init__(
         self,
         workers,
-        train_batch_size: int,
-        queue_size: int,
-        broadcast_interval: int = 1,
+        learner_class=AsyncLearner,
+        *,
+        to_source: bool = False,
         resources=None,
         max_restarts: int = 3,
-        num_threads: int = 1,
+        **options,
     ):
         self.workers, self.engine = workers, workers.engine
         self.policy = workers.local_worker.policy
+        self.to_source = to_source
         policy = self.policy
         self.handle = self.engine.create_worker(
-            AsyncLearner,
+            learner_class,
             type(policy),
             policy.observation_space,
             policy.action_space,
             policy.config,
             state=policy.get_state(),
-            train_batch_size=train_batch_size,
-            queue_size=queue_size,
-            num_threads=num_threads,
-            broadcast_interval=broadcast_interval,
+            **options,
             resources=resources,
-            name="AsyncLearner",
+            name=learner_class.__name__,
             label="Learner",
             max_restarts=max_restarts,
         )
         self.handle.ready()
-        self.in_flight: collections.deque = collections.deque()  # add calls
+        self.in_flight: collections.deque = collections.deque()  # (add call, source)
         self.kept_state: dict | None = None  # what a re-created learner starts from
         self.snapshot_ref = None
         self.snapshot_at = time.monotonic()
         self.restarts = 0
         self.fresh = True  # the driver's policy holds the learner's weights
 
-    def add(self, sample_ref) -> list[dict]:
-        """Hands a kept sample's TaskRef to the learner; returns the replies that came
-        (waiting for the oldest while more than ``ADDS_IN_FLIGHT`` are out). A reply
-        lost with the learner or with the sample's worker is dropped: those steps are
-        not trained.
+    def add(self, item_ref, source=None) -> list[dict]:
+        """Hands a kept item's TaskRef (a sample, or gradients) from the rollout worker
+        ``source`` to the learner; returns the replies that came (waiting for the
+        oldest while more than ``ADDS_IN_FLIGHT`` are out). A reply lost with the
+        learner or with the item's worker is dropped: those steps are not trained.
 
         Raises:
             AsyncLearnerError: If the learner's thread failed."""
-        self.in_flight.append(self.handle.call("add", sample_ref, direct=True))
-        replies = []
-        while self.in_flight and (self.in_flight[0].done() or len(self.in_flight) > ADDS_IN_FLIGHT):
-            reply = self._reply(self.in_flight.popleft())
+        self.in_flight.append((self.handle.call("add", item_ref, direct=True), source))
+        replies, carried = [], []
+        while self.in_flight and (
+            self.in_flight[0][0].done() or len(self.in_flight) > ADDS_IN_FLIGHT
+        ):
+            ref, from_worker = self.in_flight.popleft()
+            reply = self._reply(ref)
             if reply is not None:
                 replies.append(reply)
-        self._broadcast(replies)
+                if "weights" in reply:
+                    carried.append((reply.pop("weights"), from_worker))
+        self._broadcast(carried)
         self._snapshot()
         return replies
 
@@ -277,12 +355,17 @@ class RemoteLearner:
             self.policy.set_state(self.kept_state)
         self.workers.sync_weights(weights=self.policy.get_weights(), defer=True)
 
-    def _broadcast(self, replies: list[dict]) -> None:
-        """The newest weights a reply carried, to every rollout worker's next sample call."""
-        carried = [reply.pop("weights") for reply in replies if "weights" in reply]
-        if carried:
-            self.workers.sync_weights(weights=carried[-1], defer=True)
-            self.fresh = True
+    def _broadcast(self, carried: list[tuple[dict, Any]]) -> None:
+        """The newest weights the replies carried, to every rollout worker's next sample
+        call; with ``to_source``, each reply's to its item's worker's only."""
+        if not carried:
+            return
+        if self.to_source:
+            for weights, source in carried:
+                self.workers.sync_weights(weights=weights, to=[source], defer=True)
+        else:
+            self.workers.sync_weights(weights=carried[-1][0], defer=True)
+        self.fresh = True
 
     def _snapshot(self) -> None:
         """Every ``SNAPSHOT_EVERY_S``, the learner's state into what a re-created

@@ -154,30 +154,3 @@ class RecordLearnerSteps:
         self.ctx.info["learner_queue_size"] = self.learner.inqueue.qsize()
         self.ctx.info["learner_steps"] = self.ctx.counters["learner_steps"]
         return item
-
-
-class FeedLearner:
-    """``(source, TaskRef of a kept sample)`` -> the `RemoteLearner`'s replies, each
-    counted: steps sampled and trained, episodes, learner steps, its latest info.
-    Use with ``.combine()``."""
-
-    def __init__(self, learner, ctx: FlowContext):
-        self.learner = learner
-        self.ctx = ctx
-
-    def __call__(self, item) -> list[dict]:
-        _, sample_ref = item
-        replies = self.learner.add(sample_ref)
-        ctx = self.ctx
-        for reply in replies:
-            ctx.counters[STEPS_SAMPLED] += reply["sampled"]
-            ctx.add_episodes(reply["metrics"])
-            ctx.counters["env_errors"] += int(reply["metrics"].get("env_errors", 0))
-            ctx.counters[STEPS_TRAINED] += reply["trained"]
-            ctx.counters["learner_steps"] += reply["updates"]
-            ctx.timers["learn"] += reply["learn_s"]
-            if reply["info"]:
-                ctx.info = dict(reply["info"])
-            ctx.info["learner_queue_size"] = reply["queued"]
-            ctx.info["learner_steps"] = ctx.counters["learner_steps"]
-        return replies

@@ -5,15 +5,14 @@ import contextlib
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.impala.config import IMPALAConfig
 from hrl_tasks.algorithms.impala.learner import (
-    FeedLearner,
     LearnerThread,
     RecordLearnerSteps,
     RecordSampled,
 )
-from hrl_tasks.flow import Enqueue, ParallelRollouts, StandardMetricsReporting
+from hrl_tasks.flow import Enqueue, FeedLearner, ParallelRollouts, StandardMetricsReporting
 from hrl_tasks.policies.configs import IMPALAPolicyConfig
 from hrl_tasks.policies.impala import IMPALAPolicy
-from hrl_tasks.rollout.async_learner import RemoteLearner
+from hrl_tasks.rollout.async_learner import AsyncLearner, RemoteLearner
 
 
 class IMPALA(Algorithm):
@@ -38,11 +37,12 @@ class IMPALA(Algorithm):
             return super().build_learner(policy)
         return RemoteLearner(
             self.workers,
-            cfg.train_batch_size,
-            cfg.learner_queue_size,
-            cfg.broadcast_interval,
+            AsyncLearner,
             resources=cfg.learner_resources or {"CPU": 1},
             max_restarts=cfg.max_restarts,
+            train_batch_size=cfg.train_batch_size,
+            queue_size=cfg.learner_queue_size,
+            broadcast_interval=cfg.broadcast_interval,
             num_threads=cfg.learner_threads or 1,
         )
 
