@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from hrl_tasks.algorithms.apex.learner import priorities_of
 from hrl_tasks.algorithms.apex.replay_shard import ReplayShard
 from hrl_tasks.algorithms.sharded_replay_config import (  # noqa: F401 - their old home
     ContinuousReplayConfig,
@@ -49,10 +50,14 @@ class ShardedReplay:
     """Mixin of `Algorithm` (list it first): the shards, the store and replay sub-flows,
     priorities sent back, and the shards killed at `stop`."""
 
-    def sharded_plan(self, workers, ctx, learn, reporting=None) -> LocalIterator:
+    def sharded_plan(self, workers, ctx, learn, reporting=None, learner=None) -> LocalIterator:
         """The plan: rollout workers' batches into the shards; ``learn((shard, batch))``
         on each replayed batch (e.g. a train step, `send_priorities`, the targets).
-        Episode metrics come from the handles in ``reporting`` (default: all)."""
+        Episode metrics come from the handles in ``reporting`` (default: all).
+
+        With ``learner`` (a `RemoteLearner` of an `apex.learner.ReplayLearner`), each
+        group of batches goes from its shard to the learner by reference instead, and
+        ``learn((shard, reply))`` takes each of the learner's replies."""
         cfg = self.config
         self.stopping = threading.Event()  # ends the two sub-flows' threads at stop()
         self.limiter = self._make_limiter()
@@ -75,8 +80,12 @@ class ShardedReplay:
         ]
         handles = list(workers.remote_workers)
         self.reporting = set(handles) if reporting is None else set(reporting)
-        store_op = LocalIterator(self._store(workers, ctx, handles), "StoreToReplayShards")
-        replay_op = LocalIterator(self._replay(workers), "ReplayFromShards").for_each(
+        stored = self._store(workers, ctx, handles, by_reference=learner is not None)
+        store_op = LocalIterator(stored, "StoreToReplayShards")
+        replayed = (
+            self._replay(workers) if learner is None else self._replay_apart(workers, learner)
+        )
+        replay_op = LocalIterator(replayed, "ReplayFromShards").for_each(
             lambda item: item and learn(item)
         )
         train_op = Concurrently([store_op, replay_op], mode="async", output_indexes=[1])
@@ -98,13 +107,20 @@ class ShardedReplay:
         )
         return BlockingLimiter(ratio, self.stopping)
 
-    def _store(self, workers, ctx, handles):
+    def _store(self, workers, ctx, handles, by_reference=False):
         """Samples go from each rollout worker to a shard; only metrics come here.
 
-        With direct calls a batch passes through the driver (a direct call's result
-        lives there): a sample call and then an ``add_sample`` call, each a message
-        each way. Otherwise the sample's TaskRef goes to the shard's call and Dask
-        moves the batch worker to worker, at the cost of two scheduled tasks.
+        With direct calls and the learner in the driver, a batch passes through the
+        driver (a direct call's result lives there): a sample call and then an
+        ``add_sample`` call, each a message each way. With a learner apart
+        (``by_reference``) each batch stays on its rollout worker (a kept sample
+        call) and, once sampled, the shard's ``add_sample`` call is given its TaskRef:
+        the shard's worker fetches it, and no batch passes through the driver. With
+        the driver's learner that sampled 0.94x the steps per second (the shards'
+        fetches cost more than the driver's relay saved; docs/benchmarks.md,
+        2026-12-02), so it is kept for the learner apart. Otherwise (no direct
+        calls) the sample's TaskRef goes to the shard's call at once and Dask moves
+        the batch worker to worker, at the cost of two scheduled tasks.
         Each batch goes to the shard with the fewest batches on their way to it,
         and a sampler whose batch a shard has not taken within ``STORE_STUCK_S``
         samples on (that batch's slot is freed once): a shard that stops answering
@@ -122,7 +138,7 @@ class ShardedReplay:
             adding[i] += 1
             ref = self.shards[i].call("add_sample", sample, **how)
             in_flight[ref] = (handle, i, "add")
-            if how:  # the batch is in hand: only the shard can hold it up
+            if how:  # sampled: only the shard (fetching it, storing it) can hold it up
                 stored_since[ref] = time.monotonic()
 
         rows = self.config.rollout_fragment_length * self.config.num_envs_per_worker
@@ -132,7 +148,8 @@ class ShardedReplay:
             if self.limiter is not None and not self.limiter.try_insert(rows):
                 held.append(handle)
                 return
-            sample = handle.call("sample", direct=direct)
+            kwargs = workers.sample_kwargs(handle)  # weights deferred by a learner apart
+            sample = handle.call("sample", **kwargs, direct=direct, keep=by_reference)
             if direct:
                 in_flight[sample] = (handle, None, "sample")
             else:
@@ -152,7 +169,8 @@ class ShardedReplay:
                 handle, shard, stage = in_flight.pop(ref)
                 stored_since.pop(ref, None)
                 if stage == "sample" and ref.exception() is None:
-                    add(handle, ref.result(), direct=True)  # the next sample once it is stored
+                    # The next sample once it is stored; the shard fetches a kept one.
+                    add(handle, ref if by_reference else ref.result(), direct=True)
                     continue
                 if stage == "add":
                     adding[shard] -= 1
@@ -204,6 +222,44 @@ class ShardedReplay:
                         workers.sync_weights()
                     yield shard, batches[start : start + size]
 
+    def _replay_apart(self, workers, learner):
+        """Groups of prioritized batches from the shards to the learner, by reference:
+        each shard's answer stays on its worker and the learner's worker fetches it.
+        A shard is asked again once the learner has learned on its group, so that
+        ``num_async`` groups per shard are on their way or waiting for the learner,
+        no more: the rate limiter counts a group as replayed once it is handed on.
+        Yields ``(shard, the learner's reply)``."""
+        engine = workers.engine
+        rows = self.config.train_batch_size * self.config.replay_batches_per_call
+
+        def ask(shard):
+            samples[shard.call("sample", rows, direct=True, keep=True)] = shard
+
+        samples: dict = {}  # kept sample call -> its shard
+        learning: dict = {}  # learn call -> (its shard, the kept group it learns on)
+        for shard in self.shards * self.config.num_async:
+            ask(shard)
+        while not self.stopping.is_set():
+            pending = [*samples, *learning]
+            done, _ = engine.wait(pending, timeout=1.0, return_when="FIRST_COMPLETED")
+            for ref in sorted(done, key=pending.index):
+                if ref in samples:
+                    shard = samples.pop(ref)
+                    error = ref.exception()
+                    if error is not None:
+                        if not isinstance(error, WorkerLostError) or not shard.alive:
+                            raise error
+                        ask(shard)  # a re-created shard starts empty
+                        continue
+                    if not self._may_replay(rows):
+                        return
+                    learning[learner.handle.call("learn", ref, direct=True)] = (shard, ref)
+                    continue
+                shard, _ = learning.pop(ref)
+                ask(shard)
+                reply = learner.receive(ref)  # None if lost with the learner or the shard
+                yield None if reply is None else (shard, reply)
+
     def _may_replay(self, rows: int) -> bool:
         """Waits until the rate limiter allows ``rows`` more to be replayed (at once
         without ``training_intensity``); False once the algorithm stops."""
@@ -217,7 +273,7 @@ class ShardedReplay:
     def send_priorities(self, trained, shard):
         """New priorities go back to their shard, one call per fetched group of batches."""
         batch, info = trained
-        priorities = np.abs(np.asarray(info["td_error"], dtype=np.float64)) + 1e-6
+        priorities = priorities_of(info)
         pending = self.pending_priorities.setdefault(shard, [])
         pending.append((batch["batch_indexes"], priorities))
         if len(pending) >= self.config.replay_batches_per_call:

@@ -51,8 +51,10 @@ class AsyncLearnerError(RuntimeError):
     """The learner's thread failed (the cause is chained)."""
 
 
-class _Learning:
-    """What the driver reads of a learner worker (`RemoteLearner`): weights and state."""
+class LearnerWorker:
+    """What the driver reads of a learner worker (`RemoteLearner`): weights and state.
+    A learner worker sets ``policy`` and ``lock``, and takes the driver's items with
+    methods of its own (`AsyncLearner.add`)."""
 
     policy: Any
     lock: threading.Lock
@@ -74,7 +76,8 @@ class _Learning:
         """Nothing runs beside the calls."""
 
 
-def _build_policy(policy_class, observation_space, action_space, config, state, num_threads):
+def build_learner_policy(policy_class, observation_space, action_space, config, state, num_threads):
+    """A learner worker's policy, from ``state`` if given, on ``num_threads`` torch threads."""
     keep_heap_for_learning()
     import torch
 
@@ -85,7 +88,7 @@ def _build_policy(policy_class, observation_space, action_space, config, state, 
     return policy
 
 
-def _update_observation_stats(policy, stats: list) -> None:
+def update_observation_stats(policy, stats: list) -> None:
     """After the update: it learned with the statistics it sampled with."""
     if stats:
         from hrl_tasks.data.running_stats import RunningStats
@@ -94,7 +97,7 @@ def _update_observation_stats(policy, stats: list) -> None:
             policy.update_observation_stats(RunningStats.from_state(state))
 
 
-class AsyncLearner(_Learning):
+class AsyncLearner(LearnerWorker):
     """A stateful worker: a policy that learns, in a thread of its own, on the batches given to `add`.
 
     Args:
@@ -118,7 +121,7 @@ class AsyncLearner(_Learning):
         num_threads: int = 1,
         broadcast_interval: int = 1,
     ):
-        self.policy = _build_policy(
+        self.policy = build_learner_policy(
             policy_class, observation_space, action_space, config, state, num_threads
         )
         self.train_batch_size = int(train_batch_size)
@@ -195,7 +198,7 @@ class AsyncLearner(_Learning):
         with self.lock:
             start = time.perf_counter()
             info = self.policy.learn_on_batch(batch)
-            _update_observation_stats(self.policy, stats)
+            update_observation_stats(self.policy, stats)
             self.unreported["learn_s"] += time.perf_counter() - start
             self.unreported["trained"] += batch.env_steps()
             self.unreported["updates"] += 1
@@ -211,7 +214,7 @@ class AsyncLearner(_Learning):
         self.thread.join(timeout=10)
 
 
-class GradientLearner(_Learning):
+class GradientLearner(LearnerWorker):
     """A stateful worker: a policy that applies the gradients given to `add` (A3C's
     learner), one set per call, as they come.
 
@@ -224,7 +227,7 @@ class GradientLearner(_Learning):
     def __init__(
         self, policy_class, observation_space, action_space, config, state=None, num_threads=1
     ):
-        self.policy = _build_policy(
+        self.policy = build_learner_policy(
             policy_class, observation_space, action_space, config, state, num_threads
         )
         self.lock = threading.Lock()
@@ -242,7 +245,7 @@ class GradientLearner(_Learning):
         with self.lock:
             start = time.perf_counter()
             self.policy.apply_gradients(grads)
-            _update_observation_stats(self.policy, [] if stats is None else [stats])
+            update_observation_stats(self.policy, [] if stats is None else [stats])
             self.version += 1
             return {
                 "sampled": int(steps),
@@ -333,6 +336,15 @@ class RemoteLearner:
         self._broadcast(carried)
         self._snapshot()
         return replies
+
+    def receive(self, ref, source=None) -> dict | None:
+        """The reply of a finished call to the learner (None if lost with a worker);
+        the weights it carries go on as `add`'s do (to ``source`` with ``to_source``)."""
+        reply = self._reply(ref)
+        if reply is not None and "weights" in reply:
+            self._broadcast([(reply.pop("weights"), source)])
+        self._snapshot()
+        return reply
 
     def _reply(self, ref) -> dict | None:
         try:

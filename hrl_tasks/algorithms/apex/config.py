@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hrl_tasks.algorithms.config import AlgorithmConfig
+from hrl_tasks.algorithms.config import AlgorithmConfig, ConfigError
 from hrl_tasks.algorithms.dqn.config import DQNConfig
 from hrl_tasks.algorithms.sharded_replay_config import ShardedReplayConfig, with_shard_processes
 
@@ -26,6 +26,13 @@ class ApeXConfig(DQNConfig, ShardedReplayConfig):
     """As in the Ape-X paper; with 1-step targets CartPole peaked near 200 in 400k steps."""
     target_update_every: int = 100
     min_steps_per_report: int = 2000
+    num_learners: int = 0
+    """0 (the default): the learner is the driver's, each replayed batch passing through
+    the driver's process. 1: a learner in a process of its own
+    (`hrl_tasks.algorithms.apex.learner`): each group of replayed batches goes from its
+    shard to the learner, the driver passing a reference (needs ``direct_calls``), and
+    the learner's weights come back with its replies every ``weight_sync_every``
+    updates."""
 
     BOUNDS: ClassVar[dict[str, str]] = {
         "num_workers": ">= 1",  # samples come from remote workers only
@@ -39,3 +46,14 @@ class ApeXConfig(DQNConfig, ShardedReplayConfig):
     def check(self) -> None:
         AlgorithmConfig.check(self)  # not DQN's: train_steps_per_round is not Ape-X's pace
         self.check_shards()
+        if self.num_learners > 1:
+            raise ConfigError(
+                "ApeXConfig.num_learners must be 0 (the driver learns) or 1 (a learner "
+                "process of its own replays from the shards), got "
+                f"{self.num_learners}"
+            )
+        if self.num_learners == 1 and not self.direct_calls:
+            raise ConfigError(
+                "ApeXConfig.num_learners=1 needs direct_calls=True: replayed batches go "
+                "from the shards to the learner only on direct calls"
+            )
