@@ -35,7 +35,9 @@ Decisions:
     are cancelled.
     Placement (:class:`~hrl_tasks.scheduler.resources.Ledger`): an object takes
     its resources for life; with no room now it waits for room (its calls
-    queue), after the loss of its worker for at most ``placement_timeout``.
+    queue), after the loss of its worker for at most ``placement_timeout``. A
+    request no worker could ever meet fails a new object at once; a lost object's
+    waits (its new home may still be joining, declaring nothing yet).
     Inputs: a task whose input has no attempt running (in a retry's back-off,
     or queued on an object without a home) waits for that input to settle.
     Scheduler lost: Dask has cancelled everything, so every task and object fails
@@ -738,7 +740,8 @@ class EngineState:
         if creation_id is not None:
             obj.creation = creation_id
         try:
-            self.ledger.check(obj.request)
+            if not obj.restarts:  # a lost object's new home may still be joining
+                self.ledger.check(obj.request)
         except ResourceError as exc:
             self._end(obj, ObjectStartError(f"cannot place {obj.name!r}: {exc}"))
             return

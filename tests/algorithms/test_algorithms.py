@@ -255,15 +255,18 @@ def test_apex_replays_the_ratio_it_is_given_whatever_its_workers_pace(engine):
 
 @pytest.mark.timeout(120)
 def test_apex_on_its_own_cluster_keeps_each_replay_shard_in_a_process_of_its_own():
-    # A rollout worker's death then loses no replay (the shards are spread after them).
+    # A rollout worker's death then loses no replay (the shards are spread after them);
+    # the learner (num_learners=1) has a process of its own too.
     algo = ApeX({**TINY, "learning_starts": 64, "min_steps_per_report": 64, "hidden": (32, 32),
                  "train_batch_size": 32})  # fmt: skip
     try:
         assert algo.train()["env_steps_sampled"] >= 64
         samplers = {h.address for h in algo.workers.remote_workers}
         shards = [h.address for h in algo.shards]
-        assert len(algo.engine.client.scheduler_info()["workers"]) == 4
+        learner = algo.workers.learner_group.handle.address
+        assert len(algo.engine.client.scheduler_info()["workers"]) == 5
         assert len(samplers) == 2 and len(set(shards)) == 2 and not samplers & set(shards)
+        assert learner not in samplers | set(shards)
     finally:
         algo.stop()
 

@@ -31,14 +31,15 @@ TINY = {
     "hidden": (16, 16),
     "seed": 2,
 }
-APART = {**TINY, "num_learners": 1}
+APART = {**TINY, "num_learners": 1}  # the default
+IN_DRIVER = {**TINY, "num_learners": 0}
 
 
 def test_config_refuses_a_learner_group_and_a_learner_without_direct_calls():
     with pytest.raises(ConfigError, match="num_learners must be 0 .* or 1"):
         ApeX.config_class.from_dict({"num_learners": 2})
     with pytest.raises(ConfigError, match="needs direct_calls=True"):
-        ApeX.config_class.from_dict({"num_learners": 1, "direct_calls": False})
+        ApeX.config_class.from_dict({"direct_calls": False})  # num_learners=1 by default
 
 
 def test_the_replay_learner_updates_per_batch_moves_its_target_and_gives_priorities():
@@ -73,6 +74,20 @@ def test_the_replay_learner_updates_per_batch_moves_its_target_and_gives_priorit
 
 def batches_decoded_by_process(engine) -> dict:
     return {"driver": batches_decoded(), **engine.client.run(batches_decoded)}
+
+
+@pytest.mark.cluster
+def test_the_driver_learns_with_num_learners_0(engine):
+    algo = ApeX(IN_DRIVER, engine=engine)
+    decoded = batches_decoded()
+    try:
+        results = [algo.train() for _ in range(3)]
+        assert results[-1]["env_steps_trained"] > 0
+        assert algo.workers.learner_group is None
+        assert batches_decoded() > decoded  # the replayed groups pass through the driver
+        assert algo.workers.local_worker.policy.get_state()["num_grad_updates"] > 0
+    finally:
+        algo.stop()
 
 
 @pytest.mark.cluster

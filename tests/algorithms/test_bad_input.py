@@ -30,7 +30,7 @@ def test_an_action_space_the_algorithm_cannot_use_fails_before_a_cluster_starts(
 def test_a_learner_group_where_there_can_be_none_fails_before_a_cluster_starts():
     before = child_processes()
     with pytest.raises(ConfigError, match=r"dqn cannot learn in a learner group: set num_learn"
-                                          r"ers=0 .*\(ppo, impala, appo, sac, td3, alphazero\)"):  # fmt: skip
+                                          r"ers=0 .*\(ppo, a3c, impala, appo, apex, sac, td3, alphazero\)"):  # fmt: skip
         DQN({**TINY, "num_learners": 2})
     with pytest.raises(ConfigError, match="num_learners is for single-agent envs"):
         PPO({**TINY, "env": "tictactoe_v3", "num_learners": 2})

@@ -314,7 +314,7 @@ def test_a_run_after_an_embedded_cluster_still_takes_a_thread_per_core(tmp_path)
     ("ppo", {}, {"n_workers": 2, "threads_per_worker": 1}),
     ("ppo", {"num_workers": 0}, {"n_workers": 1, "threads_per_worker": 1}),
     ("impala", {"num_workers": 4, "num_learners": 1}, {"n_workers": 5, "threads_per_worker": 1}),
-    ("apex", {}, {"n_workers": 4, "threads_per_worker": 1}),  # a process per shard too
+    ("apex", {}, {"n_workers": 5, "threads_per_worker": 1}),  # a process per shard and the learner
     ("sac", {}, {"n_workers": 1, "threads_per_worker": 1}),
     ("sac", {"num_replay_shards": 2}, {"n_workers": 3, "threads_per_worker": 1}),
     ("alphazero", {"threads_per_worker": 3}, {"n_workers": 2, "threads_per_worker": 3}),

@@ -369,6 +369,26 @@ def test_a_request_no_worker_can_meet_ends_the_object_with_a_clear_error():
     assert isinstance(fail.error, ObjectStartError) and "GPU=1" in str(fail.error)
 
 
+def test_a_lost_object_waits_for_a_worker_that_declares_its_request_then_times_out():
+    # After every process died, the first to join back may not declare its resources yet.
+    state = make_state({"a": (1, {"CPU": 1.0})})
+    created(state, request={"CPU": 1.0})
+    out = state.handle(ev.WorkersSeen({"b": (1, {})}))
+    assert not of(ev.Fail, out) and not launched(out)
+    assert state.objects["o"].address is None and state.objects["o"].restarts == 1
+    (create,) = launched(state.handle(ev.WorkersSeen({"b": (1, {"CPU": 1.0})})))
+    assert (create.kind, create.workers) == ("create", ("b",))
+    state.handle(
+        ev.AttemptDone(create.key, "finished", value={"has_state": False, "thread_safe": False})
+    )
+    # Lost again, and no worker ever declares it: it ends after placement_timeout.
+    state.handle(ev.WorkersSeen({"c": (1, {})}), now=100.0)
+    state.handle(ev.Tick(), now=100.0 + state.placement_timeout / 2)
+    assert state.objects["o"].gone is None
+    state.handle(ev.Tick(), now=101.0 + state.placement_timeout)
+    assert "has no worker to run on (waited 31 s" in str(state.objects["o"].gone)
+
+
 def test_a_cancelled_scheduled_call_is_skipped_on_its_worker():
     state = make_state()
     created(state)
