@@ -14,9 +14,8 @@ Faults (``--faults``):
   it as soon as it joins, while what the first took is being rebuilt there;
 - ``sigstop-30s``: a worker process frozen (SIGSTOP) for 30 s, then continued;
 - ``learner-kill``: SIGKILL of the process holding the learner, for the runs whose
-  learner has a process of its own (``impala-apart``, ``appo-apart``, ``a3c-apart``,
-  ``apex-apart``:
-  ``num_learners=1``);
+  learner has a process of its own (``apex``, and with ``num_learners=1``
+  ``impala-apart``, ``appo-apart``, ``a3c-apart``);
 - ``nanny-kill``: on a cluster of separate processes (``dask scheduler`` and one
   ``dask worker`` per worker, reached by address, as ``--address`` does), a
   worker's nanny killed with its worker: the cluster is one worker short for good;
@@ -131,7 +130,7 @@ def composition_run() -> Run:
 
 def all_runs() -> dict[str, Run]:
     runs = learning_runs()
-    for name in ("impala", "appo", "a3c", "apex"):  # the learner in a process of its own
+    for name in ("impala", "appo", "a3c"):  # the learner in a process of its own (Ape-X's default)
         run = runs[name]
         runs[f"{name}-apart"] = Run(f"{run.name}-apart", name, {**run.config, "num_learners": 1},
                                     run.reached, run.budget_steps)  # fmt: skip

@@ -33,7 +33,7 @@ class ApeXConfig(DQNConfig, ShardedReplayConfig):
     the driver passing references (needs ``direct_calls``); the learner's weights come
     back with its replies every ``weight_sync_every`` updates. 0: the driver learns,
     every replayed batch passing through its process. On this project's 2-core
-    machine the learner apart trained 1.04x the rows per second with 0.28x the
+    machine the learner apart trained 1.06x the rows per second with 0.28x the
     driver's CPU, sampled 0.94x the env steps, and six CartPole seeds of six solved in
     a median of 130k env steps and 23 s against 182k and 34 s (docs/benchmarks.md,
     2026-12-02)."""
