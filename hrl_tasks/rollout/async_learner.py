@@ -337,6 +337,20 @@ class RemoteLearner:
         self._snapshot()
         return replies
 
+    @classmethod
+    def of_config(cls, workers, config, learner_class, to_source=False, **options):
+        """A learner worker as an algorithm's ``config`` asks: its ``learner_resources``
+        (None: ``{"CPU": 1}``), ``max_restarts`` and ``learner_threads`` (None: 1)."""
+        return cls(
+            workers,
+            learner_class,
+            to_source=to_source,
+            resources=config.learner_resources or {"CPU": 1},
+            max_restarts=config.max_restarts,
+            num_threads=config.learner_threads or 1,
+            **options,
+        )
+
     def receive(self, ref, source=None) -> dict | None:
         """The reply of a finished call to the learner (None if lost with a worker);
         the weights it carries go on as `add`'s do (to ``source`` with ``to_source``)."""

@@ -30,14 +30,7 @@ class A3C(Algorithm):
         cfg = self.config
         if not cfg.num_learners:
             return None
-        return RemoteLearner(
-            self.workers,
-            GradientLearner,
-            to_source=True,
-            resources=cfg.learner_resources or {"CPU": 1},
-            max_restarts=cfg.max_restarts,
-            num_threads=cfg.learner_threads or 1,
-        )
+        return RemoteLearner.of_config(self.workers, cfg, GradientLearner, to_source=True)
 
     def build_plan(self, workers, ctx):
         apart = isinstance(workers.learner_group, RemoteLearner)

@@ -38,15 +38,13 @@ class ApeX(ShardedReplay, Algorithm):
         cfg = self.config
         if not cfg.num_learners:
             return None
-        return RemoteLearner(
+        return RemoteLearner.of_config(
             self.workers,
+            cfg,
             ReplayLearner,
-            resources=cfg.learner_resources or {"CPU": 1},
-            max_restarts=cfg.max_restarts,
             train_batch_size=cfg.train_batch_size,
             target_update_every=cfg.target_update_every,
             broadcast_interval=cfg.weight_sync_every,
-            num_threads=cfg.learner_threads or 1,
         )
 
     def build_plan(self, workers, ctx):

@@ -35,15 +35,13 @@ class IMPALA(Algorithm):
         cfg = self.config
         if cfg.num_learners != 1 or not cfg.direct_calls:
             return super().build_learner(policy)
-        return RemoteLearner(
+        return RemoteLearner.of_config(
             self.workers,
+            cfg,
             AsyncLearner,
-            resources=cfg.learner_resources or {"CPU": 1},
-            max_restarts=cfg.max_restarts,
             train_batch_size=cfg.train_batch_size,
             queue_size=cfg.learner_queue_size,
             broadcast_interval=cfg.broadcast_interval,
-            num_threads=cfg.learner_threads or 1,
         )
 
     def build_plan(self, workers, ctx):
