@@ -1,4 +1,5 @@
-"""Every use of a private part of ``distributed``, in one place.
+"""Every use of a private part of ``distributed`` (and the one of ``dask_gateway``'s
+client), in one place.
 
 Each function says why it needs the internal and which public API would
 replace it. The range of ``distributed`` these were read from and tested with
@@ -453,3 +454,28 @@ def sync_on_loop(loop, coroutine_fn, *args):
     from distributed.utils import sync
 
     return sync(loop, coroutine_fn, *args)
+
+
+# --- dask-gateway's client ------------------------------------------------------
+
+
+def close_gateway_once(gateway) -> None:
+    """Close a ``dask_gateway.Gateway`` client so that it stays closed.
+
+    Why: ``Gateway.__del__`` closes the client again, and with this range of
+    distributed a second close raises (its loop has stopped: "Accessing the loop
+    property while the loop is not running"), printed as "Exception ignored in
+    Gateway.__del__" whenever the object is collected, in the middle of a run. The
+    finalizer skips a client without its loop runner, a private name of dask-gateway's;
+    should it go, the client is closed as before and the message may come back.
+    Public replacement: none (``Gateway.close`` is not idempotent).
+    """
+    gateway.close()
+    gateway_closed(gateway)
+
+
+def gateway_closed(gateway) -> None:
+    """Tell a ``dask_gateway.Gateway`` client closed elsewhere (``GatewayCluster.close``
+    closes its own) that it is; its finalizer then does not close it again."""
+    if hasattr(gateway, "_loop_runner"):
+        del gateway._loop_runner  # noqa: SLF001

@@ -214,7 +214,13 @@ def from_gateway(
     """
     from hrl_tasks.scheduler import downscaling
     from hrl_tasks.scheduler.adaptive import Bounds, ClusterUpkeep, wanted_workers
-    from hrl_tasks.scheduler.gateway import cluster_options, new_cluster, open_gateway
+    from hrl_tasks.scheduler.dask_compat import close_gateway_once
+    from hrl_tasks.scheduler.gateway import (
+        close_cluster,
+        cluster_options,
+        new_cluster,
+        open_gateway,
+    )
 
     bounds = Bounds(*adapt) if adapt is not None else None
     start = wanted_workers(workers, 1, bounds) if bounds else workers
@@ -222,11 +228,11 @@ def from_gateway(
     try:
         cluster = new_cluster(gateway, cluster_options(gateway, options or {}), keep=keep)
     finally:
-        gateway.close()
+        close_gateway_once(gateway)
     try:
         engine = cls.from_cluster(cluster, close_cluster=True, **engine_kwargs)
     except BaseException:
-        cluster.close()
+        close_cluster(cluster)
         raise
     try:
         # Before any worker starts: each then declares its threads as it joins.

@@ -46,6 +46,7 @@ from hrl_tasks.scheduler.clusters import (
 )
 from hrl_tasks.scheduler.context import current_task, in_worker_task, task_wait
 from hrl_tasks.scheduler.errors import EngineError, ResultsLost
+from hrl_tasks.scheduler.gateway import close_cluster
 from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.page import EnginePage
 from hrl_tasks.scheduler.resources import check_satisfiable, normalize_request
@@ -337,7 +338,7 @@ class Engine:
         if self.owns_client:
             self.client.close()
         if self.cluster is not None:
-            self.cluster.close()
+            close_cluster(self.cluster)
         if self.held_settings is not None:
             self.held_settings.release()
 

@@ -16,6 +16,7 @@ import threading
 
 import dask
 
+from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler.errors import EngineError
 
 
@@ -38,6 +39,14 @@ def open_gateway(address: str | None = None):
             "configuration (DASK_GATEWAY__ADDRESS=http://host:8000)"
         )
     return Gateway(address or None)
+
+
+def close_cluster(cluster) -> None:
+    """Close a cluster; a ``GatewayCluster``'s own gateway client stays closed."""
+    cluster.close()
+    inner = getattr(cluster, "gateway", None)
+    if inner is not None and hasattr(inner, "close"):
+        dask_compat.gateway_closed(inner)
 
 
 def refused(gateway, exc: BaseException) -> EngineError:

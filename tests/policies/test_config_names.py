@@ -2,6 +2,7 @@
 
 import ast
 import collections
+import gc
 import importlib
 from pathlib import Path
 
@@ -13,10 +14,26 @@ from hrl_tasks.policies.configs import OLD_NAMES
 PACKAGE = Path(hrl_tasks.__file__).parent
 
 
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, built with the garbage collector held.
+
+    Python 3.11's tree builder is not reentrant: a collection during the build that
+    runs a failing finalizer (another test's leftover object) formats its traceback,
+    whose carets parse source again, and the outer parse fails with "AST constructor
+    recursion depth mismatch"."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(path.read_text(), filename=str(path))
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def test_every_config_class_name_is_defined_once_in_the_package():
     where = collections.defaultdict(list)
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef) and node.name.endswith("Config"):
                 where[node.name].append(str(path.relative_to(PACKAGE)))
     twice = {name: paths for name, paths in where.items() if len(paths) > 1}
