@@ -56,7 +56,7 @@ from hrl_tasks.scheduler.shared import (
 )
 from hrl_tasks.scheduler.state import EngineState
 from hrl_tasks.scheduler.task_channel import TaskChannel
-from hrl_tasks.scheduler.task_service import RESULT_HANDLER, KeptInput
+from hrl_tasks.scheduler.task_service import RESULT_HANDLER, STORY_HANDLER, KeptInput
 from hrl_tasks.scheduler.taskref import Kept, Local, TaskRef, collect_refs
 from hrl_tasks.scheduler.validate import InvalidState
 from hrl_tasks.scheduler.worker_objects import (
@@ -72,15 +72,7 @@ logger = logging.getLogger(__name__)
 # tasks are a queue: with no window, what was submitted first runs first, and a
 # stateful worker's calls arrive in their order instead of waiting for their turn.
 FIFO = "0 ms"
-LINGER_S = 0.1  # how long a result's future is held after it is handed out
-FETCH_CHECK_S = 0.5  # how often a fetch of a stateful call's result checks it still exists
-HOLDER_SILENT_S = 3.0  # a fetch this long asks whether its results' workers still report
-SCHEDULER_CHECK_S = 0.25  # how often the client's link to the scheduler is looked at
-PLACE_TRIES, PLACE_RETRY_S = 5, 0.2  # engine.put to a worker that just died: tries, back-off
-CALL_CUT_CHECK_S = 5.0  # a broken stream's direct calls: how long to wait for the worker's removal
 SUPPLY_THREADS = 4  # supply changes to this many workers at once
-PLACE_CHECK_S = 3.0  # a put this long asks whether the worker it goes to still reports
-PLACE_POLL_S = 0.5  # ... then asks this often (first this soon if a worker is known silent)
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
 
 
@@ -203,7 +195,6 @@ class DaskBackend(BackendRecords):
         self.invalid: InvalidState | None = None  # what a validating state machine found
         self.put_values: dict = {}  # put task id -> its value, while its ref is held
         self.put_futures: dict = {}  # put task id -> the Dask future holding it now
-        self.silent: set = set()  # workers a put found not reporting (frozen), until they do
         self.channels: dict[str, TaskChannel] = {}  # the direct route's streams, by worker
         self.sent_direct: dict[str, tuple[str, str]] = {}  # key -> (worker, name) in flight
         self.sent_calls: dict[str, tuple] = {}  # direct call's key -> what `_call` sent
@@ -304,7 +295,7 @@ class DaskBackend(BackendRecords):
         what was running is gone even if it reconnects, so there is nothing to
         wait for."""
         while not self.closed:
-            await asyncio.sleep(SCHEDULER_CHECK_S)
+            await asyncio.sleep(self.state.timings.scheduler_check_s)
             if self.closed or self.client.status in CONNECTED:
                 continue
             self.feed(ev.SchedulerLost(str(self.lost_scheduler())))
@@ -382,12 +373,12 @@ class DaskBackend(BackendRecords):
         A dropped future makes the client tell the scheduler at once, and the
         scheduler the worker, in the middle of the next round trip: one call
         after another, that cost about 4 ms of each call's latency here.
-        Held for ``LINGER_S``, the releases go out together.
+        Held for ``Timings.linger_s``, the releases go out together.
         """
         self.lingering.append(future)
         if not self.letting_go:
             self.letting_go = True
-            self.on_loop(self.loop.call_later, LINGER_S, self._let_go)
+            self.on_loop(self.loop.call_later, self.state.timings.linger_s, self._let_go)
 
     def _let_go(self) -> None:
         self.letting_go = False
@@ -425,7 +416,7 @@ class DaskBackend(BackendRecords):
                 self._submit(batches)  # an input is in this very batch: send it first
                 batches = {}
             try:
-                if launch.direct:
+                if launch.direct_call:
                     self._send_direct(launch)
                     continue
                 if launch.route == "direct":
@@ -695,12 +686,44 @@ class DaskBackend(BackendRecords):
             )
         return found
 
+    def worker_stories(self, places: dict[str, set[str]]) -> list[tuple]:
+        """The workers' half of attempts' stories, ``(age, address, key, what)`` each,
+        asked of every worker in ``places`` (address -> keys) at once; one that does
+        not answer within ``Timings.story_ask_s`` says so instead (a frozen worker
+        takes the connection and never answers)."""
+        if not places or self.closed:
+            return []
+        return self.client.sync(self._worker_stories, places)
+
+    async def _worker_stories(self, places: dict[str, set[str]]) -> list[tuple]:
+        pool, ask_s = self.client.rpc, self.state.timings.story_ask_s
+
+        async def one(address: str, keys: set[str]) -> list[tuple]:
+            asked_at = time.monotonic()
+            try:
+                comm = await asyncio.wait_for(pool.connect(address, timeout=ask_s), ask_s + 1.0)
+                try:
+                    asked = dask_compat.ask_peer(comm, STORY_HANDLER, keys=sorted(keys))
+                    entries = await asyncio.wait_for(asked, ask_s)
+                except BaseException:
+                    comm.abort()
+                    raise
+                pool.reuse(address, comm)
+            except Exception as exc:  # gone, frozen, or no task service there
+                return [(0.0, address, "", f"did not tell its half ({type(exc).__name__})")]
+            # The worker's ages are of about halfway through the ask: made ages of its end.
+            late = (time.monotonic() - asked_at) / 2
+            return [(age + late, address, key, what) for age, key, what in entries]
+
+        found = await asyncio.gather(*(one(a, k) for a, k in sorted(places.items())))
+        return [entry for entries in found for entry in entries]
+
     async def _answer_unless_silent(self, ask, address: str):
         """``ask``'s answer, or None once ``address`` stopped reporting (a stopped process
         accepts the connection and never answers; a large value may take long)."""
         answer = asyncio.ensure_future(ask)
         while True:
-            done, _ = await asyncio.wait([answer], timeout=HOLDER_SILENT_S)
+            done, _ = await asyncio.wait([answer], timeout=self.state.timings.holder_silent_s)
             if done:
                 return answer.result()
             if address in await self._silent_workers():
@@ -715,10 +738,20 @@ class DaskBackend(BackendRecords):
         except (OSError, KeyError, TypeError):  # the scheduler is busy or different
             return None
 
-    async def _silent_workers(self) -> set:
-        """The workers that stopped reporting (see `dask_compat.silent_among`)."""
-        seen = await self._heartbeats()
-        return set() if seen is None else dask_compat.silent_among(seen, HOLDER_SILENT_S)
+    async def _silent_workers(self, seen: dict | None = None) -> set:
+        """The workers that stopped reporting (see `dask_compat.silent_among`), as the
+        workers' heartbeats say now; what is new goes to the state (``WorkerSilent``,
+        as the scheduler plugin's events: the engine knows one set of silent workers)."""
+        seen = await self._heartbeats() if seen is None else seen
+        if seen is None:
+            return set()
+        silent = dask_compat.silent_among(seen, self.state.timings.holder_silent_s)
+        known = self.state.silent
+        news = [ev.WorkerSilent(a) for a in sorted(silent - known)]
+        news += [ev.WorkerSilent(a, silent=False) for a in sorted(known - silent) if a in seen]
+        if news:
+            self.feed(*news)
+        return silent
 
     # --- direct calls -------------------------------------------------------------
 
@@ -820,12 +853,12 @@ class DaskBackend(BackendRecords):
     async def _calls_cut(self, address: str, keys: list) -> None:
         """Direct calls whose stream broke. Lost with their worker if it left the
         cluster (its object is then made again); if it still runs after
-        ``CALL_CUT_CHECK_S``, they fail with the broken connection and the object
+        ``Timings.call_cut_check_s``, they fail with the broken connection and the object
         stays: a stateful call that may have run is not taken for one that did not."""
         if self.client.status not in CONNECTED:  # the workers went with their scheduler
             self.feed(ev.SchedulerLost(str(self.lost_scheduler())))
             return
-        gone = await self._worker_left(address, CALL_CUT_CHECK_S)
+        gone = await self._worker_left(address, self.state.timings.call_cut_check_s)
         events = []
         for key in keys:
             sent = self.sent_calls.pop(key, None)
@@ -1016,17 +1049,17 @@ class DaskBackend(BackendRecords):
 
         Dask recomputes a result lost with its worker, but not one pinned to that
         worker (a stateful call's): it would wait forever for the worker to come
-        back. Such a loss raises :class:`WorkerLostError` within ``FETCH_CHECK_S``.
-        A fetch still going after ``HOLDER_SILENT_S`` looks for results of
+        back. Such a loss raises :class:`WorkerLostError` within ``Timings.fetch_check_s``.
+        A fetch still going after ``Timings.holder_silent_s`` looks for results of
         ``recomputable`` futures held only by workers that stopped reporting (a
         frozen process: the fetch would wait for it to run again, or for Dask's 30 s
         connect time-out) and raises :class:`ResultsLost` for them, naming the
         worker: the engine runs those tasks again elsewhere.
         """
         fetch = asyncio.ensure_future(self.client.gather(futures, asynchronous=True))
-        ask_at = time.monotonic() + HOLDER_SILENT_S
+        ask_at = time.monotonic() + self.state.timings.holder_silent_s
         while True:
-            done, _ = await asyncio.wait([fetch], timeout=FETCH_CHECK_S)
+            done, _ = await asyncio.wait([fetch], timeout=self.state.timings.fetch_check_s)
             if done:
                 try:
                     return fetch.result()
@@ -1060,7 +1093,7 @@ class DaskBackend(BackendRecords):
                     f"the result of {lost[0].key} was lost with the worker that held it"
                 )
             if recomputable and time.monotonic() >= ask_at:
-                ask_at = time.monotonic() + HOLDER_SILENT_S
+                ask_at = time.monotonic() + self.state.timings.holder_silent_s
                 silent = await self._silent_holders(recomputable)
                 if silent:
                     fetch.cancel()
@@ -1076,7 +1109,7 @@ class DaskBackend(BackendRecords):
     async def _silent_holders(self, futures: list) -> dict:
         try:
             return await dask_compat.silent_holders(
-                self.client, [f.key for f in futures], HOLDER_SILENT_S
+                self.client, [f.key for f in futures], self.state.timings.holder_silent_s
             )
         except (OSError, KeyError, TypeError):  # the scheduler is busy or different: wait on
             return {}
@@ -1087,7 +1120,7 @@ class DaskBackend(BackendRecords):
 
         The value goes to one worker; with ``broadcast`` it is then copied to the
         others, and the put returns once the copies are there or, should that take
-        ``PLACE_CHECK_S`` (or should a worker be known to have stopped reporting),
+        ``Timings.place_check_s`` (or should a worker be known to have stopped reporting),
         once a worker that still reports holds one (the rest go on in the
         background): a frozen worker, which accepts a connection and never answers,
         holds up neither the put nor the tasks that read it. Dask's copies wait
@@ -1095,16 +1128,19 @@ class DaskBackend(BackendRecords):
         answers), so a copy to a frozen worker would hold up every later put. The
         value stays here too while its ref is held: if the worker holding it
         dies, it is sent again (see :class:`~hrl_tasks.scheduler.events.Resend`)."""
-        for attempt in range(PLACE_TRIES):
+        tries = 0
+        while True:
             if self.lost is not None:
                 raise self.lost
             try:
                 future = self.client.sync(self._scatter, value, broadcast)
                 break
             except OSError:  # sent to a worker that just died: the scheduler drops it soon
-                if attempt == PLACE_TRIES - 1:
+                tries += 1
+                wait_s = self.state.timings.place_retry_after(tries)
+                if wait_s is None:
                     raise
-                time.sleep(PLACE_RETRY_S * (attempt + 1))
+                time.sleep(wait_s)
         self.put_values[task_id], self.put_futures[task_id] = value, future
         return future
 
@@ -1118,17 +1154,18 @@ class DaskBackend(BackendRecords):
 
     async def _scatter_once(self, value):
         """``value``'s future once a worker holds it. A scatter still going after
-        ``PLACE_CHECK_S`` looks for workers that stopped reporting and, if there are
+        ``Timings.place_check_s`` looks for workers that stopped reporting and, if there are
         any, goes again to the others (a slow transfer is waited for); later puts
         leave those workers out until they report again."""
-        target = await self._reporting_workers() if self.silent else None
+        silent = self.state.silent
+        target = await self._reporting_workers() if silent else None
         scatter = self._scatter_to(value, target)
         while True:
-            done, _ = await asyncio.wait([scatter], timeout=PLACE_CHECK_S)
+            done, _ = await asyncio.wait([scatter], timeout=self.state.timings.place_check_s)
             if done:
                 return scatter.result()[0]
             reporting = await self._reporting_workers()
-            if reporting is not None and (target is None or self.silent & set(target)):
+            if reporting is not None and (target is None or silent & set(target)):
                 scatter.cancel()
                 target = reporting
                 scatter = self._scatter_to(value, target)
@@ -1136,16 +1173,17 @@ class DaskBackend(BackendRecords):
     async def _copied(self, future) -> bool:
         """Copy ``future``'s value to every worker; False if its only holders stopped
         reporting before it was copied (it must go elsewhere)."""
-        reporting = await self._reporting_workers() if self.silent else None
+        silent, timings = self.state.silent, self.state.timings
+        reporting = await self._reporting_workers() if silent else None
         copying = asyncio.ensure_future(  # to the workers that report, if some do not
             self.client.replicate([future], workers=reporting, asynchronous=True)
         )
         # Dask makes copies under one lock, held by a copy to a frozen worker until it
         # answers: with a silent worker known, a holder that reports is looked for soon.
-        wait_s = PLACE_POLL_S if reporting is not None else PLACE_CHECK_S
+        wait_s = timings.place_poll_s if reporting is not None else timings.place_check_s
         while True:
             done, _ = await asyncio.wait([copying], timeout=wait_s)
-            wait_s = PLACE_POLL_S
+            wait_s = timings.place_poll_s
             if done:  # a copy that failed (a worker left): tasks fetch from a holder
                 if copying.exception() is not None:
                     logger.debug("a broadcast's copies did not all arrive: %r", copying.exception())
@@ -1155,9 +1193,9 @@ class DaskBackend(BackendRecords):
                 holders = await dask_compat.holders(self.client, future.key)
             except (OSError, KeyError, TypeError):
                 continue
-            if not self.silent:
+            if not silent:
                 continue  # a slow copy (or a freeze not yet seen): wait on
-            if any(address not in self.silent for address in holders):
+            if any(address not in silent for address in holders):
                 self.start(self._finish_copies, copying)
                 return True  # a worker that reports holds it: the rest copy in the background
             if reporting is not None:
@@ -1177,14 +1215,15 @@ class DaskBackend(BackendRecords):
         )
 
     async def _reporting_workers(self) -> list | None:
-        """The workers that still report if some do not (those become ``silent``),
-        else None: any worker will do."""
+        """The workers that still report if some do not, else None: any worker will do.
+        What it finds goes to the state (``WorkerSilent``), whose ``silent`` set is
+        the one the engine knows, also from the scheduler's events."""
         seen = await self._heartbeats()
         if seen is None:
             return None
-        self.silent = dask_compat.silent_among(seen, HOLDER_SILENT_S)
-        reporting = [address for address in seen if address not in self.silent]
-        return reporting if self.silent and reporting else None
+        silent = await self._silent_workers(seen)
+        reporting = [address for address in seen if address not in silent]
+        return reporting if silent and reporting else None
 
     def close(self) -> None:
         self.closed = True

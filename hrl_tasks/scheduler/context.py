@@ -39,7 +39,7 @@ class TaskContext:
     detached: bool = False  # cancelled while running: its thread left the pool
     finished: bool = False
     left_pool: bool = False  # waited once: the thread already left the pool
-    direct: bool = False  # a direct call, run outside Dask's task machinery
+    direct_call: bool = False  # a direct call, run outside Dask's task machinery
     route: str = "dask"  # "direct": a plain task sent straight to the worker (task_service)
     slots: object = field(default=None, repr=False)  # the worker's Slots, on the direct route
     lent: bool = False  # waiting: its slot is lent to other tasks
@@ -54,7 +54,7 @@ class TaskContext:
         steps of its work can stop early and give its thread back. A direct
         call is never told: this is always False there.
         """
-        if self.direct or self.topic == "inprocess":
+        if self.direct_call or self.topic == "inprocess":
             return False
         state = dask_compat.task_state(get_worker(), self.key)
         return state is None or state[0] in ("cancelled", "released", "forgotten")
@@ -66,7 +66,7 @@ class _Running:
     task: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar(
         "hrl_tasks_current_task", default=None
     )
-    direct = threading.local()
+    direct_call = threading.local()
     waits = threading.local()  # .key: the task whose first wait already seceded
 
 
@@ -87,16 +87,16 @@ def leave_task(token) -> None:
 @contextlib.contextmanager
 def direct_call_thread():
     """Mark the calling thread as running a direct call while the body runs."""
-    _Running.direct.active = True
+    _Running.direct_call.active = True
     try:
         yield
     finally:
-        _Running.direct.active = False
+        _Running.direct_call.active = False
 
 
 def in_direct_call() -> bool:
     """Whether the calling thread runs a direct call of a stateful worker."""
-    return getattr(_Running.direct, "active", False)
+    return getattr(_Running.direct_call, "active", False)
 
 
 def in_task_thread() -> bool:

@@ -442,7 +442,7 @@ class Engine:
         deps: list[TaskRef] = []
         collect_refs((args, kwargs), deps)
         for dep in deps:
-            if dep.direct:
+            if dep.direct_call:
                 raise TypeError(
                     f"{dep.name!r} was a direct call: its result is not in Dask's cluster, so "
                     "it cannot be a task's input; pass its .result() instead (or pass it to "
@@ -451,10 +451,10 @@ class Engine:
         return deps
 
     def _new_ref(
-        self, name: str, payload: tuple | None, direct: bool = False, pinned: bool = False
+        self, name: str, payload: tuple | None, direct_call: bool = False, pinned: bool = False
     ) -> TaskRef:
         """A TaskRef whose outcome and arguments the backend knows."""
-        ref = TaskRef(self, self.state.new_key(name), name, direct, pinned)
+        ref = TaskRef(self, self.state.new_key(name), name, direct_call, pinned)
         parent = current_task()  # nested tasks report their durations to the root engine
         topic = self.topic if parent is None else parent.topic
         if payload is not None:
@@ -619,13 +619,21 @@ class Engine:
         per task while it knows the task and for the last 1,000 it let go. The
         story is the task's entries
         (its attempts, their starts and ends, retries, its resolution) and the
-        cluster's events since it began, oldest first with their age, then
-        where the task is now: which attempts run where and for how long, or
-        what it waits for.
+        cluster's events since it began, and the worker's half of each attempt
+        sent on the engine's stream (received, queued, running in which thread,
+        waiting, answered, kept, released: what the worker noted, as
+        ``client.story`` adds the workers' to the scheduler's), oldest first with
+        their age, then where the task is now: which attempts run where and for
+        how long, or what it waits for.
         """
         task_id = ref if isinstance(ref, str) else ref.task_id
         with self.backend.lock:
-            lines = self.state.story(task_id, now=time.monotonic())  # the backend's clock
+            places = self.state.story_workers(task_id)
+        told = []
+        if isinstance(self.backend, DaskBackend):  # the in-process engine has no workers
+            told = self.backend.worker_stories(places)
+        with self.backend.lock:  # the backend's clock:
+            lines = self.state.story(task_id, now=time.monotonic(), workers_told=told)
         name = ref if isinstance(ref, str) else f"{ref.name} ({task_id})"
         return "\n".join([f"story of {name}:", *lines])
 
@@ -746,7 +754,7 @@ class Engine:
             found: list[TaskRef] = []
             collect_refs((args, kwargs), found)
             for ref in found:
-                if not ref.direct:
+                if not ref.direct_call:
                     raise TypeError(
                         f"a direct call ({name}) takes values and the TaskRefs of direct "
                         f"calls, not {ref.name!r}: pass its .result(), use "
@@ -756,12 +764,17 @@ class Engine:
             deps: list[TaskRef] = []
         else:
             deps = self._inputs(args, kwargs)
-        ref = self._new_ref(name, (method, args, kwargs), direct=direct, pinned=True)
+        ref = self._new_ref(name, (method, args, kwargs), direct_call=direct, pinned=True)
         ref.deps = tuple(d.task_id for d in deps)
         if keep:
             self.backend.keep.add(ref.task_id)
         call = ev.CallObject(
-            ref.task_id, handle.obj_id, method, ref.deps, direct=direct, speculation=speculation
+            ref.task_id,
+            handle.obj_id,
+            method,
+            ref.deps,
+            direct_call=direct,
+            speculation=speculation,
         )
         self.backend.push(call)
         return ref

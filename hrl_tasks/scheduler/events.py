@@ -63,7 +63,7 @@ class CallObject:
     method: str
     deps: tuple[str, ...] = ()
     internal: bool = False
-    direct: bool = False
+    direct_call: bool = False
     speculation: SpeculationPolicy | None = None
 
 
@@ -249,8 +249,11 @@ class Launch:
     :class:`AttemptDone` (creations and snapshots). ``state``: the snapshot a
     creation restores. ``watched``: speculation follows this attempt, so its
     start must be reported (a direct call that is not watched reports its
-    time in its reply only). ``route``: ``"direct"`` for a plain task the engine
-    placed itself, sent on its stream to ``workers[0]``.
+    time in its reply only). ``direct_call``: a call of a stateful object sent
+    as one message on the engine's stream to its worker (``handle.call(...,
+    direct=True)``), not a Dask task. ``route``: ``"direct"`` for a plain task the
+    engine placed itself, sent on its stream to ``workers[0]`` (the public name of
+    the engine's own route; a different thing from a direct call).
     """
 
     key: str
@@ -264,7 +267,7 @@ class Launch:
     inputs: dict = field(default_factory=dict)
     request: dict = field(default_factory=dict)
     internal: bool = False
-    direct: bool = False
+    direct_call: bool = False
     fetch: bool = False
     obj_id: str | None = None
     seq: int = -1

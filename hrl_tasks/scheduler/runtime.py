@@ -73,7 +73,7 @@ class WorkerRuntime(WorkerPlugin):
         event = (kind, key, name, self.worker.address, elapsed, time.monotonic())
         with self.reports_lock:
             self.reports.setdefault(topic, []).append(event)
-            if kind == "start" and key in self.running and self.running[key].direct:
+            if kind == "start" and key in self.running and self.running[key].direct_call:
                 self.unsent_starts[key] = (topic, event)
             start_flusher = not self.flushing
             self.flushing = True
@@ -123,7 +123,7 @@ class WorkerRuntime(WorkerPlugin):
             elapsed = time.perf_counter() - start
             leave_task(token)
             self.running.pop(ctx.key, None)
-            if quiet or (ctx.direct and self.withdraw_start(ctx.key)):
+            if quiet or (ctx.direct_call and self.withdraw_start(ctx.key)):
                 ctx.elapsed = elapsed
             else:
                 self.report(ctx.topic, "end", ctx.key, ctx.name, elapsed)

@@ -73,7 +73,7 @@ from hrl_tasks.scheduler.speculation import (
 )
 from hrl_tasks.scheduler.stats import EngineStats, remember
 from hrl_tasks.scheduler.status import CANCELLED, FAILED, FINISHED, PENDING
-from hrl_tasks.scheduler.story import StoryLog, render
+from hrl_tasks.scheduler.story import StoryLog, on_streams, render, told
 from hrl_tasks.scheduler.validate import check, where_is
 
 SPECULATION_TICK_S = 0.02
@@ -93,6 +93,29 @@ PROGRESS = (ev.AttemptDone, ev.Started, ev.Ended, ev.InputsLost, ev.WorkerAdded,
 NEEDS_SCHEDULER = (ev.SubmitTask, ev.CallObject, ev.CreateObject, ev.ResultLost)
 
 
+@dataclass(frozen=True)
+class Timings:
+    """How long the engine waits, looks again and tries again, where the state machine
+    does not hold the clock itself: the backend carries these out and keeps none of
+    its own (one owner; a test may shorten them)."""
+
+    linger_s: float = 0.1  # how long a result's future is held after it is handed out
+    fetch_check_s: float = 0.5  # how often a fetch of a call's result checks it still exists
+    holder_silent_s: float = 3.0  # a fetch this long asks whether its holders still report
+    scheduler_check_s: float = 0.25  # how often the client's link to the scheduler is looked at
+    call_cut_check_s: float = 5.0  # a broken stream's direct calls: wait for the worker's removal
+    place_tries: int = 5  # engine.put to a worker that just died: tries ...
+    place_retry_s: float = 0.2  # ... and the back-off, longer each time
+    place_check_s: float = 3.0  # a put this long asks whether its worker still reports
+    place_poll_s: float = 0.5  # ... then asks this often (this soon if a worker is silent)
+    story_ask_s: float = 2.0  # a story waits this long for a worker's half of it
+
+    def place_retry_after(self, tries: int) -> float | None:
+        """After ``tries`` puts that failed on a worker that just died (the scheduler
+        drops it soon): seconds to wait before the next, or None: give up."""
+        return None if tries >= self.place_tries else self.place_retry_s * tries
+
+
 @dataclass
 class Task:
     """One logical task: what its ref resolves to, and its attempts."""
@@ -108,7 +131,7 @@ class Task:
     seq: int = -1
     method: str | None = None
     internal: bool = False
-    direct: bool = False
+    direct_call: bool = False
     status: str = PENDING
     error: BaseException | None = None
     winner: str | None = None  # the key whose result the task resolved with
@@ -196,6 +219,7 @@ class EngineState:
             finds dead workers when no event tells; a backstop when events do).
         validate: check every invariant (:mod:`~hrl_tasks.scheduler.validate`)
             after each :meth:`handle`; for tests, slow.
+        timings: the waits and retries the backend carries out (:class:`Timings`).
     """
 
     def __init__(
@@ -204,8 +228,10 @@ class EngineState:
         placement_timeout: float = 30.0,
         sweep_s: float = SWEEP_TICK_S,
         validate: bool = False,
+        timings: Timings = Timings(),
     ):
         self.key_prefix = key_prefix
+        self.timings = timings
         self.validating = validate
         self.progress_at = 0.0  # when an attempt last started or ended, or a worker came or went
         self.placement_timeout = placement_timeout
@@ -281,15 +307,21 @@ class EngineState:
         """Raise :class:`~hrl_tasks.scheduler.validate.InvalidState` if an invariant is broken."""
         check(self)
 
-    def story(self, task_id: str, now: float | None = None) -> list[str]:
+    def story(self, task_id: str, now: float | None = None, workers_told=()) -> list[str]:
         """What happened to ``task_id`` (and the cluster meanwhile), oldest first, and
         where it is now: lines for a person to read. ``now``: the clock's time
-        (default: that of the last event handled)."""
+        (default: that of the last event handled). ``workers_told``: the workers' half,
+        ``(age, address, key, what)`` each, asked of those :meth:`story_workers` names."""
         now = self.now if now is None else now
         task = self.tasks.get(task_id)
         where = where_is(self, task, now) if task is not None and task.status == PENDING else []
         status = None if task is None else f"{task.status} after {task.attempts} attempts"
-        return render(self.log.of(task_id), now, where, status)
+        entries = self.log.of(task_id) + told(list(workers_told), now, task_id)
+        return render(sorted(entries, key=lambda e: e.at), now, where, status)
+
+    def story_workers(self, task_id: str) -> dict[str, set[str]]:
+        """The workers that keep their half of ``task_id``'s story: address -> keys."""
+        return on_streams(self.log.of(task_id))
 
     def _add(self, task: Task) -> Task:
         self.tasks[task.task_id] = task
@@ -448,7 +480,7 @@ class EngineState:
                 inputs=inputs,
                 request=task.request,
                 internal=task.internal,
-                direct=task.direct,
+                direct_call=task.direct_call,
                 fetch=task.kind in ("create", "snapshot"),
                 obj_id=task.obj_id,
                 seq=task.seq,
@@ -485,7 +517,7 @@ class EngineState:
             self._emit(ev.Forget((e.key,)))
             return
         if e.status == "finished":
-            task.held_on = None if task.direct else attempt.pinned
+            task.held_on = None if task.direct_call else attempt.pinned
             self._attempt_finished(task, attempt, e.value)
         elif e.status == "cancelled":
             self._emit(ev.Forget((e.key,)))
@@ -559,7 +591,7 @@ class EngineState:
         task.status, task.winner, task.current = FINISHED, key, key
         losers = self._drop_copies(task, exclude=key)
         self._emit(ev.Resolve(task.task_id, key))
-        if losers and task.obj_id is not None and not task.direct:
+        if losers and task.obj_id is not None and not task.direct_call:
             self._skip(task)  # a copy that never runs must not block later calls
         if not task.internal and task.kind in ("task", "call"):
             self.stats.count("finished")
@@ -616,7 +648,7 @@ class EngineState:
         self._emit(ev.Fail(task.task_id, task.error))
         if not task.internal:
             self.stats.count("cancelled")
-        if task.obj_id is not None and not task.direct:
+        if task.obj_id is not None and not task.direct_call:
             self._skip(task)
         self._settled(task)
 
@@ -792,7 +824,7 @@ class EngineState:
                 obj_id=e.obj_id,
                 method=e.method,
                 internal=e.internal,
-                direct=e.direct,
+                direct_call=e.direct_call,
                 speculation=e.speculation,
             )
         )
@@ -834,7 +866,7 @@ class EngineState:
             obj_id=obj.obj_id,
             method="get_state",
             internal=True,
-            direct=task.direct,
+            direct_call=task.direct_call,
         )
         self.tasks[snap.task_id] = snap
         self._send_call(obj, snap, key=snap.task_id)
@@ -1432,7 +1464,7 @@ class EngineState:
             obj_id=peer.obj_id,
             method=task.method,
             internal=True,
-            direct=task.direct,
+            direct_call=task.direct_call,
             backup_of=task.task_id,
         )
         self.tasks[backup.task_id] = backup

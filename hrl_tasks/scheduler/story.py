@@ -45,7 +45,8 @@ def raw(item) -> tuple:
     """The few fields of an event or instruction that explain it, as they are (cheap:
     formatted only when a story is read); an error as its short text, never itself."""
     if isinstance(item, ev.Launch):
-        return (item.attempt, item.kind, item.workers)
+        on_stream = item.route == "direct" or item.direct_call  # its worker tells its half
+        return (item.attempt, item.kind, item.workers, on_stream)
     if isinstance(item, ev.AttemptDone):
         error = None if item.error is None else _short(item.error)
         return (item.status, item.worker_lost, error)
@@ -71,8 +72,9 @@ def detail(what: str, fields: tuple) -> str:
     if not fields:
         return ""
     if what == "Launch":
-        attempt, kind, workers = fields
-        return f"attempt {attempt} ({kind})" + (f" on {', '.join(workers)}" if workers else "")
+        attempt, kind, workers, on_stream = fields
+        how = f"{kind}, on the engine's stream" if on_stream else kind
+        return f"attempt {attempt} ({how})" + (f" on {', '.join(workers)}" if workers else "")
     if what == "AttemptDone":
         status, lost, error = fields
         return status + (" (worker lost)" if lost else "") + (f": {error}" if error else "")
@@ -84,6 +86,8 @@ def detail(what: str, fields: tuple) -> str:
         return f"{len(fields[0])} workers: {', '.join(fields[0])}"
     if what == "RetryDue":
         return f"attempt {fields[0]}"
+    if what == "Worker":
+        return f"{fields[0]}: {fields[1]}"
     return str(fields[0])
 
 
@@ -169,6 +173,25 @@ class StoryLog:
         first = mine[0].at
         between = [e for e in self.cluster if e.at >= first]
         return sorted(mine + between, key=lambda e: e.at)  # stable: ties keep their order
+
+
+def on_streams(entries: list[Entry]) -> dict[str, set[str]]:
+    """The workers whose half of these entries' story is theirs to tell: address ->
+    the keys of the attempts sent there on an engine's stream (direct-route tasks
+    and direct calls; Dask's route has Dask's own story, ``client.story``)."""
+    places: dict[str, set[str]] = {}
+    for e in entries:
+        if e.what == "Launch" and e.fields[3] and e.fields[2]:
+            places.setdefault(e.fields[2][0], set()).update(e.keys)
+    return places
+
+
+def told(entries: list[tuple], now: float, task_id: str) -> list[Entry]:
+    """Workers' entries, ``(age, address, key, what)``, as entries of this clock."""
+    return [
+        Entry(now - age, task_id, (key,), "Worker", (address, what))
+        for age, address, key, what in entries
+    ]
 
 
 def render(entries: list[Entry], now: float, where: list[str], status: str | None) -> list[str]:

@@ -49,6 +49,7 @@ import concurrent.futures as cf
 import contextlib
 import pickle
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,10 @@ from hrl_tasks.scheduler.shared import InputLostError, ask_peer_for, rebuilt
 
 TASKS_HANDLER = "hrl_tasks_tasks"
 RESULT_HANDLER = "hrl_tasks_result"
+STORY_HANDLER = "hrl_tasks_story"
+STORY_KEPT = 10_000
+"""The worker's half of its tasks' stories: its last entries, for every stream (as
+distributed's ``Worker.stimulus_log``, bounded by count, not by time)."""
 KEEP_FROM_BYTES = 100_000  # results this large stay on their worker (measured: docs/engine.md)
 PICKLED_MAX_BYTES = 1_000_000  # kept results up to this size go to a peer as one pickle
 MAX_BATCH = 1000  # messages per write: the first of a long burst leaves without waiting for all
@@ -261,6 +266,8 @@ class TaskStream:
             self.service.slots.on_free.remove(self._on_free)
             self.service.streams.remove(self)
             with self.lock:
+                for key in self.items:
+                    self.service.note(key, "dropped unstarted: its engine's stream ended")
                 self.order.clear()
                 self.items.clear()
             for key in self.puts:  # the engine's puts go with it
@@ -282,12 +289,15 @@ class TaskStream:
             _, key, spec, fn_id, args, kwargs = message
             fn = self.functions.get(fn_id)
             if fn is None:  # it did not pickle in the engine, which fails the task itself
+                self.service.note(key, f"received: no function {fn_id}, answered error")
                 self._send(("done", key, "error", LookupError(f"no function {fn_id}"), None))
                 return
             if has_kept((args, kwargs)):  # queued once its inputs are here
+                self.service.note(key, "received; fetching its kept inputs")
                 self.fetching.add(key)
                 asyncio.ensure_future(self._fetch_inputs(key, spec, fn, args, kwargs))
             else:
+                self.service.note(key, "received; queued for a slot")
                 self._queue(key, (spec, fn, args, kwargs))
         elif kind == "fn":
             self.functions[message[1]] = message[2]
@@ -298,8 +308,10 @@ class TaskStream:
                 dropped = self.items.pop(message[1], None)
                 running = message[1] in self.active
             if dropped is not None:
+                self.service.note(message[1], "cancelled before it started")
                 self._send(("done", message[1], "cancelled", None, None))
             elif running or message[1] in self.fetching:  # else its answer has left
+                self.service.note(message[1], "cancelled while it ran: its slot goes on")
                 self.cancelled.add(message[1])
                 with self.lock:  # its runner no longer counts (it ends without a slot,
                     if self.service.detach(message[1]):  # see _runner): the freed slot
@@ -309,10 +321,13 @@ class TaskStream:
             self.service.kept[message[1]] = message[2]
             self.puts.add(message[1])
         elif kind == "release":
+            if message[1] in self.results:
+                self.service.note(message[1], "its kept result released")
             self.service.kept.pop(message[1], None)
             self.puts.discard(message[1])
             self.results.discard(message[1])
         elif kind == "call":
+            self.service.note(message[1], "direct call received")
             asyncio.ensure_future(self._call(*message[1:]))
 
     async def _call(self, key: str, spec: dict, call: tuple) -> None:
@@ -329,6 +344,7 @@ class TaskStream:
             args, kwargs = await resolve_kept(self.service, (args, kwargs))
         except InputGone as exc:
             self.cancelled.discard(key)
+            self.service.note(key, f"an input could not be fetched ({exc}): not run")
             self._send(("done", key, "input-lost", str(exc), None))
             return
         finally:
@@ -337,6 +353,7 @@ class TaskStream:
             self.cancelled.discard(key)
             self._send(("done", key, "cancelled", None, None))
             return
+        self.service.note(key, "inputs fetched; queued for a slot")
         self._queue(key, (spec, fn, args, kwargs))
         self._dispatch()
 
@@ -400,6 +417,7 @@ class TaskStream:
         )
         ctx.slots = service.slots
         ctx.on_wait = lambda waiting: self._waits(key, waiting)
+        service.note(key, f"running in {threading.current_thread().name}")
         if spec.get("watched"):
             self._answer(("started", key, None, None, None))
         try:
@@ -429,6 +447,8 @@ class TaskStream:
         self.service.count_waiting(+1 if waiting else -1)  # raises if one too many
         with self.lock:
             self.runners += -1 if waiting else 1
+        what = "waits for other tasks, its slot lent" if waiting else "goes on, a slot taken again"
+        self.service.note(key, what)
         self._answer(("waiting" if waiting else "resumed", key, None, None, None))
 
     def _answer(self, out: tuple) -> None:  # from a pool thread: one wake-up per batch
@@ -445,6 +465,8 @@ class TaskStream:
             if out[0] == "done":
                 with self.lock:
                     self.active.discard(out[1])
+            if out[0] == "done":
+                self.service.note(out[1], answered(out, out[1] in self.cancelled))
             if out[1] in self.cancelled:
                 if out[0] == "done":
                     self.cancelled.discard(out[1])
@@ -481,6 +503,19 @@ class TaskStream:
         self.wake.set()
 
 
+def answered(out: tuple, cancelled: bool) -> str:
+    """A story's words for a task's ``("done", key, status, value, elapsed)``."""
+    _, _, status, value, elapsed = out
+    took = "" if elapsed is None else f" after {elapsed:.3f} s"
+    if cancelled:
+        return f"ended{took}, cancelled before: no answer sent"
+    if status == "kept":
+        return f"ended{took}; its result ({value:,} B) kept here, its size answered"
+    if status == "error":
+        return f"ended{took} with {type(value).__name__}; answered"
+    return f"ended{took}; answered {status}"
+
+
 class TaskService:
     """The direct route on one worker: its slots, its streams and the results kept here."""
 
@@ -498,6 +533,18 @@ class TaskService:
         self.waiting = 0  # tasks of every stream waiting for others, each holding a thread
         self.waiting_lock = threading.Lock()
         self.kept_grace_s = KEPT_GRACE_S
+        self.story: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=STORY_KEPT)
+
+    def note(self, key: str, what: str) -> None:
+        """An entry of ``key``'s story on this worker (from any thread: a deque's
+        append is atomic)."""
+        self.story.append((time.monotonic(), key, what))
+
+    def story_of(self, keys) -> list[tuple[float, str, str]]:
+        """The entries of ``keys`` kept here, oldest first: ``(age in seconds, key,
+        what)`` (ages, not times: the asker's clock need not be this one's)."""
+        keys, now = set(keys), time.monotonic()
+        return [(now - at, key, what) for at, key, what in list(self.story) if key in keys]
 
     def count_waiting(self, change: int) -> None:
         """One more task waits for others (+1), or one goes on (-1); a wait that would
@@ -616,4 +663,9 @@ def install(runtime) -> TaskService:
             return service.result(key)
 
         runtime.worker.handlers[RESULT_HANDLER] = result
+
+        def story(comm=None, keys=()):
+            return service.story_of(keys)
+
+        runtime.worker.handlers[STORY_HANDLER] = story
     return runtime.task_service

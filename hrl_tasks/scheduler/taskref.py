@@ -53,7 +53,7 @@ class TaskRef:
     Attributes:
         name: the task name (statistics and the Dask dashboard group by it).
         task_id: the engine's id of the task (its first attempt's key).
-        direct: a direct call: its result lives in the driver.
+        direct_call: a direct call: its result lives in the driver.
         pinned: a call of a stateful worker (its attempts run where the object lives).
         route: a plain task's route, ``"direct"`` or ``"dask"`` (None for calls).
         deps: the task ids of the tasks whose results it takes as inputs.
@@ -65,7 +65,7 @@ class TaskRef:
         "engine",
         "task_id",
         "name",
-        "direct",
+        "direct_call",
         "pinned",
         "route",
         "outcome",
@@ -75,13 +75,18 @@ class TaskRef:
     )
 
     def __init__(
-        self, engine: Engine, task_id: str, name: str, direct: bool = False, pinned: bool = False
+        self,
+        engine: Engine,
+        task_id: str,
+        name: str,
+        direct_call: bool = False,
+        pinned: bool = False,
     ):
         self.engine = engine
         self.task_id = task_id
         self.name = name
-        self.direct = direct
-        self.pinned = pinned or direct
+        self.direct_call = direct_call
+        self.pinned = pinned or direct_call
         self.route: str | None = None
         self.outcome: cf.Future = cf.Future()
         self.deps: tuple[str, ...] = ()

@@ -293,7 +293,9 @@ def run_direct(runtime: WorkerRuntime, spec: dict, call: tuple) -> tuple[bool, A
     context variable around their calls).
     """
     token = dask_compat.worker_context(runtime.worker)
-    ctx = TaskContext(spec["key"], spec["name"], spec["attempt"], {}, spec["topic"], direct=True)
+    ctx = TaskContext(
+        spec["key"], spec["name"], spec["attempt"], {}, spec["topic"], direct_call=True
+    )
     try:
         with direct_call_thread(), runtime.reported(ctx, quiet=spec.get("quiet", False)):
             value = runtime.call_with_faults(spec, call_object, call, {})

@@ -71,7 +71,7 @@ def test_direct_calls_sample_and_share_one_upload_of_the_weights(engine):
         assert len(results) == 2 and {m["worker_index"] for _, m in results} <= {1, 2}
         new = perturbed(workers.local_worker.get_weights(), seed=0)
         refs = workers.sync_weights(new)
-        assert all(ref.direct for ref in refs)
+        assert all(ref.direct_call for ref in refs)
         engine.gather(refs)
         shared = workers._weights_ref  # one upload: the second worker fetched it from the first
         assert isinstance(shared, hrl.Shared) and shared.holder == workers.remote_workers[0].address

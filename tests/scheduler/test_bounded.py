@@ -57,8 +57,8 @@ def test_rounds_of_speculative_direct_calls_leave_the_state_as_they_found_it():
         now = i * 0.1
         calls = [f"s{i}-1", f"s{i}-2"]
         state.handle(
-            ev.CallObject(calls[0], "o1", "sample", direct=True, speculation=SPECULATIVE),
-            ev.CallObject(calls[1], "o2", "sample", direct=True, speculation=SPECULATIVE),
+            ev.CallObject(calls[0], "o1", "sample", direct_call=True, speculation=SPECULATIVE),
+            ev.CallObject(calls[1], "o2", "sample", direct_call=True, speculation=SPECULATIVE),
             now=now,
         )
         state.handle(ev.Tick(), now=now + 0.02)

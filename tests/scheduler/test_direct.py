@@ -47,7 +47,9 @@ def test_direct_and_scheduled_calls_keep_one_order(engine):
     counter = engine.create_worker(tasks.Counter, start=0)  # snapshots after calls, too
     refs = [counter.call("add", 1, direct=i % 3 == 0) for i in range(30)]
     assert engine.gather(refs, timeout=30) == list(range(1, 31))
-    assert [r.direct for r in refs[:3]] == [True, False, False]
+    assert [r.direct_call for r in refs[:3]] == [True, False, False]
+    told = engine.story(refs[0])  # a direct call's worker tells its half
+    assert "direct call received" in told and "answered OK" in told
     deadline = time.monotonic() + 10  # durations arrive with the workers' batched reports
     while engine.stats()["by_name"].get("Counter.add", {}).get("count", 0) < 30:
         assert time.monotonic() < deadline, "direct calls' durations were not recorded"

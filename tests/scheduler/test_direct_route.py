@@ -210,6 +210,50 @@ def test_a_cancelled_running_task_gives_its_slot_to_the_next(direct):
     assert time.perf_counter() - start < 3.0  # did not wait for the 4 s tasks to end
 
 
+def test_a_task_s_story_tells_the_worker_s_half_in_its_order(direct):
+    ref = direct.submit(tasks.inc, 1)
+    assert ref.result(timeout=30) == 2
+    story = direct.story(ref)
+    told = [
+        line.split("Worker: ")[1].split(": ", 1)
+        for line in story.splitlines()
+        if "Worker: " in line
+    ]
+    (address,) = {where for where, _ in told}
+    assert address in direct.worker_addresses()
+    said = [what for _, what in told]
+    assert said[0] == "received; queued for a slot", story
+    assert said[1].startswith("running in hrl-task") and said[2].startswith("ended after")
+    assert said[2].endswith("answered OK") and "on the engine's stream" in story
+    big = direct.submit(tasks.zeros, KEEP_FROM_BYTES // 8 + 1)
+    assert direct.submit(tasks.length, big).result(timeout=30) == KEEP_FROM_BYTES // 8 + 1
+    assert "B) kept here, its size answered" in direct.story(big)
+    slow = direct.submit(tasks.sleep_then, 0, 1.0)
+    time.sleep(0.3)  # running
+    assert slow.cancel()
+    deadline = time.monotonic() + 10
+    while "no answer sent" not in direct.story(slow):
+        assert time.monotonic() < deadline, direct.story(slow)
+        time.sleep(0.2)
+    assert "cancelled while it ran: its slot goes on" in direct.story(slow)
+
+
+def test_a_frozen_worker_s_half_of_a_story_is_missed_within_bounds(fresh):
+    ref = fresh.submit(tasks.inc, 1)
+    assert ref.result(timeout=30) == 2
+    (address,) = fresh.state.story_workers(ref.task_id)
+    pid = fresh.client.run(os.getpid)[address]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        story = fresh.story(ref)
+        assert time.monotonic() - start < 10
+        assert f"{address}: did not tell its half (TimeoutError)" in story
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert "received; queued for a slot" in fresh.story(ref)
+
+
 def close_task_service(dask_worker):
     from hrl_tasks.scheduler.runtime import WorkerRuntime
 

@@ -12,7 +12,7 @@ from hrl_tasks.scheduler.errors import ObjectStartError, SchedulerLostError, Wor
 from hrl_tasks.scheduler.placement import PIPELINE
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
-from hrl_tasks.scheduler.state import CANCELLED, FINISHED, RECOMPUTE_LIMIT, EngineState
+from hrl_tasks.scheduler.state import CANCELLED, FINISHED, RECOMPUTE_LIMIT, EngineState, Timings
 from hrl_tasks.scheduler.validate import InvalidState
 
 TWO_WORKERS = {"a": (1, {"CPU": 1.0}), "b": (1, {"CPU": 1.0})}
@@ -675,3 +675,10 @@ def test_a_waiting_direct_task_lends_its_resources_until_it_ends():
     assert state.sent_requests["a"] == {"CPU": 1.0}  # the child's only
     state.handle(ev.AttemptDone(child.key, "finished"), ev.AttemptDone(parent.key, "finished"))
     assert state.sent_requests["a"] == {"CPU": 0.0}
+
+
+def test_a_put_to_a_worker_that_just_died_is_tried_again_longer_each_time_then_given_up():
+    timings = Timings(place_tries=3, place_retry_s=0.2)
+    waits = [timings.place_retry_after(tries) for tries in (1, 2, 3)]
+    assert waits[:2] == pytest.approx([0.2, 0.4]) and waits[2] is None
+    assert EngineState().timings == Timings()  # the engine's own, unless told otherwise
