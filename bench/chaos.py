@@ -309,8 +309,11 @@ class Faults:
         pids = self.pids()
         address = sorted(pids)[0]
         os.kill(pids[address], signal.SIGSTOP)
-        time.sleep(seconds)
+        began = time.perf_counter()
+        ended = self.stopped.wait(seconds)  # a run that ends meanwhile: continued then
         os.kill(pids[address], signal.SIGCONT)
+        if ended:
+            return f"froze {address}; the run ended {time.perf_counter() - began:.1f} s into it"
         return f"froze {address} for {seconds:g} s"
 
     def kill_nanny(self) -> str:
