@@ -26,6 +26,7 @@ RUNTIME_NAME = "hrl-tasks-runtime"
 FLUSH_INTERVAL_S = 0.05
 SHARED_KEPT = 4  # shared values kept per worker process, the newest
 SHARED_DROPPED_REMEMBERED = 256  # keys of shared values let go, remembered per process
+CANCELLED_EARLY_KEPT = 1024  # cancelled keys whose task had not begun, the newest (seconds' worth)
 
 
 class WorkerRuntime(WorkerPlugin):
@@ -45,6 +46,10 @@ class WorkerRuntime(WorkerPlugin):
         self.cache: dict = {}  # worker_local() objects, one per key per worker process
         self.cache_lock = threading.Lock()
         self.running: dict[str, TaskContext] = {}  # engine tasks executing here, by key
+        # Dask-route keys cancelled while executing before their task was in ``running``
+        # (between Dask's start of it and run_task's first line), the newest last.
+        self.cancelled_early: OrderedDict[str, None] = OrderedDict()
+        self.running_lock = threading.Lock()  # running's entries against cancelled_early
         self.shared: OrderedDict[str, Any] = OrderedDict()  # shared values, the newest last
         self.shared_arrived: dict[str, asyncio.Event] = {}  # peers waiting for one
         # Keys of shared values let go, the newest last: a peer asking for one is told
@@ -112,8 +117,8 @@ class WorkerRuntime(WorkerPlugin):
         either way its time is left in ``ctx.elapsed`` for its reply to carry.
         """
         token = enter_task(ctx)
-        ctx.thread = threading.current_thread()
-        self.running[ctx.key] = ctx
+        if self.running.get(ctx.key) is not ctx:
+            self.track(ctx)
         if not quiet:
             self.report(ctx.topic, "start", ctx.key, ctx.name, None)
         start = time.perf_counter()
@@ -156,9 +161,30 @@ class WorkerRuntime(WorkerPlugin):
     # --- cancelled tasks leave the pool --------------------------------------------
 
     def transition(self, key, start, finish, **kwargs) -> None:
-        """Worker-state hook: a running engine task that gets cancelled leaves the pool."""
-        if start == "executing" and finish == "released" and key in self.running:
-            self.worker.loop.add_callback(self.detach, key)
+        """Worker-state hook: a running engine task that gets cancelled leaves the pool.
+
+        Dask counts a task as executing from before :func:`run_task` begins; a
+        cancel in between is remembered, and the task detaches once it is tracked.
+        """
+        if start != "executing" or finish != "released":
+            return
+        with self.running_lock:
+            if key not in self.running:
+                self.cancelled_early[key] = None
+                while len(self.cancelled_early) > CANCELLED_EARLY_KEPT:
+                    self.cancelled_early.popitem(last=False)
+                return
+        self.worker.loop.add_callback(self.detach, key)
+
+    def track(self, ctx: TaskContext) -> None:
+        """``ctx``'s task is findable here from now on (its cancel detaches it);
+        :meth:`reported` lets it go."""
+        ctx.thread = threading.current_thread()
+        with self.running_lock:
+            self.running[ctx.key] = ctx
+            cancelled = self.cancelled_early.pop(ctx.key, False) is None
+        if cancelled:
+            self.worker.loop.add_callback(self.detach, ctx.key)
 
     def detach(self, key: str) -> None:
         """Give a cancelled, still running task's thread slot to the next task.
@@ -246,23 +272,29 @@ def run_task(fn, spec: dict, args: tuple, kwargs: dict) -> Any:
     runtime = WorkerRuntime.of()
     ctx = TaskContext(spec["key"], spec["name"], spec["attempt"], spec["resources"], spec["topic"])
     service = runtime.task_service
-    if service is not None and not spec.get("internal"):
-        args, kwargs = service.resolve_in_thread((args, kwargs))
-        service.slots.acquire()
-        ctx.slots = service.slots
-    with runtime.reported(ctx):
-        try:
-            return runtime.call_with_faults(spec, fn, args, kwargs)
-        finally:
+    runtime.track(ctx)  # before its inputs and slot: a cancel while it waits for them detaches it
+    try:
+        if service is not None and not spec.get("internal"):
+            args, kwargs = service.resolve_in_thread((args, kwargs))
+            service.slots.acquire()
             with ctx.lock:
-                ctx.finished = True
-                holds_slot = ctx.slots is not None and not ctx.lent and not ctx.detached
-                if ctx.detached:  # a new thread took this one's place in the pool: end here
-                    dask_compat.end_thread_after_task()
-            if holds_slot:
-                ctx.slots.release()
-            if ctx.seceded and ctx.resources:
-                lend_resources(ctx.resources, -1)
+                if ctx.detached:  # cancelled while it waited: it does not run at all
+                    service.slots.release()
+                    return None
+                ctx.slots = service.slots
+        with runtime.reported(ctx):
+            return runtime.call_with_faults(spec, fn, args, kwargs)
+    finally:
+        runtime.running.pop(ctx.key, None)
+        with ctx.lock:
+            ctx.finished = True
+            holds_slot = ctx.slots is not None and not ctx.lent and not ctx.detached
+            if ctx.detached:  # a new thread took this one's place in the pool: end here
+                dask_compat.end_thread_after_task()
+        if holds_slot:
+            ctx.slots.release()
+        if ctx.seceded and ctx.resources:
+            lend_resources(ctx.resources, -1)
 
 
 async def change_supply(delta: dict, dask_worker=None) -> dict:

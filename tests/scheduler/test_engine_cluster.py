@@ -20,9 +20,9 @@ class TestDaskEngine(EngineConformance):
 @pytest.fixture(params=["dask", "direct"])
 def routed(engine, request):
     """The module's engine sending plain tasks by one route, then the other."""
-    engine.route = request.param
+    default, engine.route = engine.route, request.param
     yield engine
-    engine.route = "dask"
+    engine.route = default
 
 
 @pytest.mark.parametrize("resources", [None, {"CPU": 1}])
@@ -82,6 +82,10 @@ def _pool_threads(dask_worker):
     return len(dask_worker.executors["default"]._threads)
 
 
+def _dask_executing(dask_worker):
+    return len(dask_worker.state.executing)
+
+
 def _executing(dask_worker):
     """Engine tasks running here, on either route."""
     from hrl_tasks.scheduler.runtime import RUNTIME_NAME
@@ -91,23 +95,42 @@ def _executing(dask_worker):
     return len(dask_worker.state.executing) + direct
 
 
-def test_a_cancelled_running_task_gives_its_thread_to_the_next(engine):
+def test_a_cancelled_running_task_gives_its_thread_to_the_next(routed):
     # Both single-thread workers busy with 4 s tasks; cancel them once running.
-    slow = [engine.submit(tasks.sleep_then, i, 4.0) for i in range(2)]
+    slow = [routed.submit(tasks.sleep_then, i, 4.0) for i in range(2)]
     deadline = time.monotonic() + 10
-    while sum(engine.client.run(_executing).values()) < 2 and time.monotonic() < deadline:
+    while sum(routed.client.run(_executing).values()) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     for ref in slow:
         assert ref.cancel()
     start = time.perf_counter()
-    assert engine.submit(tasks.inc, 0).result(timeout=10) == 1  # one task alone, too
-    assert engine.gather([engine.submit(tasks.inc, i) for i in range(4)], timeout=10) == [
+    assert routed.submit(tasks.inc, 0).result(timeout=10) == 1  # one task alone, too
+    assert routed.gather([routed.submit(tasks.inc, i) for i in range(4)], timeout=10) == [
         1, 2, 3, 4,
     ]  # fmt: skip
     assert time.perf_counter() - start < 3.0  # did not wait for the 4 s tasks to end
     # The cancelled tasks ran to their end on threads that then left: one per worker again.
     time.sleep(4.5)
-    assert set(engine.client.run(_pool_threads).values()) <= {0, 1}  # (0: the direct route's)
+    assert set(routed.client.run(_pool_threads).values()) <= {0, 1}  # (0: the direct route's)
+
+
+def test_a_task_cancelled_while_it_waits_for_a_slot_never_runs(engine):
+    # Direct-route tasks hold both workers' one slot; Dask then starts its tasks, which
+    # wait for a slot before the engine tracks them. Cancelled there, they never run,
+    # and the tasks after them need not wait for theirs to end.
+    holders = [engine.submit(tasks.sleep_then, i, 1.5, route="direct") for i in range(2)]
+    waiting = [engine.submit(tasks.sleep_then, i, 4.0, route="dask") for i in range(2)]
+    deadline = time.monotonic() + 10
+    while sum(engine.client.run(_dask_executing).values()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for ref in waiting:
+        assert ref.cancel()
+    start = time.perf_counter()
+    assert engine.gather(holders, timeout=10) == [0, 1]
+    later = [engine.submit(tasks.inc, i, route="dask") for i in range(4)]
+    assert engine.gather(later, timeout=10) == [1, 2, 3, 4]
+    assert time.perf_counter() - start < 3.5  # the 1.5 s holders, not the 4 s tasks
+    assert sum(engine.client.run(_executing).values()) == 0
 
 
 def test_queued_calls_start_in_their_order_on_the_one_thread(engine):
