@@ -504,7 +504,7 @@ def runner_engine(args, run_dir: Path):
     except BaseException:
         allocation.close()
         raise
-    engine.cluster = allocation  # closing the engine ends the scheduler and the workers
+    engine.own_cluster(allocation)  # closing the engine ends the scheduler and the workers
     engine.runner = args.runner  # every process is the run's, on its interface
     try:
         engine.wait_for_workers(allocation.workers, timeout=args.wait_for_jobs)

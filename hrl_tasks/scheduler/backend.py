@@ -633,8 +633,6 @@ class DaskBackend(BackendRecords):
     async def _fetch_kept(self, kept: list) -> list:
         """The values of results kept on workers; :class:`ResultsLost` for those gone."""
 
-        pool = self.client.rpc
-
         async def one(item: Kept):
             if item.address in self.state.silent:  # known frozen: not waited for
                 return ResultsLost(
@@ -643,18 +641,14 @@ class DaskBackend(BackendRecords):
                     address=item.address,
                     silent=True,
                 )
-            # A bounded connect: Dask retries a refused one (a dead worker) for 30 s.
-            try:
-                comm = await asyncio.wait_for(
-                    pool.connect(item.address, timeout=PEER_CONNECT_S), PEER_CONNECT_S + 1.0
+            try:  # None: the holder stopped reporting
+                response = await self._ask_worker(
+                    item.address,
+                    PEER_CONNECT_S,
+                    lambda ask: self._answer_unless_silent(ask, item.address),
+                    RESULT_HANDLER,
+                    key=item.key,
                 )
-                response = await self._answer_unless_silent(
-                    dask_compat.ask_peer(comm, RESULT_HANDLER, key=item.key), item.address
-                )
-                if response is None:  # the holder stopped reporting
-                    comm.abort()
-                else:
-                    pool.reuse(item.address, comm)
             except asyncio.TimeoutError:  # it took the connection and said nothing
                 response = None
             except OSError:
@@ -696,19 +690,18 @@ class DaskBackend(BackendRecords):
         return self.client.sync(self._worker_stories, places)
 
     async def _worker_stories(self, places: dict[str, set[str]]) -> list[tuple]:
-        pool, ask_s = self.client.rpc, self.state.timings.story_ask_s
+        ask_s = self.state.timings.story_ask_s
 
         async def one(address: str, keys: set[str]) -> list[tuple]:
             asked_at = time.monotonic()
             try:
-                comm = await asyncio.wait_for(pool.connect(address, timeout=ask_s), ask_s + 1.0)
-                try:
-                    asked = dask_compat.ask_peer(comm, STORY_HANDLER, keys=sorted(keys))
-                    entries = await asyncio.wait_for(asked, ask_s)
-                except BaseException:
-                    comm.abort()
-                    raise
-                pool.reuse(address, comm)
+                entries = await self._ask_worker(
+                    address,
+                    ask_s,
+                    lambda ask: asyncio.wait_for(ask, ask_s),
+                    STORY_HANDLER,
+                    keys=sorted(keys),
+                )
             except Exception as exc:  # gone, frozen, or no task service there
                 return [(0.0, address, "", f"did not tell its half ({type(exc).__name__})")]
             # The worker's ages are of about halfway through the ask: made ages of its end.
@@ -717,6 +710,23 @@ class DaskBackend(BackendRecords):
 
         found = await asyncio.gather(*(one(a, k) for a, k in sorted(places.items())))
         return [entry for entries in found for entry in entries]
+
+    async def _ask_worker(self, address: str, connect_s: float, answer, handler: str, **msg):
+        """What ``address``'s ``handler`` answers to ``msg``, awaited by ``answer(ask)``
+        (None: given up). The connect is bounded too: Dask retries a refused one (a dead
+        worker) for 30 s. The connection is reused after an answer, dropped otherwise."""
+        pool = self.client.rpc
+        comm = await asyncio.wait_for(pool.connect(address, timeout=connect_s), connect_s + 1.0)
+        try:
+            response = await answer(dask_compat.ask_peer(comm, handler, **msg))
+        except BaseException:
+            comm.abort()
+            raise
+        if response is None:
+            comm.abort()
+        else:
+            pool.reuse(address, comm)
+        return response
 
     async def _answer_unless_silent(self, ask, address: str):
         """``ask``'s answer, or None once ``address`` stopped reporting (a stopped process

@@ -9,6 +9,8 @@ Each function builds the cluster (or reaches it) and then the engine, as
 
 from __future__ import annotations
 
+import functools
+
 from distributed import Client
 from distributed.security import Security
 
@@ -234,6 +236,7 @@ def from_gateway(
     except BaseException:
         close_cluster(cluster)
         raise
+    engine.own_cluster(cluster, functools.partial(close_cluster, cluster))  # its gateway once
     try:
         # Before any worker starts: each then declares its threads as it joins.
         engine.client.register_plugin(DeclareThreads(), name=DeclareThreads.name)

@@ -46,7 +46,6 @@ from hrl_tasks.scheduler.clusters import (
 )
 from hrl_tasks.scheduler.context import current_task, in_worker_task, task_wait
 from hrl_tasks.scheduler.errors import EngineError, ResultsLost
-from hrl_tasks.scheduler.gateway import close_cluster
 from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.page import EnginePage
 from hrl_tasks.scheduler.resources import check_satisfiable, normalize_request
@@ -198,7 +197,9 @@ class Engine:
         if send_interval_s is not None:
             dask_compat.set_send_interval(client, send_interval_s)
         self.client = client
-        self.cluster = cluster
+        self.cluster, self.close_cluster = None, None
+        if cluster is not None:
+            self.own_cluster(cluster)
         self.held_settings: HeldSettings | None = None  # the embedded cluster's, while it lives
         self.owns_client = owns_client
         self.topic = f"hrl-tasks-{uuid.uuid4().hex[:12]}"
@@ -316,6 +317,10 @@ class Engine:
         with self.backend.lock:
             return self.state.view()
 
+    def own_cluster(self, cluster, close=None) -> None:
+        """Close ``cluster`` with the engine, by ``close()`` (default: ``cluster.close``)."""
+        self.cluster, self.close_cluster = cluster, close or cluster.close
+
     def close(self) -> None:
         """Close the engine; a local engine also stops its worker processes."""
         if self.closed:
@@ -337,8 +342,8 @@ class Engine:
             self._page.close()
         if self.owns_client:
             self.client.close()
-        if self.cluster is not None:
-            close_cluster(self.cluster)
+        if self.close_cluster is not None:
+            self.close_cluster()
         if self.held_settings is not None:
             self.held_settings.release()
 

@@ -173,7 +173,7 @@ class SyncEngine(Engine):
         validate: bool | None = None,
     ):
         self.client = None
-        self.cluster = None
+        self.cluster, self.close_cluster = None, None
         self.owns_client = False
         self.topic = WORKER
         state = EngineState("sync", validate=validating(validate))
