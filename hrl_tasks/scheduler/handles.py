@@ -18,15 +18,35 @@ are the state machine's (:mod:`~hrl_tasks.scheduler.state`).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hrl_tasks.scheduler.context import task_wait
 from hrl_tasks.scheduler.errors import ObjectStartError, WorkerLostError
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 
 if TYPE_CHECKING:
-    from hrl_tasks.scheduler.engine import Engine
     from hrl_tasks.scheduler.taskref import TaskRef
+
+
+class ObjectOwner(Protocol):
+    """What a handle asks of the engine that made its object (the engine is one; this
+    module imports none, so that the engine may import it)."""
+
+    def call(
+        self, handle: WorkerHandle, method: str, args, kwargs, speculation, direct, keep=False
+    ) -> TaskRef: ...
+
+    def kill(self, handle: WorkerHandle, timeout: float | None) -> None: ...
+
+    def object_info(self, obj_id: str, field: str) -> Any: ...
+
+    def object_alive(self, obj_id: str) -> bool: ...
+
+    def object_creation(self, obj_id: str) -> Any: ...
+
+    def rebuild_with(self, obj_id: str, kwargs: dict) -> None: ...
+
+    def form_group(self, obj_ids: list[str]) -> None: ...
 
 
 class WorkerHandle:
@@ -40,7 +60,7 @@ class WorkerHandle:
         counter.kill()
     """
 
-    def __init__(self, engine: Engine, obj_id: str, name: str, label: str):
+    def __init__(self, engine: ObjectOwner, obj_id: str, name: str, label: str):
         self.engine = engine
         self.obj_id = obj_id
         self.name = name

@@ -12,11 +12,26 @@ the in-process engine, the value itself.
 from __future__ import annotations
 
 import concurrent.futures as cf
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from hrl_tasks.scheduler.engine import Engine
+
+class TaskOwner(Protocol):
+    """What a TaskRef asks of the engine that made it (the engine is one; this module
+    imports none, so that the engine may import it)."""
+
+    def task_info(self, task_id: str, field: str) -> Any: ...
+
+    def future_of(self, ref: TaskRef) -> Any: ...
+
+    def gather(self, refs: Iterable[TaskRef], timeout: float | None = None) -> list: ...
+
+    def wait(self, refs: Iterable[TaskRef], timeout: float | None = None) -> Any: ...
+
+    def cancel(self, ref: TaskRef) -> None: ...
+
+    def released(self, task_id: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -76,7 +91,7 @@ class TaskRef:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: TaskOwner,
         task_id: str,
         name: str,
         direct_call: bool = False,

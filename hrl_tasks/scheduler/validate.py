@@ -26,19 +26,46 @@ The rules:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from hrl_tasks.scheduler.status import PENDING, STATUSES
 
-if TYPE_CHECKING:
-    from hrl_tasks.scheduler.state import EngineState, Task
+
+class TaskView(Protocol):
+    """What the rules read of a task (a ``state.Task``)."""
+
+    task_id: str
+    name: str
+    obj_id: str | None
+    status: str
+    live: dict
+    waiting_on: set
+    retry_due: float | None
+    room_wait: tuple | None
+
+
+class StateView(Protocol):
+    """What the rules read of the state (an ``state.EngineState``, which imports this
+    module: the rules know its shape, not its module)."""
+
+    now: float
+    tasks: Mapping[str, TaskView]
+    attempts: Mapping[str, Any]
+    objects: Mapping[str, Any]
+    ledger: Any
+    nthreads: Mapping[str, int]
+    sent: Mapping[str, set]
+    sent_waiting: Mapping[str, set]
+    room: Any
+    waiters: Mapping[str, set]
 
 
 class InvalidState(AssertionError):
     """The engine's state broke one of its invariants (a bug in the engine)."""
 
 
-def problems(state: EngineState) -> list[str]:
+def problems(state: StateView) -> list[str]:
     """Every broken invariant of ``state``, one sentence each (empty: all hold)."""
     found: list[str] = []
     for task in state.tasks.values():
@@ -48,7 +75,7 @@ def problems(state: EngineState) -> list[str]:
     return found
 
 
-def check(state: EngineState) -> None:
+def check(state: StateView) -> None:
     """Raise :class:`InvalidState` if ``state`` breaks an invariant."""
     found = problems(state)
     if found:
@@ -57,7 +84,7 @@ def check(state: EngineState) -> None:
         raise InvalidState(f"the engine's state is inconsistent:\n  {shown}{more}")
 
 
-def _task_problems(state: EngineState, task: Task) -> list[str]:
+def _task_problems(state: StateView, task: TaskView) -> list[str]:
     if task.status not in STATUSES:
         return [f"task {task.task_id} has status {task.status!r}"]
     if task.status != PENDING:
@@ -73,7 +100,7 @@ def _task_problems(state: EngineState, task: Task) -> list[str]:
     return [f"task {task.task_id}: {w}" for w in where if w.startswith("!")]
 
 
-def where_is(state: EngineState, task: Task, now: float | None = None) -> list[str]:
+def where_is(state: StateView, task: TaskView, now: float | None = None) -> list[str]:
     """Where a pending task is: reasons it will end (a '!' marks a reason that is broken).
     ``now``: the clock's time (default: that of the last event handled)."""
     now = state.now if now is None else now
@@ -125,7 +152,7 @@ def where_is(state: EngineState, task: Task, now: float | None = None) -> list[s
     return where
 
 
-def _attempt_problems(state: EngineState) -> list[str]:
+def _attempt_problems(state: StateView) -> list[str]:
     found = []
     for key, attempt in state.attempts.items():
         task = state.tasks.get(attempt.task_id)
@@ -148,7 +175,7 @@ def _attempt_problems(state: EngineState) -> list[str]:
     return found
 
 
-def _ledger_problems(state: EngineState) -> list[str]:
+def _ledger_problems(state: StateView) -> list[str]:
     found = []
     ledger = state.ledger
     for holder, (worker, _) in ledger.holdings.items():
