@@ -74,9 +74,9 @@ def stream_state(dask_worker):
         return {"kept": 0, "functions": [], "cancelled": [], "waiting": 0}
     return {
         "kept": len(service.kept),
-        "functions": [len(stream.functions) for stream in service.streams],
-        "cancelled": [len(stream.cancelled) for stream in service.streams],
-        "active": [len(stream.active) for stream in service.streams],
+        "functions": [len(stream.state.functions) for stream in service.streams],
+        "cancelled": [len(stream.state.cancelled) for stream in service.streams],
+        "active": [len(stream.state.active) for stream in service.streams],
         "waiting": service.waiting,
     }
 

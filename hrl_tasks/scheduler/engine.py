@@ -56,22 +56,14 @@ from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import EngineState
 from hrl_tasks.scheduler.task_service import TaskRoute
 from hrl_tasks.scheduler.taskref import TaskRef, collect_refs
+from hrl_tasks.scheduler.validate import validating
 from hrl_tasks.scheduler.watch import WaitWatch
 
 logger = logging.getLogger(__name__)
 RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
-VALIDATE_VARIABLE = "HRL_TASKS_VALIDATE"
 ROUTES = ("dask", "direct")  # how plain tasks reach the workers (Engine(route=...))
 ROUTE_VARIABLE = "HRL_TASKS_ROUTE"
 EVENTS_BACKSTOP_SWEEP_S = 5.0  # seconds between looks at the workers beside the events
-
-
-def validating(validate: bool | None) -> bool:
-    """Whether an engine checks its state after every event: ``validate``, or if None
-    the environment's ``HRL_TASKS_VALIDATE`` (``1`` for on)."""
-    if validate is not None:
-        return bool(validate)
-    return os.environ.get(VALIDATE_VARIABLE, "") == "1"
 
 
 def requires_encryption(client_requires: bool, configured: bool, scheduler_address: str) -> bool:

@@ -50,7 +50,6 @@ import contextlib
 import pickle
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -60,6 +59,41 @@ from distributed.sizeof import sizeof
 from hrl_tasks.scheduler import dask_compat, wire
 from hrl_tasks.scheduler.context import TaskContext
 from hrl_tasks.scheduler.shared import InputLostError, ask_peer_for, rebuilt
+from hrl_tasks.scheduler.stream_state import (
+    Cancel,
+    Detach,
+    Detached,
+    DirectCall,
+    Drop,
+    DropLater,
+    Fetch,
+    FunctionForgotten,
+    FunctionSent,
+    InputLost,
+    InputsFetched,
+    Keep,
+    KeptInput,
+    LookAgain,
+    Note,
+    Posted,
+    Release,
+    ReleaseSlot,
+    ResultKept,
+    Run,
+    RunnerEnded,
+    RunTask,
+    Send,
+    SlotTaken,
+    StartCall,
+    StartRunner,
+    StreamEnded,
+    StreamState,
+    Take,
+    ValueSent,
+    Waits,
+    has_kept,
+)
+from hrl_tasks.scheduler.validate import validating
 
 TASKS_HANDLER = "hrl_tasks_tasks"
 RESULT_HANDLER = "hrl_tasks_result"
@@ -126,15 +160,6 @@ async def write_batches(stream, outbox: list, wake: asyncio.Event, unpicklable) 
                 await stream.send(batch)
 
 
-@dataclass(frozen=True)
-class KeptInput:
-    """An input kept on worker ``address`` under ``key`` (a large direct-route result):
-    the worker running the task fetches it (or finds it among its own)."""
-
-    key: str
-    address: str
-
-
 class InputGone(Exception):
     """A kept input could not be had: its worker is gone or does not answer."""
 
@@ -155,16 +180,6 @@ async def resolve_kept(service: TaskService, obj):
         return item
 
     return await walk(obj)
-
-
-def has_kept(obj) -> bool:
-    if isinstance(obj, KeptInput):
-        return True
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return any(has_kept(x) for x in obj)
-    if isinstance(obj, dict):
-        return any(has_kept(v) for v in obj.values())
-    return False
 
 
 class Slots:
@@ -222,6 +237,8 @@ class Slots:
 class TaskStream:
     """One engine's stream of tasks to this worker: queued in order, run in slots.
 
+    What the stream holds and decides is its :class:`StreamState`; this class
+    carries out its instructions: the socket, the runner threads, the slots.
     A thread that takes a slot runs the stream's queued tasks one after another
     while it keeps the slot; it gives the slot back when the queue is empty, when
     a waiting task is to go on (resuming tasks come first), or when another
@@ -232,23 +249,23 @@ class TaskStream:
         self.service = service
         self.stream = stream  # a `wire` stream
         self.loop = asyncio.get_running_loop()
-        self.functions: dict[int, Any] = {}
-        self.lock = threading.Lock()  # the queue: filled on the event loop, run in threads
-        self.order: collections.deque[str] = collections.deque()
-        self.items: dict[str, tuple] = {}  # key -> (spec, fn, args, kwargs), not started
-        self.cancelled: set[str] = set()  # running or fetching: their answers go unsent
-        self.active: set[str] = set()  # taken by a runner, until its answer is posted
-        self.fetching: set[str] = set()  # waiting for kept inputs, not queued yet
-        self.results: set[str] = set()  # keys of the results this stream's tasks kept here
-        self.puts: set[str] = set()  # keys of the put values this stream's engine sent
+        self.state = StreamState(validate=validating())
+        self.lock = threading.Lock()  # the state: fed on the event loop and in threads
         self.outbox: list = []
         self.wake = asyncio.Event()
         self.wake_due = False  # a write of held answers is scheduled
         self.done_lock = threading.Lock()
         self.done: list = []
         self.posted = False
-        self.closed = False
-        self.runners = 0  # threads running this stream's tasks, each holding a slot
+
+    @property
+    def closed(self) -> bool:
+        return self.state.closed
+
+    def handle(self, *events) -> list:
+        """The state advanced by ``events`` (from the loop or a thread): its instructions."""
+        with self.lock:
+            return self.state.handle(*events)
 
     async def serve(self) -> None:
         writer = asyncio.ensure_future(self._write())
@@ -257,78 +274,50 @@ class TaskStream:
         try:
             while True:
                 for message in await self.stream.receive():
-                    self._handle(message)
+                    self._carry_out(self.handle(received(message)))
                 self._dispatch()
         except OSError:  # the engine went away: its queued tasks go with it
             pass
         finally:
-            self.closed = True
             self.service.slots.on_free.remove(self._on_free)
             self.service.streams.remove(self)
-            with self.lock:
-                for key in self.items:
-                    self.service.note(key, "dropped unstarted: its engine's stream ended")
-                self.order.clear()
-                self.items.clear()
-            for key in self.puts:  # the engine's puts go with it
-                self.service.kept.pop(key, None)
-            self.service.forget_later(self.results)  # its results, after a grace
+            self._carry_out(self.handle(StreamEnded()))
             writer.cancel()
 
-    def _queue(self, key: str, item: tuple) -> None:
-        with self.lock:
-            self.items[key] = item
-            self.order.append(key)
-
     def has_queued(self) -> bool:
-        return bool(self.items)
+        return bool(self.state.queued)
 
-    def _handle(self, message) -> None:
-        kind = message[0]
-        if kind == "run":
-            _, key, spec, fn_id, args, kwargs = message
-            fn = self.functions.get(fn_id)
-            if fn is None:  # it did not pickle in the engine, which fails the task itself
-                self.service.note(key, f"received: no function {fn_id}, answered error")
-                self._send(("done", key, "error", LookupError(f"no function {fn_id}"), None))
-                return
-            if has_kept((args, kwargs)):  # queued once its inputs are here
-                self.service.note(key, "received; fetching its kept inputs")
-                self.fetching.add(key)
-                asyncio.ensure_future(self._fetch_inputs(key, spec, fn, args, kwargs))
-            else:
-                self.service.note(key, "received; queued for a slot")
-                self._queue(key, (spec, fn, args, kwargs))
-        elif kind == "fn":
-            self.functions[message[1]] = message[2]
-        elif kind == "forget-fn":
-            self.functions.pop(message[1], None)
-        elif kind == "cancel":
-            with self.lock:
-                dropped = self.items.pop(message[1], None)
-                running = message[1] in self.active
-            if dropped is not None:
-                self.service.note(message[1], "cancelled before it started")
-                self._send(("done", message[1], "cancelled", None, None))
-            elif running or message[1] in self.fetching:  # else its answer has left
-                self.service.note(message[1], "cancelled while it ran: its slot goes on")
-                self.cancelled.add(message[1])
-                with self.lock:  # its runner no longer counts (it ends without a slot,
-                    if self.service.detach(message[1]):  # see _runner): the freed slot
-                        self.runners -= 1  # takes the next task now
+    def _carry_out(self, instructions: list) -> None:
+        """Do what the state said, on the event loop (a runner's own instructions are
+        carried out in its thread: `_runner`)."""
+        service = self.service
+        for i in instructions:
+            kind = type(i)
+            if kind is Note:
+                service.note(i.key, i.what)
+            elif kind is Send:
+                self.outbox.append(i.message)
+                if i.at_once:
+                    self.wake.set()
+            elif kind is Detach:
+                if service.detach(i.key):
+                    self._carry_out(self.handle(Detached(i.key)))
+            elif kind is Fetch:
+                asyncio.ensure_future(self._fetch_inputs(i))
+            elif kind is Keep:
+                service.kept[i.key] = i.value
+            elif kind is Drop:
+                service.kept.pop(i.key, None)
+            elif kind is DropLater:
+                service.forget_later(i.keys)
+            elif kind is LookAgain:
                 self._dispatch()
-        elif kind == "value":  # a put's value, for the tasks of this stream that name it
-            self.service.kept[message[1]] = message[2]
-            self.puts.add(message[1])
-        elif kind == "release":
-            if message[1] in self.results:
-                self.service.note(message[1], "its kept result released")
-            self.service.kept.pop(message[1], None)
-            self.puts.discard(message[1])
-            self.results.discard(message[1])
-        elif kind == "call":
-            self.service.note(message[1], "direct call received")
-            asyncio.ensure_future(self._call(*message[1:]))
+            elif kind is StartRunner:
+                service.pool.submit(self._runner)
+            elif kind is StartCall:
+                asyncio.ensure_future(self._call(i.key, i.spec, i.call))
+            else:
+                raise AssertionError(f"the stream cannot carry out {i!r} on its loop")
 
     async def _call(self, key: str, spec: dict, call: tuple) -> None:
         run_call = self.service.run_call
@@ -339,71 +328,51 @@ class TaskStream:
         status, value, elapsed = await run_call(self.service.runtime, spec, call)
         self._answer(("done", key, status, value, elapsed))
 
-    async def _fetch_inputs(self, key: str, spec: dict, fn, args, kwargs) -> None:
+    async def _fetch_inputs(self, fetch: Fetch) -> None:
         try:
-            args, kwargs = await resolve_kept(self.service, (args, kwargs))
+            args, kwargs = await resolve_kept(self.service, (fetch.args, fetch.kwargs))
         except InputGone as exc:
-            self.cancelled.discard(key)
-            self.service.note(key, f"an input could not be fetched ({exc}): not run")
-            self._send(("done", key, "input-lost", str(exc), None))
+            self._carry_out(self.handle(InputLost(fetch.key, str(exc))))
             return
-        finally:
-            self.fetching.discard(key)
-        if key in self.cancelled:
-            self.cancelled.discard(key)
-            self._send(("done", key, "cancelled", None, None))
-            return
-        self.service.note(key, "inputs fetched; queued for a slot")
-        self._queue(key, (spec, fn, args, kwargs))
+        found = InputsFetched(fetch.key, fetch.spec, fetch.fn, args, kwargs)
+        self._carry_out(self.handle(found))
         self._dispatch()
 
     def _on_free(self) -> None:  # from any thread
         """A slot freed: start more of this stream's tasks, if it has any waiting (a task
         queued after this look is dispatched by the loop itself, as it queues it)."""
-        if self.items and not self.closed:
+        if self.state.wants_runner():
             self.loop.call_soon_threadsafe(self._dispatch)
 
     def _dispatch(self) -> None:
         """Start a runner for queued tasks per free slot (on the event loop)."""
         slots = self.service.slots
-        while len(self.items) > self.runners and slots.try_acquire():
-            with self.lock:
-                self.runners += 1
-            self.service.pool.submit(self._runner)
-
-    def _next(self) -> tuple | None:
-        with self.lock:
-            while self.order:
-                key = self.order.popleft()
-                item = self.items.pop(key, None)
-                if item is not None:
-                    self.active.add(key)
-                    return (key, *item)
-        return None
+        while self.state.wants_runner() and slots.try_acquire():
+            self._carry_out(self.handle(SlotTaken()))
 
     def _runner(self) -> None:
         """Run queued tasks in a pool thread holding a slot, until it should give it back."""
         slots = self.service.slots
         holds = True
         try:
-            while not self.closed:
-                found = self._next()
-                if found is None:
+            while True:
+                found = self.handle(Take())
+                if not found:
                     break
-                holds = self._run(*found)  # not held: cancelled while it ran (detached)
+                holds = self._run(found[0])  # not held: cancelled while it ran (detached)
                 if not holds or slots.resuming or self.service.others_waiting(self):
                     break
         finally:
-            with self.lock:
-                self.runners -= holds  # a detached one was uncounted then
-            if holds:
-                slots.release()
-            elif self.items and not self.closed:  # its slot went elsewhere: look again
-                self._on_free()
+            for i in self.handle(RunnerEnded(holds)):
+                if type(i) is ReleaseSlot:
+                    slots.release()
+                else:  # LookAgain: its slot went elsewhere
+                    self._on_free()
 
-    def _run(self, key: str, spec: dict, fn, args: tuple, kwargs: dict) -> bool:
+    def _run(self, task: RunTask) -> bool:
         """Run one attempt in this runner's thread, holding its slot; whether the slot is
         still held after (not when the task was cancelled while it ran: it gave it back)."""
+        key, spec = task.key, task.spec
         service = self.service
         runtime = service.runtime
         token = dask_compat.worker_context(runtime.worker)
@@ -422,11 +391,12 @@ class TaskStream:
             self._answer(("started", key, None, None, None))
         try:
             with runtime.reported(ctx, quiet=True):
-                value = runtime.call_with_faults(spec, fn, args, kwargs)
+                value = runtime.call_with_faults(spec, task.fn, task.args, task.kwargs)
             size = sizeof(value)
             if size >= service.keep_from:
                 service.kept[key] = value
-                self.results.add(key)
+                for dropped in self.handle(ResultKept(key)):  # its stream had ended
+                    service.kept.pop(dropped.key, None)
                 out = ("done", key, "kept", size, ctx.elapsed)
             else:
                 out = ("done", key, "OK", value, ctx.elapsed)
@@ -445,10 +415,8 @@ class TaskStream:
         runner does not count meanwhile (another may take the slot), and its engine
         is told."""
         self.service.count_waiting(+1 if waiting else -1)  # raises if one too many
-        with self.lock:
-            self.runners += -1 if waiting else 1
-        what = "waits for other tasks, its slot lent" if waiting else "goes on, a slot taken again"
-        self.service.note(key, what)
+        for i in self.handle(Waits(key, waiting)):
+            self.service.note(i.key, i.what)
         self._answer(("waiting" if waiting else "resumed", key, None, None, None))
 
     def _answer(self, out: tuple) -> None:  # from a pool thread: one wake-up per batch
@@ -461,21 +429,8 @@ class TaskStream:
     def _post(self) -> None:
         with self.done_lock:
             done, self.done, self.posted = self.done, [], False
-        for out in done:
-            if out[0] == "done":
-                with self.lock:
-                    self.active.discard(out[1])
-            if out[0] == "done":
-                self.service.note(out[1], answered(out, out[1] in self.cancelled))
-            if out[1] in self.cancelled:
-                if out[0] == "done":
-                    self.cancelled.discard(out[1])
-                    if out[2] == "kept":  # nobody will ask for it
-                        self.service.kept.pop(out[1], None)
-                        self.results.discard(out[1])
-                continue
-            self.outbox.append(out)
-        if not self.items:
+        self._carry_out(self.handle(*(Posted(out) for out in done)))
+        if not self.state.queued:
             self.wake.set()
         elif not self.wake_due:  # more to come soon: let answers gather
             self.wake_due = True
@@ -483,10 +438,6 @@ class TaskStream:
 
     def _wake_held(self) -> None:
         self.wake_due = False
-        self.wake.set()
-
-    def _send(self, message) -> None:
-        self.outbox.append(message)
         self.wake.set()
 
     async def _write(self) -> None:
@@ -503,17 +454,24 @@ class TaskStream:
         self.wake.set()
 
 
-def answered(out: tuple, cancelled: bool) -> str:
-    """A story's words for a task's ``("done", key, status, value, elapsed)``."""
-    _, _, status, value, elapsed = out
-    took = "" if elapsed is None else f" after {elapsed:.3f} s"
-    if cancelled:
-        return f"ended{took}, cancelled before: no answer sent"
-    if status == "kept":
-        return f"ended{took}; its result ({value:,} B) kept here, its size answered"
-    if status == "error":
-        return f"ended{took} with {type(value).__name__}; answered"
-    return f"ended{took}; answered {status}"
+def received(message: tuple):
+    """The event a message from the engine is."""
+    kind = message[0]
+    if kind == "run":
+        return Run(*message[1:])
+    if kind == "cancel":
+        return Cancel(message[1])
+    if kind == "fn":
+        return FunctionSent(message[1], message[2])
+    if kind == "forget-fn":
+        return FunctionForgotten(message[1])
+    if kind == "value":
+        return ValueSent(message[1], message[2])
+    if kind == "release":
+        return Release(message[1])
+    if kind == "call":
+        return DirectCall(*message[1:])
+    raise ValueError(f"a task stream takes no {kind!r} message")
 
 
 class TaskService:
