@@ -357,8 +357,7 @@ class DaskBackend(BackendRecords):
         elif isinstance(ins, ev.Refresh):
             self.refresh()
         elif isinstance(ins, ev.DropObject):
-            self.objects.pop(ins.obj_id, None)
-            self.creations.pop(ins.obj_id, None)
+            self.drop_object(ins.obj_id)
         elif isinstance(ins, ev.Resend):
             value = self.put_values.get(ins.task_id)
             if ins.task_id in self.put_values:
@@ -406,9 +405,7 @@ class DaskBackend(BackendRecords):
         failed = []
         for launch in launches:
             if launch.kind == "create":
-                self.creations[launch.obj_id] = self.outcomes.setdefault(
-                    launch.task_id, cf.Future()
-                )
+                self.creating(launch.obj_id, launch.task_id)
                 if launch.obj_id in self.held_back:
                     self.held_back[launch.obj_id].append(launch)  # after the supply change
                     continue
@@ -487,10 +484,10 @@ class DaskBackend(BackendRecords):
     def _call_of(self, launch: ev.Launch) -> tuple:
         """``(fn, args, kwargs, topic)`` of a launch, inputs resolved to Dask futures."""
         if launch.kind == "task":
-            fn, args, kwargs, topic = self.payloads[launch.task_id]
+            fn, args, kwargs, topic = self.tasks[launch.task_id].payload
             args, kwargs = resolve_inputs((args, kwargs), launch.inputs, self.futures)
             return fn, args, kwargs, topic
-        factory, fargs, fkwargs, topic = self.objects[launch.obj_id]
+        factory, fargs, fkwargs, topic = self.recipe_of(launch.obj_id)
         if launch.kind == "create":
             return (
                 create_object,
@@ -507,7 +504,7 @@ class DaskBackend(BackendRecords):
     def _method_of(self, launch: ev.Launch) -> tuple:
         if launch.kind == "snapshot":
             return "get_state", (), {}
-        payload = self.payloads.get(launch.args_of or launch.task_id)
+        payload = self.payload_of(launch.args_of or launch.task_id)
         if payload is None:
             raise KeyError(f"the arguments of {launch.name} are gone")
         return payload[:3]
@@ -540,7 +537,7 @@ class DaskBackend(BackendRecords):
     # --- the direct route: plain tasks on the engine's own streams -------------------
 
     def _send_task(self, launch: ev.Launch) -> None:
-        fn, args, kwargs, topic = self.payloads[launch.task_id]
+        fn, args, kwargs, topic = self.tasks[launch.task_id].payload
         address = launch.workers[0]
         channel = self._channel(address)
         sent = {}  # a put's value goes on the stream once; the task names it
@@ -767,10 +764,10 @@ class DaskBackend(BackendRecords):
 
     def _send_direct(self, launch: ev.Launch) -> None:
         address = launch.workers[0]
-        topic = self.objects[launch.obj_id][3]
+        topic = self.recipe_of(launch.obj_id)[3]
         method, margs, mkwargs = self._method_of(launch)
         spec = self._spec(launch.key, launch.name, launch.attempt, {}, topic, launch.internal)
-        spec["keep"] = (launch.args_of or launch.task_id) in self.keep
+        spec["keep"] = self.keeps(launch.args_of or launch.task_id)
         # Not followed by speculation: the call's time comes with its reply, and no
         # start or end report travels through the scheduler. Such a call does not
         # count as busy on its worker: it runs in its object's threads, not Dask's.
@@ -905,7 +902,7 @@ class DaskBackend(BackendRecords):
 
     async def _created(self, launch: ev.Launch, address: str) -> None:
         """Wait for the object's creation; raise as a pinned call would if it failed."""
-        creation = self.creations.get(launch.obj_id)
+        creation = self.creation_of(launch.obj_id)
         if creation is None:
             return
         try:

@@ -448,17 +448,25 @@ class Engine:
         return deps
 
     def _new_ref(
-        self, name: str, payload: tuple | None, direct_call: bool = False, pinned: bool = False
+        self,
+        name: str,
+        payload: tuple | None,
+        direct_call: bool = False,
+        pinned: bool = False,
+        keep: bool = False,
+        recorded: bool = True,
     ) -> TaskRef:
-        """A TaskRef whose outcome and arguments the backend knows."""
+        """A TaskRef whose outcome and arguments the backend records (unless not
+        ``recorded``: a put's outcome is settled here, at once)."""
         ref = TaskRef(self, self.state.new_key(name), name, direct_call, pinned)
         parent = current_task()  # nested tasks report their durations to the root engine
         topic = self.topic if parent is None else parent.topic
         if payload is not None:
-            self.backend.payloads[ref.task_id] = (*payload, topic)
+            payload = (*payload, topic)
             if not ref.pinned:  # a plain task can run again if its result is lost
-                ref.recipe = (*payload, topic)
-        self.backend.outcomes[ref.task_id] = ref.outcome
+                ref.recipe = payload
+        if recorded:
+            self.backend.add_task(ref.task_id, ref.outcome, payload, keep)
         return ref
 
     def put(self, value, broadcast: bool = False) -> TaskRef:
@@ -473,8 +481,7 @@ class Engine:
                 every worker read: none of them waits to fetch it, and a holder
                 that dies or freezes holds none of them up.
         """
-        ref = self._new_ref("put", None)
-        self.backend.outcomes.pop(ref.task_id, None)
+        ref = self._new_ref("put", None, recorded=False)
         ref.outcome.set_result(self.backend.place(value, ref.task_id, broadcast))
         self.backend.push(ev.PutValue(ref.task_id))
         return ref
@@ -523,8 +530,7 @@ class Engine:
                 if ref.recipe is None:
                     raise lost
                 ref.outcome = cf.Future()
-                self.backend.payloads[ref.task_id] = ref.recipe
-                self.backend.outcomes[ref.task_id] = ref.outcome
+                self.backend.add_task(ref.task_id, ref.outcome, ref.recipe)
                 away = lost.address if lost.silent else None
                 self.backend.push(ev.ResultLost(ref.task_id, value.key, away_from=away))
 
@@ -696,9 +702,8 @@ class Engine:
         obj_id = f"{name}-{uuid.uuid4().hex[:8]}"
         parent = current_task()
         topic = self.topic if parent is None else parent.topic
-        self.backend.objects[obj_id] = (cls_or_factory, args, kwargs, topic)
         creation = self._new_ref(f"{label}.__init__", None, pinned=True)
-        self.backend.creations[obj_id] = creation.outcome
+        self.backend.add_object(obj_id, (cls_or_factory, args, kwargs, topic), creation.outcome)
         # Made inside a task: elsewhere than the task's own process when there is room,
         # so that a nested algorithm's rollout workers do not share its learner's process.
         avoid = _own_worker() if parent is not None else frozenset()
@@ -761,10 +766,8 @@ class Engine:
             deps: list[TaskRef] = []
         else:
             deps = self._inputs(args, kwargs)
-        ref = self._new_ref(name, (method, args, kwargs), direct_call=direct, pinned=True)
+        ref = self._new_ref(name, (method, args, kwargs), direct, pinned=True, keep=keep)
         ref.deps = tuple(d.task_id for d in deps)
-        if keep:
-            self.backend.keep.add(ref.task_id)
         call = ev.CallObject(
             ref.task_id,
             handle.obj_id,
@@ -796,11 +799,7 @@ class Engine:
         """Merge ``kwargs`` into the factory arguments a stateful object is re-created
         with (see :meth:`WorkerHandle.rebuild_with`)."""
         with self.backend.lock:
-            made = self.backend.objects.get(obj_id)
-            if made is None:  # ended for good (killed, out of restarts): never re-created
-                return
-            factory, args, before, topic = made
-            self.backend.objects[obj_id] = (factory, args, {**before, **kwargs}, topic)
+            self.backend.rebuild_with(obj_id, kwargs)
 
     def object_alive(self, obj_id: str) -> bool:
         """Whether a stateful object still takes calls (known, not killed, not out of restarts)."""
@@ -811,7 +810,7 @@ class Engine:
     def object_creation(self, obj_id: str):
         """The future of a stateful object's latest creation (it changes when the object
         moves after its worker died), or None before the first."""
-        return self.backend.creations.get(obj_id)
+        return self.backend.creation_of(obj_id)
 
     # --- the workers --------------------------------------------------------
 

@@ -98,18 +98,17 @@ class InProcessBackend(BackendRecords):
 
     def _call_of(self, launch: ev.Launch) -> tuple:
         if launch.kind == "task":
-            fn, args, kwargs, topic = self.payloads[launch.task_id]
+            fn, args, kwargs, topic = self.tasks[launch.task_id].payload
             return fn, *resolve_local((args, kwargs)), topic
-        factory, fargs, fkwargs, topic = self.objects[launch.obj_id]
+        factory, fargs, fkwargs, topic = self.recipe_of(launch.obj_id)
         if launch.kind == "create":
-            if launch.task_id in self.outcomes:
-                self.creations[launch.obj_id] = self.outcomes[launch.task_id]
+            self.creating(launch.obj_id, launch.task_id)
             return self._create, (launch.obj_id, factory, fargs, fkwargs), {}, topic
         if launch.kind == "destroy":
             return self._destroy, (launch.obj_id,), {}, topic
         if launch.kind == "snapshot":
             return self._method(launch.obj_id, "get_state"), (), {}, topic
-        method, args, kwargs, _ = self.payloads[launch.args_of or launch.task_id]
+        method, args, kwargs, _ = self.tasks[launch.args_of or launch.task_id].payload
         return self._method(launch.obj_id, method), *resolve_local((args, kwargs)), topic
 
     def _create(self, obj_id: str, factory, args, kwargs) -> dict:
@@ -196,7 +195,7 @@ class SyncEngine(Engine):
     def create_worker(self, cls_or_factory, *args, **kwargs) -> WorkerHandle:
         """As :meth:`Engine.create_worker`; a factory that raises raises here."""
         handle = super().create_worker(cls_or_factory, *args, **kwargs)
-        creation = self.backend.creations[handle.obj_id]
+        creation = self.backend.creation_of(handle.obj_id)
         if creation.exception() is not None:
             error = creation.exception()
             raise ObjectStartError(f"stateful worker {handle.name!r} failed to start: {error}")
