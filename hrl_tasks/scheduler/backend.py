@@ -55,6 +55,7 @@ from hrl_tasks.scheduler.shared import (
     rebuilt,
 )
 from hrl_tasks.scheduler.state import EngineState
+from hrl_tasks.scheduler.story import dask_record
 from hrl_tasks.scheduler.task_channel import TaskChannel
 from hrl_tasks.scheduler.task_service import RESULT_HANDLER, STORY_HANDLER, KeptInput
 from hrl_tasks.scheduler.taskref import Kept, Local, TaskRef, collect_refs
@@ -677,16 +678,21 @@ class DaskBackend(BackendRecords):
             )
         return found
 
-    def worker_stories(self, places: dict[str, set[str]]) -> list[tuple]:
+    def worker_stories(
+        self, places: dict[str, set[str]], dask_keys: set[str] = frozenset()
+    ) -> list[tuple]:
         """The workers' half of attempts' stories, ``(age, address, key, what)`` each,
-        asked of every worker in ``places`` (address -> keys) at once; one that does
-        not answer within ``Timings.story_ask_s`` says so instead (a frozen worker
-        takes the connection and never answers)."""
-        if not places or self.closed:
+        asked at once: of every worker in ``places`` (address -> keys of attempts sent
+        on its stream), and for ``dask_keys`` (attempts on Dask's route) of Dask's
+        scheduler and of every worker the engine knows, as ``client.story`` asks them.
+        One that does not answer within ``Timings.story_ask_s`` says so instead (a
+        frozen worker takes the connection and never answers; ``client.story`` would
+        wait for it)."""
+        if not (places or dask_keys) or self.closed:
             return []
-        return self.client.sync(self._worker_stories, places)
+        return self.client.sync(self._worker_stories, places, dask_keys)
 
-    async def _worker_stories(self, places: dict[str, set[str]]) -> list[tuple]:
+    async def _worker_stories(self, places: dict, dask_keys: set[str]) -> list[tuple]:
         ask_s = self.state.timings.story_ask_s
 
         async def one(address: str, keys: set[str]) -> list[tuple]:
@@ -705,8 +711,40 @@ class DaskBackend(BackendRecords):
             late = (time.monotonic() - asked_at) / 2
             return [(age + late, address, key, what) for age, key, what in entries]
 
-        found = await asyncio.gather(*(one(a, k) for a, k in sorted(places.items())))
+        asks = [one(a, k) for a, k in sorted(places.items())]
+        if dask_keys:
+            keys = sorted(dask_keys)
+            asks.append(self._dask_story("scheduler", keys))
+            asks += [self._dask_story(a, keys) for a in sorted(self.state.nthreads)]
+        found = await asyncio.gather(*asks)
         return [entry for entries in found for entry in entries]
+
+    async def _dask_story(self, address: str, keys: list[str]) -> list[tuple]:
+        """Dask's story of ``keys`` as the scheduler (``address="scheduler"``) or a
+        worker keeps it: its records of those keys, aged by the wall clock (Dask's
+        logs stamp ``time()``)."""
+        ask_s = self.state.timings.story_ask_s
+        try:
+            if address == "scheduler":
+                asked = self.client.scheduler.get_story(keys_or_stimuli=keys)
+                records = await asyncio.wait_for(asked, ask_s)
+            else:
+                records = await self._ask_worker(
+                    address,
+                    ask_s,
+                    lambda ask: asyncio.wait_for(ask, ask_s),
+                    "get_story",
+                    keys_or_stimuli=keys,
+                )
+        except Exception as exc:  # gone, frozen
+            return [(0.0, address, "", f"did not tell its part ({type(exc).__name__})")]
+        now, wanted, found = time.time(), set(keys), []
+        for record in records:
+            entry = dask_record(record)
+            if entry is not None and entry[0] in wanted:
+                key, what, stamp = entry
+                found.append((max(0.0, now - stamp), address, key, what))
+        return found
 
     async def _ask_worker(self, address: str, connect_s: float, answer, handler: str, **msg):
         """What ``address``'s ``handler`` answers to ``msg``, awaited by ``answer(ask)``

@@ -625,16 +625,19 @@ class Engine:
         cluster's events since it began, and the worker's half of each attempt
         sent on the engine's stream (received, queued, running in which thread,
         waiting, answered, kept, released: what the worker noted, as
-        ``client.story`` adds the workers' to the scheduler's), oldest first with
+        ``client.story`` adds the workers' to the scheduler's) and Dask's story of
+        each attempt on Dask's route (the scheduler's and the workers' transitions,
+        as ``client.story`` tells them, without waiting for a frozen worker: each
+        part is asked for at most 2 s), oldest first with
         their age, then where the task is now: which attempts run where and for
         how long, or what it waits for.
         """
         task_id = ref if isinstance(ref, str) else ref.task_id
         with self.backend.lock:
-            places = self.state.story_workers(task_id)
+            places, dask_keys = self.state.story_workers(task_id)
         told = []
         if isinstance(self.backend, DaskBackend):  # the in-process engine has no workers
-            told = self.backend.worker_stories(places)
+            told = self.backend.worker_stories(places, dask_keys)
         with self.backend.lock:  # the backend's clock:
             lines = self.state.story(task_id, now=time.monotonic(), workers_told=told)
         name = ref if isinstance(ref, str) else f"{ref.name} ({task_id})"

@@ -73,7 +73,7 @@ from hrl_tasks.scheduler.speculation import (
 )
 from hrl_tasks.scheduler.stats import EngineStats, remember
 from hrl_tasks.scheduler.status import CANCELLED, FAILED, FINISHED, PENDING
-from hrl_tasks.scheduler.story import StoryLog, on_streams, render, told
+from hrl_tasks.scheduler.story import StoryLog, on_dask, on_streams, render, told
 from hrl_tasks.scheduler.validate import check, where_is
 
 SPECULATION_TICK_S = 0.02
@@ -319,9 +319,12 @@ class EngineState:
         entries = self.log.of(task_id) + told(list(workers_told), now, task_id)
         return render(sorted(entries, key=lambda e: e.at), now, where, status)
 
-    def story_workers(self, task_id: str) -> dict[str, set[str]]:
-        """The workers that keep their half of ``task_id``'s story: address -> keys."""
-        return on_streams(self.log.of(task_id))
+    def story_workers(self, task_id: str) -> tuple[dict[str, set[str]], set[str]]:
+        """Who keeps the other half of ``task_id``'s story: the workers its attempts
+        were sent to on an engine's stream (address -> keys), and the keys of those
+        sent on Dask's route (Dask's scheduler and workers keep theirs)."""
+        entries = self.log.of(task_id)
+        return on_streams(entries), on_dask(entries)
 
     def _add(self, task: Task) -> Task:
         self.tasks[task.task_id] = task

@@ -186,6 +186,36 @@ def on_streams(entries: list[Entry]) -> dict[str, set[str]]:
     return places
 
 
+def on_dask(entries: list[Entry]) -> set[str]:
+    """The keys of these entries' attempts sent on Dask's route, whose story Dask's
+    scheduler and workers keep (``client.story``)."""
+    return {key for e in entries if e.what == "Launch" and not e.fields[3] for key in e.keys}
+
+
+def dask_record(record) -> tuple[str, str, float] | None:
+    """``(key, what, timestamp)`` of one record of a Dask story (the scheduler's or a
+    worker's log: the key first, its wall-clock time last; a transition has its
+    states, then the recommendations, then the stimulus: ``(key, start, finish,
+    recommendations, stimulus_id, timestamp)`` on the scheduler, ``(key, start,
+    asked, finish, recommendations, stimulus_id, timestamp)`` on a worker), or None
+    for a record of another shape."""
+    if not isinstance(record, (list, tuple)) or len(record) < 3:
+        return None
+    key, *middle, stamp = record
+    if not isinstance(stamp, (int, float)):
+        return None
+    plain = [str(m) for m in middle if not isinstance(m, (dict, list, tuple))]
+    recommendations = next((i for i, m in enumerate(middle) if isinstance(m, dict)), None)
+    if recommendations is None:
+        what = " ".join(plain)
+    else:  # a transition: its states in turn (one asked and reached said once)
+        states = [str(m) for m in middle[:recommendations]]
+        states = [x for i, x in enumerate(states) if i == 0 or x != states[i - 1]]
+        rest = [str(m) for m in middle[recommendations + 1 :] if not isinstance(m, dict)]
+        what = " -> ".join(states) + (f" ({' '.join(rest)})" if rest else "")
+    return str(key), f"Dask: {what}"[:TEXT_LIMIT], float(stamp)
+
+
 def told(entries: list[tuple], now: float, task_id: str) -> list[Entry]:
     """Workers' entries, ``(age, address, key, what)``, as entries of this clock."""
     return [

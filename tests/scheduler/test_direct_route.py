@@ -241,7 +241,7 @@ def test_a_task_s_story_tells_the_worker_s_half_in_its_order(direct):
 def test_a_frozen_worker_s_half_of_a_story_is_missed_within_bounds(fresh):
     ref = fresh.submit(tasks.inc, 1)
     assert ref.result(timeout=30) == 2
-    (address,) = fresh.state.story_workers(ref.task_id)
+    (address,) = fresh.state.story_workers(ref.task_id)[0]
     pid = fresh.client.run(os.getpid)[address]
     os.kill(pid, signal.SIGSTOP)
     try:

@@ -13,6 +13,7 @@ from hrl_tasks.scheduler.placement import PIPELINE
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import CANCELLED, FINISHED, RECOMPUTE_LIMIT, EngineState, Timings
+from hrl_tasks.scheduler.story import dask_record
 from hrl_tasks.scheduler.validate import InvalidState
 
 TWO_WORKERS = {"a": (1, {"CPU": 1.0}), "b": (1, {"CPU": 1.0})}
@@ -559,6 +560,21 @@ def test_a_task_backing_off_or_waiting_for_an_input_is_valid():
     story = "\n".join(state.story("t1"))
     assert "waits for input in (producer)" in story
     assert "waits out a retry's back-off (5.0 s left)" in "\n".join(state.story("in"))
+
+
+def test_a_dask_story_s_records_are_read_whatever_their_shape():
+    transition = ("k", "processing", "memory", {"k2": "waiting"}, "task-finished-1", 12.5)
+    assert dask_record(transition) == ("k", "Dask: processing -> memory (task-finished-1)", 12.5)
+    on_worker = ("k", "executing", "released", "cancelled", {}, "cancel-1", 4.0)
+    assert dask_record(on_worker) == (
+        "k",
+        "Dask: executing -> released -> cancelled (cancel-1)",
+        4.0,
+    )
+    reached = ("k", "ready", "executing", "executing", {}, "s-2", 5.0)
+    assert dask_record(reached)[1] == "Dask: ready -> executing (s-2)"
+    assert dask_record(["k", "compute-task", "s-1", 3.0]) == ("k", "Dask: compute-task s-1", 3.0)
+    assert dask_record(("k", "no time")) is None and dask_record("k") is None
 
 
 def test_a_story_tells_attempts_retries_and_where_the_task_is_now():

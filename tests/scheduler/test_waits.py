@@ -51,3 +51,15 @@ def test_a_story_reads_from_submission_to_resolution(engine):
     story = engine.story(ref)
     for step in ("SubmitTask", "Launch", "AttemptDone: finished", "Resolve", "now: finished"):
         assert step in story
+
+
+def test_a_dask_route_task_s_story_has_dask_s_scheduler_and_worker_parts(engine):
+    ref = engine.submit(tasks.inc, 1, name="dask-routed", route="dask")
+    assert ref.result(timeout=30) == 2
+    story = engine.story(ref)
+    told = [line for line in story.splitlines() if " Worker" in line and "Dask:" in line]
+    # the scheduler's transitions, then the worker's, oldest first among the engine's own
+    assert any("scheduler: Dask: processing -> memory" in line for line in told), story
+    assert any(re.search(r"tcp://\S+: Dask: executing -> memory", line) for line in told), story
+    assert story.index("SubmitTask") < story.index("Dask: processing -> memory")
+    assert "did not tell" not in story
