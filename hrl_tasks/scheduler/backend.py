@@ -82,7 +82,7 @@ def resent_value(value):
     return value
 
 
-def resolve_inputs(obj, inputs: dict, futures: dict, sent: dict | None = None):
+def resolve_inputs(obj, inputs: dict, result_of, sent: dict | None = None):
     """``obj`` with each TaskRef replaced by what ``sent`` gives for its task id, or
     by the Dask future of the key in ``inputs`` (a dependency), by its value if it
     is here, or by a :class:`KeptInput` if a worker keeps it; and each `Shared` by
@@ -94,7 +94,7 @@ def resolve_inputs(obj, inputs: dict, futures: dict, sent: dict | None = None):
         if isinstance(item, TaskRef):
             if sent and item.task_id in sent:
                 return sent[item.task_id]
-            found = futures.get(inputs.get(item.task_id))
+            found = result_of(inputs.get(item.task_id))
             if found is None and item.outcome.done() and item.outcome.exception() is None:
                 found = item.outcome.result()
             if found is None:
@@ -197,8 +197,6 @@ class DaskBackend(BackendRecords):
         self.put_values: dict = {}  # put task id -> its value, while its ref is held
         self.put_futures: dict = {}  # put task id -> the Dask future holding it now
         self.channels: dict[str, TaskChannel] = {}  # the direct route's streams, by worker
-        self.sent_direct: dict[str, tuple[str, str]] = {}  # key -> (worker, name) in flight
-        self.sent_calls: dict[str, tuple] = {}  # direct call's key -> what `_call` sent
         self.start(self._watch_scheduler)
 
     @staticmethod
@@ -330,7 +328,7 @@ class DaskBackend(BackendRecords):
 
     def carry_out(self, ins) -> None:
         if isinstance(ins, ev.Resolve):
-            found = self.futures.get(ins.key)
+            found = self.result_of(ins.key)
             self.settle(ins.task_id, value=Local(None) if found is None else found)
             if found is not None and not isinstance(found, Local):
                 self.linger(found)
@@ -338,15 +336,15 @@ class DaskBackend(BackendRecords):
             self.settle(ins.task_id, error=ins.error)
         elif isinstance(ins, ev.Forget):
             for key in ins.keys:
-                self.futures.pop(key, None)
+                self.forget(key)
         elif isinstance(ins, ev.Cancel):
             for obj_id, waiting in self.held_back.items():  # not sent yet: never will be
                 self.held_back[obj_id] = [w for w in waiting if w.key not in ins.keys]
             for key in ins.keys:
-                sent = self.sent_direct.pop(key, None)
+                sent = self.answered(key, "stream")  # its answer, if any, is not awaited
                 if sent is not None and sent[0] in self.channels:
                     self.channels[sent[0]].cancel(key)
-            found = [self.futures.pop(key, None) for key in ins.keys]
+            found = [self.forget(key) for key in ins.keys]
             in_cluster = [f for f in found if f is not None and not isinstance(f, (Local, Kept))]
             if in_cluster:
                 self.start(dask_compat.cancel, self.client, in_cluster)
@@ -363,7 +361,8 @@ class DaskBackend(BackendRecords):
             value = self.put_values.get(ins.task_id)
             if ins.task_id in self.put_values:
                 future = self.client.submit(resent_value, value, key=ins.key, pure=False)
-                self.futures[ins.key] = self.put_futures[ins.task_id] = future
+                self.put_futures[ins.task_id] = future
+                self.track(ins.key, "dask", value=future)
         elif isinstance(ins, ev.Later):
             self.on_loop(self.loop.call_later, ins.delay, self.feed, ins.event)
 
@@ -470,7 +469,7 @@ class DaskBackend(BackendRecords):
             for (launch, *_), future in zip(batch, futures, strict=True):
                 self.batched.discard(launch.key)
                 if future is not None:
-                    self.futures[launch.key] = future
+                    self.track(launch.key, "dask", value=future)
                     self.start(self._watch, launch.key, future, launch.fetch)
         return failed
 
@@ -486,7 +485,7 @@ class DaskBackend(BackendRecords):
         """``(fn, args, kwargs, topic)`` of a launch, inputs resolved to Dask futures."""
         if launch.kind == "task":
             fn, args, kwargs, topic = self.tasks[launch.task_id].payload
-            args, kwargs = resolve_inputs((args, kwargs), launch.inputs, self.futures)
+            args, kwargs = resolve_inputs((args, kwargs), launch.inputs, self.result_of)
             return fn, args, kwargs, topic
         factory, fargs, fkwargs, topic = self.recipe_of(launch.obj_id)
         if launch.kind == "create":
@@ -499,7 +498,7 @@ class DaskBackend(BackendRecords):
         if launch.kind == "destroy":
             return destroy_object, (launch.obj_id, launch.seq), {}, topic
         method, margs, mkwargs = self._method_of(launch)
-        margs, mkwargs = resolve_inputs((margs, mkwargs), launch.inputs, self.futures)
+        margs, mkwargs = resolve_inputs((margs, mkwargs), launch.inputs, self.result_of)
         return call_object, (launch.obj_id, launch.seq, method, margs, mkwargs), {}, topic
 
     def _method_of(self, launch: ev.Launch) -> tuple:
@@ -546,13 +545,12 @@ class DaskBackend(BackendRecords):
             if task_id in self.put_values:
                 channel.put(key, task_id, self.put_values[task_id])
                 sent[task_id] = KeptInput(key, address)
-        args, kwargs = resolve_inputs((args, kwargs), launch.inputs, self.futures, sent)
+        args, kwargs = resolve_inputs((args, kwargs), launch.inputs, self.result_of, sent)
         spec = self._spec(
             launch.key, launch.name, launch.attempt, launch.request, topic, launch.internal
         )
         spec["watched"] = launch.watched
-        self.futures[launch.key] = None
-        self.sent_direct[launch.key] = (address, launch.name)
+        self.track(launch.key, "stream", address, sent=launch.name)
         channel.run(launch.key, spec, fn, args, kwargs)
 
     def _channel(self, address: str) -> TaskChannel:
@@ -573,15 +571,15 @@ class DaskBackend(BackendRecords):
             self.feed(*events)
 
     def _answer_events(self, address: str, kind: str, key: str, status, value, elapsed) -> list:
-        if kind == "done" and key in self.sent_calls:
+        if kind == "done" and self.awaits(key, "call"):
             return self._call_answer(address, key, status, value, elapsed)
         if kind != "done":
-            if key not in self.sent_direct:
+            if not self.awaits(key, "stream"):
                 return []
             if kind == "started":
                 return [ev.Started(key, address)]
             return [ev.AttemptWaits(key, kind == "waiting")]
-        sent = self.sent_direct.pop(key, None)
+        sent = self.answered(key, "stream")
         if sent is None:  # dropped meanwhile (cancelled, or its worker counted as lost)
             if status == "kept" and address in self.channels:
                 self.channels[address].release(key)
@@ -593,8 +591,7 @@ class DaskBackend(BackendRecords):
                 weakref.finalize(value, self._release_kept, address, key)
             else:
                 value = Local(value)
-            if key in self.futures:
-                self.futures[key] = value
+            self.finished(key, value)
             return [*timed, ev.AttemptDone(key, "finished")]
         if status == "cancelled":
             return [ev.AttemptDone(key, "cancelled")]
@@ -608,10 +605,10 @@ class DaskBackend(BackendRecords):
         channel = self.channels.get(address)
         if channel is not None and channel.closed:
             del self.channels[address]  # a new one is opened if tasks go there again
-        calls = [key for key in keys if key in self.sent_calls]
+        calls = [key for key in keys if self.awaits(key, "call")]
         if calls and not self.closed:
             self.start(self._calls_cut, address, calls)
-        lost = [key for key in keys if self.sent_direct.pop(key, None) is not None]
+        lost = [key for key in keys if self.answered(key, "stream") is not None]
         error = WorkerLostError(f"lost the task stream to worker {address}", address=address)
         events = [ev.AttemptDone(key, "error", error, worker_lost=True) for key in lost]
         # Not inside the handling that sent them; the worker first, so that what runs
@@ -810,7 +807,7 @@ class DaskBackend(BackendRecords):
         # start or end report travels through the scheduler. Such a call does not
         # count as busy on its worker: it runs in its object's threads, not Dask's.
         spec["quiet"] = not launch.watched
-        self.futures[launch.key] = None
+        self.track(launch.key, "call", address)
         self.start(self._direct, launch, address, spec, method, (margs, mkwargs))
 
     async def _direct(self, launch: ev.Launch, address: str, spec: dict, method, arguments):
@@ -831,7 +828,7 @@ class DaskBackend(BackendRecords):
             finished_inputs(arguments), address, may_hold=address not in self.state.silent
         )
         call = (launch.obj_id, launch.seq, method, args, kwargs)
-        self.sent_calls[launch.key] = (address, launch, spec, call, values)
+        self.sent_on(launch.key, "call", address, (launch, spec, call, values))
         self._channel(address).call(launch.key, spec, call)
 
     async def _inputs_done(self, launch: ev.Launch, arguments) -> None:
@@ -871,10 +868,10 @@ class DaskBackend(BackendRecords):
     def _call_answer(self, address: str, key: str, status, value, elapsed) -> list:
         """The events of a direct call's answer; a call whose shared input was lost
         with its holder goes again, once, with the values themselves."""
-        _, launch, spec, call, values = self.sent_calls.pop(key)
+        _, (launch, spec, call, values) = self.answered(key, "call")
         if status == "input-lost":
             if values:
-                self.sent_calls[key] = (address, launch, spec, call, {})
+                self.sent_on(key, "call", address, (launch, spec, call, {}))
                 self._channel(address).call(key, spec, inline(call, values))
                 return []
             lost = WorkerLostError(f"{launch.name}: its shared input {value} was lost")
@@ -886,13 +883,11 @@ class DaskBackend(BackendRecords):
         if status == "kept":  # it stays on the worker until its last TaskRef goes
             kept = Kept(address, key, value)
             weakref.finalize(kept, self._release_kept, address, key)
-            if key in self.futures:
-                self.futures[key] = kept
+            self.finished(key, kept)
             return [*timed, ev.AttemptDone(key, "finished")]
         if status != "OK":
             return [*timed, ev.AttemptDone(key, "error", value)]
-        if key in self.futures:
-            self.futures[key] = Local(value)
+        self.finished(key, Local(value))
         return [*timed, ev.AttemptDone(key, "finished", value=value if launch.fetch else None)]
 
     async def _calls_cut(self, address: str, keys: list) -> None:
@@ -906,10 +901,10 @@ class DaskBackend(BackendRecords):
         gone = await self._worker_left(address, self.state.timings.call_cut_check_s)
         events = []
         for key in keys:
-            sent = self.sent_calls.pop(key, None)
+            sent = self.answered(key, "call")
             if sent is None:
                 continue
-            name = sent[1].name
+            name = sent[1][0].name
             if gone:
                 lost = WorkerLostError(
                     f"{name}: lost the connection to worker {address} during a direct call",

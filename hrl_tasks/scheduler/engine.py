@@ -648,7 +648,7 @@ class Engine:
         if ref.outcome.done() and ref.outcome.exception() is None:
             value = ref.outcome.result()
             return None if hasattr(value, "value") else value
-        found = self.backend.futures.get(self.task_info(ref.task_id, "current"))
+        found = self.backend.result_of(self.task_info(ref.task_id, "current"))
         return None if hasattr(found, "value") else found
 
     def released(self, task_id: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -34,8 +35,29 @@ class ObjectRecord:
     creation: cf.Future | None = None
 
 
+@dataclass(slots=True)
+class InFlight:
+    """One attempt the backend launched, in the one table of them (by key).
+
+    ``route``: ``"dask"`` (a Dask task), ``"stream"`` (a plain task on an engine's
+    stream to the worker at ``address``), ``"call"`` (a direct call there) or
+    ``"local"`` (run in this process). ``value``: what holds its result (a Dask
+    future, a ``Local`` value, a ``Kept`` one; None until it finished), while
+    ``holds`` (until the state forgets or cancels the attempt). ``sent``: while the
+    worker's answer is awaited on a stream, what was sent (a task's name; a direct
+    call's ``(launch, spec, call, values)``), else None. The entry goes when it
+    neither holds nor awaits.
+    """
+
+    route: str
+    address: str | None = None
+    value: Any = None
+    sent: Any = None
+    holds: bool = True
+
+
 class BackendRecords:
-    """Per task id its record, per object id its record; per key its attempt's future.
+    """Per task id its record, per object id its record; per key its attempt in flight.
 
     User threads add a task's record before they hand its event to the state
     machine; the backend reads and removes records as instructions say.
@@ -44,7 +66,7 @@ class BackendRecords:
     def __init__(self):
         self.tasks: dict[str, TaskRecord] = {}  # task id -> its record, until settled
         self.objects: dict[str, ObjectRecord] = {}  # obj id -> its record, until dropped
-        self.futures: dict = {}  # key -> the attempt's future or Local result, until forgotten
+        self.in_flight: dict[str, InFlight] = {}  # key -> the attempt (see InFlight)
         self.released_ids: deque = deque()  # refs dropped by their holders, for the next event
 
     # --- tasks --------------------------------------------------------------------
@@ -110,6 +132,57 @@ class BackendRecords:
 
     def drop_object(self, obj_id: str) -> None:
         self.objects.pop(obj_id, None)
+
+    # --- attempts in flight -----------------------------------------------------------
+
+    def track(self, key: str, route: str, address: str | None = None, value=None, sent=None):
+        """Attempt ``key`` was launched by ``route`` (see :class:`InFlight`)."""
+        self.in_flight[key] = InFlight(route, address, value, sent)
+
+    def result_of(self, key: str | None):
+        """What holds attempt ``key``'s result (None: unknown, forgotten, not finished)."""
+        entry = self.in_flight.get(key)
+        return None if entry is None or not entry.holds else entry.value
+
+    def finished(self, key: str, value) -> None:
+        """Attempt ``key``'s result is held by ``value`` now (unless it was forgotten)."""
+        entry = self.in_flight.get(key)
+        if entry is not None and entry.holds:
+            entry.value = value
+
+    def forget(self, key: str):
+        """The state forgot or cancelled attempt ``key``: what held its result, if any."""
+        entry = self.in_flight.get(key)
+        if entry is None or not entry.holds:
+            return None
+        value, entry.value, entry.holds = entry.value, None, False
+        if entry.sent is None:
+            del self.in_flight[key]
+        return value
+
+    def sent_on(self, key: str, route: str, address: str, sent) -> None:
+        """Attempt ``key`` went to ``address`` on its stream (again): ``sent`` until the
+        answer comes."""
+        entry = self.in_flight.get(key)
+        if entry is None:  # forgotten before it could be sent: the answer is still awaited
+            entry = self.in_flight[key] = InFlight(route, holds=False)
+        entry.address, entry.sent = address, sent
+
+    def awaits(self, key: str, route: str) -> bool:
+        """Whether attempt ``key``'s answer is awaited on a stream, sent by ``route``."""
+        entry = self.in_flight.get(key)
+        return entry is not None and entry.route == route and entry.sent is not None
+
+    def answered(self, key: str, route: str) -> tuple | None:
+        """Attempt ``key``'s answer came (or will never come): ``(address, sent)`` if it
+        was awaited on a stream by ``route``, else None."""
+        entry = self.in_flight.get(key)
+        if entry is None or entry.route != route or entry.sent is None:
+            return None
+        sent, entry.sent = entry.sent, None
+        if not entry.holds:
+            del self.in_flight[key]
+        return entry.address, sent
 
     # --- refs let go ----------------------------------------------------------------
 

@@ -65,12 +65,12 @@ class InProcessBackend(BackendRecords):
         if isinstance(ins, ev.Launch):
             self.run(ins)
         elif isinstance(ins, ev.Resolve):
-            self.settle(ins.task_id, value=self.futures.get(ins.key, Local(None)))
+            self.settle(ins.task_id, value=self.result_of(ins.key) or Local(None))
         elif isinstance(ins, ev.Fail):
             self.settle(ins.task_id, error=ins.error)
         elif isinstance(ins, (ev.Forget, ev.Cancel)):
             for key in ins.keys:
-                self.futures.pop(key, None)
+                self.forget(key)
         elif isinstance(ins, ev.Refresh):
             self.push(self.see_workers())
         elif isinstance(ins, ev.Later) and isinstance(ins.event, ev.RetryDue):
@@ -89,7 +89,7 @@ class InProcessBackend(BackendRecords):
         except Exception as exc:
             done = ev.AttemptDone(launch.key, "error", exc)
         else:
-            self.futures[launch.key] = Local(value)
+            self.track(launch.key, "local", value=Local(value))
             done = ev.AttemptDone(launch.key, "finished", value=value if launch.fetch else None)
         finally:
             leave_task(token)
