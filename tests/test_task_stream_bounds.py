@@ -11,7 +11,7 @@ import time
 import pytest
 
 import hrl_tasks as hrl
-from hrl_tasks.scheduler.task_channel import FUNCTIONS_KEPT, FunctionCache
+from hrl_tasks.scheduler.stream_route import FUNCTIONS_KEPT, FunctionCache
 from hrl_tasks.scheduler.task_service import KEEP_FROM_BYTES, may_wait
 
 # --- pure decisions ----------------------------------------------------------------
@@ -97,7 +97,7 @@ def test_a_function_made_per_call_is_kept_within_the_limit_on_both_ends():
         assert engine.gather(same) == [2 * i for i in range(2000)]
         (state,) = engine.client.run(stream_state).values()
         assert state["functions"] and max(state["functions"]) <= FUNCTIONS_KEPT
-        for channel in engine.backend.channels.values():
+        for channel in engine.backend.streams.channels.values():
             assert len(channel.functions) <= FUNCTIONS_KEPT
             assert len(channel.functions.by_object) <= FUNCTIONS_KEPT
 
@@ -118,7 +118,7 @@ def test_cancelled_keys_are_kept_only_while_their_task_runs():
         done = engine.submit(sleep_then, 0.0, "after")
         assert done.result(timeout=30) == "after"
         # A cancel that crosses the answer: the task has ended and its answer left.
-        (channel,) = engine.backend.channels.values()
+        (channel,) = engine.backend.streams.channels.values()
         engine.backend.on_loop(channel._send, ("cancel", done.key))
         engine.submit(sleep_then, 0.0, 1).result(timeout=30)
         deadline = time.monotonic() + 10

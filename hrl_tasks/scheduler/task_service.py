@@ -6,7 +6,7 @@ answers on the same stream as tasks end. Messages, engine to worker:
 
 - ``("fn", fn_id, fn)``: a function, sent once per stream; tasks name it by id;
 - ``("forget-fn", fn_id)``: no task names it any more (the engine keeps at most
-  ``task_channel.FUNCTIONS_KEPT`` on a stream, and so does the worker);
+  ``stream_route.FUNCTIONS_KEPT`` on a stream, and so does the worker);
 - ``("run", key, spec, fn_id, args, kwargs)``: run one attempt;
 - ``("cancel", key)``: drop it if it has not started (a running one runs on,
   out of its slot, and its end is not answered);

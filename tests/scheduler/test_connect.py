@@ -196,7 +196,7 @@ def test_a_tls_cluster_takes_its_certificates_and_refuses_others_clearly(capsys)
             assert engine.gather(refs, timeout=60) == list(range(1, 51))
             big = engine.submit(tasks.length, np.zeros(50_000), route="direct")
             assert big.result(timeout=60) == 50_000
-            streams = [channel.stream for channel in engine.backend.channels.values()]
+            streams = [channel.stream for channel in engine.backend.streams.channels.values()]
             assert streams and all(isinstance(s, wire.DaskStream) for s in streams)
         stranger = Security.temporary()
         our_ca_their_cert = Security(tls_ca_file=security.tls_ca_file, require_encryption=True,

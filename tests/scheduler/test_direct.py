@@ -348,7 +348,7 @@ def test_a_direct_call_whose_stream_breaks_while_its_worker_runs_on_fails_and_th
     assert counter.call("add", 1, direct=True).result(timeout=30) == 1
     slow = counter.call("slow_add", 1, 1.0, direct=True)
     time.sleep(0.3)
-    channel = engine.backend.channels[counter.address]
+    channel = engine.backend.streams.channels[counter.address]
     engine.client.loop.add_callback(channel.stream.abort)  # the engine's end of the stream
     with pytest.raises(ConnectionError, match="the worker still runs"):
         slow.result(timeout=30)
@@ -363,7 +363,7 @@ def test_a_closed_task_stream_leaves_no_writer_waiting(engine):
     waited on, and was destroyed pending when the event loop stopped)."""
     counter = engine.create_worker(tasks.Counter, start=0)
     assert counter.call("add", 1, direct=True).result(timeout=30) == 1
-    channel = engine.backend.channels[counter.address]
+    channel = engine.backend.streams.channels[counter.address]
     engine.client.loop.add_callback(channel.close)
     deadline = time.monotonic() + 10
     while not channel.writer.done() and time.monotonic() < deadline:

@@ -49,7 +49,7 @@ def test_tasks_skip_the_scheduler_and_come_back_in_order(direct):
     assert not {ref.key for ref in refs} & scheduler_keys(direct)
     by_name = direct.stats()["by_name"]["inc"]
     assert by_name["count"] >= 300  # each attempt's time came with its answer
-    streams = [channel.stream for channel in direct.backend.channels.values()]
+    streams = [channel.stream for channel in direct.backend.streams.channels.values()]
     assert streams and all(isinstance(s, wire.PlainStream) for s in streams)  # TCP, taken over
 
 
@@ -151,7 +151,7 @@ def test_a_put_travels_once_per_stream_and_its_tasks_stay_on_the_direct_route(di
     refs = [direct.submit(tasks.length, weights) for _ in range(40)]
     assert direct.gather(refs, timeout=60) == [50_000] * 40
     assert not {ref.key for ref in refs} & scheduler_keys(direct)  # no hop through Dask
-    sent = [channel.puts for channel in direct.backend.channels.values()]
+    sent = [channel.puts for channel in direct.backend.streams.channels.values()]
     assert all(list(puts.values()) == [weights.task_id] for puts in sent if puts)
     assert sum(kept_on_workers(direct).values()) == sum(1 for puts in sent if puts)
     del weights, refs
@@ -161,7 +161,7 @@ def test_a_put_travels_once_per_stream_and_its_tasks_stay_on_the_direct_route(di
     while sum(kept_on_workers(direct).values()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert sum(kept_on_workers(direct).values()) == 0
-    assert not any(channel.puts for channel in direct.backend.channels.values())
+    assert not any(channel.puts for channel in direct.backend.streams.channels.values())
 
 
 def test_the_engine_page_shows_a_running_task_and_its_worker(direct):
@@ -188,7 +188,9 @@ def test_the_engine_page_shows_a_running_task_and_its_worker(direct):
 
 
 class TestDirectRouteEngine(EngineConformance):
-    """Everything the engine promises, with plain tasks on the direct route."""
+    """Everything the engine promises, with plain tasks on the task stream alone."""
+
+    route = "stream"
 
     @pytest.fixture
     def eng(self, direct):
@@ -264,7 +266,7 @@ def test_a_closing_worker_ends_its_task_streams_at_once(fresh):
     # A stream taken over from Dask's comm is not among the comms Dask closes.
     refs = fresh.map(tasks.inc, range(8))
     assert fresh.gather(refs, timeout=30) == list(range(1, 9))
-    address, channel = sorted(fresh.backend.channels.items())[0]
+    address, channel = sorted(fresh.backend.streams.channels.items())[0]
     fresh.client.run(close_task_service, workers=[address])
     deadline = time.monotonic() + 5
     while not channel.closed:

@@ -6,12 +6,26 @@ import pytest
 
 import hrl_tasks as hrl
 from tests.scheduler import tasks
-from tests.scheduler.conformance import EngineConformance
+from tests.scheduler.conformance import CallConformance, EngineConformance
 
 pytestmark = pytest.mark.cluster
 
 
 class TestDaskEngine(EngineConformance):
+    """Everything the engine promises, with plain tasks on Dask's route alone."""
+
+    route = "dask"
+
+    @pytest.fixture
+    def eng(self, engine):
+        default, engine.route = engine.route, "dask"
+        yield engine
+        engine.route = default
+
+
+class TestCallRoute(CallConformance):
+    """What direct calls promise, each on the call route alone."""
+
     @pytest.fixture
     def eng(self, engine):
         return engine

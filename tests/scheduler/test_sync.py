@@ -2,10 +2,19 @@ import pytest
 
 import hrl_tasks as hrl
 from tests.scheduler import tasks
-from tests.scheduler.conformance import EngineConformance
+from tests.scheduler.conformance import CallConformance, EngineConformance
 
 
 class TestSyncEngine(EngineConformance):
+    @pytest.fixture
+    def eng(self):
+        with hrl.SyncEngine() as engine:
+            yield engine
+
+
+class TestSyncEngineCalls(CallConformance):
+    route = None  # one process: no routes
+
     @pytest.fixture
     def eng(self):
         with hrl.SyncEngine() as engine:

@@ -1,0 +1,233 @@
+"""Direct calls: a call of a stateful object sent as one message to its worker
+(``handle.call(..., direct=True)``), on the engine's stream to that worker.
+
+A direct call waits here for its object's creation and for the direct calls it
+takes as inputs, then goes on the stream (:mod:`~hrl_tasks.scheduler.stream_route`),
+which hands its answer back here. The object's worker runs the calls in their
+order (:mod:`~hrl_tasks.scheduler.worker_objects`); one that will never run is
+skipped there (:meth:`CallRoute.skip`), so that the calls after it do not wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from distributed import fire_and_forget
+
+from hrl_tasks.scheduler import dask_compat
+from hrl_tasks.scheduler import events as ev
+from hrl_tasks.scheduler.errors import InputFailedError, ObjectStartError, WorkerLostError
+from hrl_tasks.scheduler.routes import CONNECTED, method_of, spec
+from hrl_tasks.scheduler.runtime import run_task
+from hrl_tasks.scheduler.shared import direct_arguments, inline, rebuilt
+from hrl_tasks.scheduler.task_service import KeptInput
+from hrl_tasks.scheduler.taskref import Kept, Local, TaskRef, collect_refs
+from hrl_tasks.scheduler.worker_objects import skip_calls
+
+if TYPE_CHECKING:
+    from hrl_tasks.scheduler.records import BackendRecords
+    from hrl_tasks.scheduler.routes import Carrier
+    from hrl_tasks.scheduler.stream_route import StreamRoute
+
+
+def finished_inputs(obj):
+    """``obj`` with each TaskRef (of a finished direct call) replaced by what a direct
+    call is sent for it: its value, if it came to this process, else a
+    :class:`KeptInput` naming the worker that keeps it (which the callee's worker
+    fetches from there)."""
+    if isinstance(obj, TaskRef):
+        found = obj.outcome.result()
+        return KeptInput(found.key, found.address) if isinstance(found, Kept) else found.value
+    if isinstance(obj, (list, tuple)):
+        return rebuilt(obj, [finished_inputs(x) for x in obj])
+    if isinstance(obj, dict):
+        return {k: finished_inputs(v) for k, v in obj.items()}
+    return obj
+
+
+class CallRoute:
+    """Direct calls to stateful objects (see the module)."""
+
+    name = "call"
+
+    def __init__(self, carrier: Carrier, records: BackendRecords, streams: StreamRoute):
+        self.carrier = carrier
+        self.records = records
+        self.streams = streams
+        streams.carry(self.name, self._answer, self._cut)
+
+    def launch(self, launches: list[ev.Launch]) -> list[ev.AttemptDone]:
+        failed = []
+        for launch in launches:
+            try:
+                self._send(launch)
+            except Exception as exc:  # its arguments are gone
+                failed.append(ev.AttemptDone(launch.key, "error", exc))
+        return failed
+
+    def cancel(self, keys: tuple[str, ...]) -> None:
+        """Nothing: a stateful call is not taken back once sent (it may have run); its
+        answer, if it comes, finds the attempt forgotten."""
+
+    async def fetch(self, held: list, refs: list) -> list:
+        """A call's result came here (``Local``) or stays on its worker as the stream's
+        tasks' do: fetched from there."""
+        return await self.streams.fetch(held, refs)
+
+    def skip(self, obj_id: str, address: str, seqs: tuple) -> None:
+        """Tell the object's worker that calls ``seqs`` will never run."""
+        carrier = self.carrier
+        told = spec(carrier.state.new_key("skip"), "skip", 0, {}, carrier.topic, True)
+        future = carrier.client.submit(
+            run_task,
+            skip_calls,
+            told,
+            (obj_id, list(seqs)),
+            {},
+            key=told["key"],
+            pure=False,
+            workers=[address],
+            allow_other_workers=False,
+        )
+        fire_and_forget(future)
+
+    def _send(self, launch: ev.Launch) -> None:
+        records = self.records
+        address = launch.workers[0]
+        topic = records.recipe_of(launch.obj_id)[3]
+        method, margs, mkwargs = method_of(launch, records)
+        told = spec(launch.key, launch.name, launch.attempt, {}, topic, launch.internal)
+        told["keep"] = records.keeps(launch.args_of or launch.task_id)
+        # Not followed by speculation: the call's time comes with its reply, and no
+        # start or end report travels through the scheduler. Such a call does not
+        # count as busy on its worker: it runs in its object's threads, not Dask's.
+        told["quiet"] = not launch.watched
+        records.track(launch.key, self.name, address)
+        self.carrier.start(self._direct, launch, address, told, method, (margs, mkwargs))
+
+    async def _direct(self, launch: ev.Launch, address: str, told: dict, method, arguments):
+        """Send a direct call on the stream to its object's worker once the object
+        exists and the direct calls it takes as inputs have finished."""
+        try:
+            await self._created(launch, address)
+            await self._inputs_done(launch, arguments)
+        except WorkerLostError as exc:
+            self.carrier.feed(ev.AttemptDone(launch.key, "error", exc, worker_lost=True))
+            return
+        except Exception as exc:  # the object did not start, or an input failed
+            self.carrier.feed(ev.AttemptDone(launch.key, "error", exc))
+            return
+        # A frozen worker takes what is sent and answers nothing: a shared value goes
+        # to it whole, and the other workers fetch it from one that reports.
+        (args, kwargs), values = direct_arguments(
+            finished_inputs(arguments), address, may_hold=address not in self.carrier.state.silent
+        )
+        call = (launch.obj_id, launch.seq, method, args, kwargs)
+        self.records.sent_on(launch.key, self.name, address, (launch, told, call, values))
+        self.streams.channel(address).call(launch.key, told, call)
+
+    async def _created(self, launch: ev.Launch, address: str) -> None:
+        """Wait for the object's creation; raise as a pinned call would if it failed."""
+        creation = self.records.creation_of(launch.obj_id)
+        if creation is None:
+            return
+        try:
+            await asyncio.wrap_future(creation)
+        except WorkerLostError:
+            raise
+        except Exception as exc:
+            raise ObjectStartError(
+                f"{launch.name}: the stateful worker on {address} failed to start"
+            ) from exc
+
+    async def _inputs_done(self, launch: ev.Launch, arguments) -> None:
+        """Wait for the direct calls among ``arguments`` that have not finished; if one
+        failed, this call will never run: its turn on the worker is skipped and the
+        input's error raised (`InputFailedError`)."""
+        found: list[TaskRef] = []
+        collect_refs(arguments, found)
+        for ref in found:
+            if not ref.outcome.done():
+                await asyncio.wait([asyncio.wrap_future(ref.outcome)])
+            error = ref.outcome.exception()
+            if error is not None:
+                self.skip(launch.obj_id, launch.workers[0], (launch.seq,))
+                if isinstance(error, WorkerLostError):
+                    raise WorkerLostError(
+                        f"{launch.name}: its input {ref.name!r} was lost with its worker"
+                    ) from error
+                raise InputFailedError(f"{launch.name}: its input {ref.name!r} failed") from error
+
+    def _answer(self, address: str, key: str, status, value, elapsed) -> list:
+        """The events of a direct call's answer; a call whose shared input was lost
+        with its holder goes again, once, with the values themselves."""
+        records = self.records
+        _, (launch, told, call, values) = records.answered(key, self.name)
+        if status == "input-lost":
+            if values:
+                records.sent_on(key, self.name, address, (launch, told, call, {}))
+                self.streams.channel(address).call(key, told, inline(call, values))
+                return []
+            lost = WorkerLostError(f"{launch.name}: its shared input {value} was lost")
+            return [ev.AttemptDone(key, "error", lost)]
+        if status == "unsent":  # it never left: the calls after it must not wait for it
+            self.skip(call[0], address, (call[1],))
+            return [ev.AttemptDone(key, "error", value)]
+        timed = [] if elapsed is None else [ev.Ended(key, launch.name, address, elapsed, 0.0)]
+        if status == "kept":  # it stays on the worker until its last TaskRef goes
+            records.finished(key, self.streams.kept(address, key, value))
+            return [*timed, ev.AttemptDone(key, "finished")]
+        if status != "OK":
+            return [*timed, ev.AttemptDone(key, "error", value)]
+        records.finished(key, Local(value))
+        return [*timed, ev.AttemptDone(key, "finished", value=value if launch.fetch else None)]
+
+    def _cut(self, address: str, keys: list) -> None:
+        if not self.carrier.closed:
+            self.carrier.start(self._calls_cut, address, keys)
+
+    async def _calls_cut(self, address: str, keys: list) -> None:
+        """Direct calls whose stream broke. Lost with their worker if it left the
+        cluster (its object is then made again); if it still runs after
+        ``Timings.call_cut_check_s``, they fail with the broken connection and the object
+        stays: a stateful call that may have run is not taken for one that did not."""
+        carrier = self.carrier
+        if carrier.client.status not in CONNECTED:  # the workers went with their scheduler
+            carrier.feed(ev.SchedulerLost(str(carrier.lost_scheduler())))
+            return
+        gone = await self._worker_left(address, carrier.state.timings.call_cut_check_s)
+        events = []
+        for key in keys:
+            sent = self.records.answered(key, self.name)
+            if sent is None:
+                continue
+            name = sent[1][0].name
+            if gone:
+                lost = WorkerLostError(
+                    f"{name}: lost the connection to worker {address} during a direct call",
+                    address=address,
+                )
+                events.append(ev.AttemptDone(key, "error", lost, worker_lost=True))
+            else:
+                cut = ConnectionError(
+                    f"{name}: the connection to worker {address} broke during a direct "
+                    "call, and the worker still runs: the call may or may not have run"
+                )
+                events.append(ev.AttemptDone(key, "error", cut))
+        if events:
+            carrier.feed(*events)
+
+    async def _worker_left(self, address: str, within_s: float) -> bool:
+        """Whether the scheduler drops ``address`` from its workers within ``within_s``."""
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                if address not in await dask_compat.worker_heartbeats(self.carrier.client):
+                    return True
+            except (OSError, KeyError, TypeError):  # the scheduler is busy or gone
+                pass
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
