@@ -4,7 +4,11 @@ An engine is a state machine (:mod:`~hrl_tasks.scheduler.state`, every
 decision) and a backend that carries out its instructions
 (:mod:`~hrl_tasks.scheduler.backend` on Dask, the in-process one of
 :mod:`~hrl_tasks.scheduler.sync`). This module turns user calls into the state
-machine's events and hands out :class:`TaskRef` and :class:`WorkerHandle`.
+machine's events and hands out :class:`TaskRef` and :class:`WorkerHandle`: the
+task API here, the stateful workers' in :mod:`~hrl_tasks.scheduler.engine_objects`,
+what the engine tells of its cluster in :mod:`~hrl_tasks.scheduler.engine_cluster`
+(both base classes of :class:`Engine`), the deployment forms in
+:mod:`~hrl_tasks.scheduler.deployments`.
 
 Resources:
     Each worker declares resources (``CPU``, ``GPU``, ``memory``, any custom
@@ -25,18 +29,15 @@ Nesting:
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures as cf
 import contextvars
 import logging
-import os
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
 
-import dask
-from distributed import Client, get_client, get_worker
+from distributed import Client, get_client
 
 from hrl_tasks.scheduler import dask_compat, deployments, worker_events
 from hrl_tasks.scheduler import events as ev
@@ -45,12 +46,14 @@ from hrl_tasks.scheduler.clusters import (
     HeldSettings,
 )
 from hrl_tasks.scheduler.context import current_task, in_worker_task, task_wait
+from hrl_tasks.scheduler.engine_cluster import ClusterFacts
+from hrl_tasks.scheduler.engine_objects import StatefulWorkers
 from hrl_tasks.scheduler.errors import EngineError, ResultsLost
-from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
 from hrl_tasks.scheduler.page import EnginePage
-from hrl_tasks.scheduler.resources import check_satisfiable, normalize_request
+from hrl_tasks.scheduler.resources import normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
-from hrl_tasks.scheduler.runtime import WorkerRuntime, local_resources
+from hrl_tasks.scheduler.routes import ROUTES, default_route
+from hrl_tasks.scheduler.runtime import WorkerRuntime
 from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import EngineState
@@ -61,33 +64,7 @@ from hrl_tasks.scheduler.watch import WaitWatch
 
 logger = logging.getLogger(__name__)
 RETURN_WHEN = {"ALL_COMPLETED": cf.ALL_COMPLETED, "FIRST_COMPLETED": cf.FIRST_COMPLETED}
-ROUTES = ("dask", "direct")  # how plain tasks reach the workers (Engine(route=...))
-ROUTE_VARIABLE = "HRL_TASKS_ROUTE"
 EVENTS_BACKSTOP_SWEEP_S = 5.0  # seconds between looks at the workers beside the events
-
-
-def requires_encryption(client_requires: bool, configured: bool, scheduler_address: str) -> bool:
-    """Whether a cluster's connections are encrypted: its client requires encryption
-    (its ``Security``), or Dask's configuration does (``distributed.comm.require-encryption``),
-    or its scheduler speaks ``tls://``. Pure."""
-    return bool(client_requires or configured) or scheduler_address.startswith("tls://")
-
-
-def default_route(route: str | None) -> str:
-    """How plain tasks reach the workers: ``route``, or if None the environment's
-    ``HRL_TASKS_ROUTE``, else ``"direct"``; a clear error for anything else."""
-    route = os.environ.get(ROUTE_VARIABLE) or "direct" if route is None else route
-    if route not in ROUTES:
-        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
-    return route
-
-
-def _own_worker() -> frozenset:
-    """The address of the worker process this code runs in, if it runs in one."""
-    try:
-        return frozenset({get_worker().address})
-    except ValueError:
-        return frozenset()
 
 
 class _Active:
@@ -140,7 +117,7 @@ def worker_local(key: str, factory):
         return store[key]
 
 
-class Engine:
+class Engine(StatefulWorkers, ClusterFacts):
     """Resource-aware tasks, nested tasks and stateful workers on a Dask cluster.
 
     Example::
@@ -268,46 +245,6 @@ class Engine:
     from_cluster = classmethod(deployments.from_cluster)
     batch = classmethod(deployments.batch)
     from_gateway = classmethod(deployments.from_gateway)
-
-    def demand(self) -> int:
-        """Threads' worth of work this engine has: plain tasks not done and stateful
-        workers alive (what adaptive scaling sizes the cluster by)."""
-        with self.backend.lock:
-            return self.state.demand()
-
-    @property
-    def encrypted(self) -> bool:
-        """Whether this cluster's connections are encrypted (`requires_encryption`):
-        then what else its processes send one another in the clear is an exposure."""
-        if self.client is None:  # everything in this process
-            return False
-        configured = dask.config.get("distributed.comm.require-encryption", False)
-        return requires_encryption(
-            self.client.security.require_encryption, configured, self.client.scheduler.address
-        )
-
-    @property
-    def dashboard_link(self) -> str | None:
-        """The address of the Dask dashboard."""
-        return self.client.dashboard_link
-
-    @property
-    def page_link(self) -> str:
-        """The address of the engine's live page: every engine task by worker and by
-        name (the direct route's too, which Dask's dashboard does not see) and the
-        stateful workers, refreshed every second; ``json`` after it gives the same as
-        JSON. Served from the first time this is read, by this process, on 127.0.0.1,
-        to requests that carry the link's random token and a loopback ``Host``
-        (`hrl_tasks.scheduler.page`): pass the link on only to those who may read it."""
-        with self.backend.lock:
-            if self._page is None:
-                self._page = EnginePage(self.view)
-        return self._page.link
-
-    def view(self) -> dict:
-        """What the live page shows (`EngineState.view`), read under the engine's lock."""
-        with self.backend.lock:
-            return self.state.view()
 
     def own_cluster(self, cluster, close=None) -> None:
         """Close ``cluster`` with the engine, by ``close()`` (default: ``cluster.close``)."""
@@ -655,264 +592,3 @@ class Engine:
         """Nobody holds the ref of ``task_id`` any more (its ``__del__``)."""
         if not self.closed:
             self.backend.released(task_id)
-
-    # --- stateful workers ---------------------------------------------------
-
-    def create_worker(
-        self,
-        cls_or_factory,
-        *args,
-        resources: dict | None = None,
-        strategy: str = "spread",
-        name: str | None = None,
-        max_restarts: int = 3,
-        reissue_calls: bool = False,
-        label: str | None = None,
-        **kwargs,
-    ) -> WorkerHandle:
-        """Create a stateful worker: an object living in one worker process.
-
-        ``handle.call("method", *args)`` returns a TaskRef. Calls run in the
-        order they were made, one at a time unless the class sets
-        ``thread_safe = True``. If the worker process dies the object is built
-        again elsewhere from ``cls_or_factory(*args, **kwargs)``; if it has
-        ``get_state()``/``restore_state(state)``, the state is snapshotted
-        after each call and restored (a call whose result you hold is never
-        lost).
-
-        Args:
-            cls_or_factory: a class or a function returning the object.
-            resources: held for the object's whole life (placement and ledger).
-            strategy: ``"spread"`` over workers or ``"pack"`` onto few.
-            name: for errors and the dashboard; default the class name.
-            max_restarts: re-creations after worker deaths before giving up.
-            reissue_calls: re-issue calls that were in flight when the worker
-                died (safe for idempotent methods); otherwise they fail with
-                :class:`WorkerLostError`.
-            label: names its calls in statistics and the dashboard
-                (``label.method``); equivalent workers share one, so their
-                durations are pooled. Default ``name``.
-
-        Raises:
-            ResourceError: if no worker could ever meet ``resources``.
-        """
-        if strategy not in ("spread", "pack"):
-            raise ValueError(f"strategy must be 'spread' or 'pack', got {strategy!r}")
-        request = normalize_request(resources)
-        self.check_resources(request)
-        name = name or getattr(cls_or_factory, "__name__", "object")
-        label = label or name
-        obj_id = f"{name}-{uuid.uuid4().hex[:8]}"
-        parent = current_task()
-        topic = self.topic if parent is None else parent.topic
-        creation = self._new_ref(f"{label}.__init__", None, pinned=True)
-        self.backend.add_object(obj_id, (cls_or_factory, args, kwargs, topic), creation.outcome)
-        # Made inside a task: elsewhere than the task's own process when there is room,
-        # so that a nested algorithm's rollout workers do not share its learner's process.
-        avoid = _own_worker() if parent is not None else frozenset()
-        create = ev.CreateObject(
-            obj_id,
-            creation.task_id,
-            name,
-            label,
-            request,
-            strategy,
-            max_restarts,
-            reissue_calls,
-            avoid,
-        )
-        try:  # what other engines hold now, so that it is placed where there is room
-            seen = [self.backend.see_workers()]
-        except Exception:  # the scheduler is busy or going away: the last look serves
-            seen = []
-        self.backend.push_and_wait(*seen, create)  # placed on return if there is room now
-        return WorkerHandle(self, obj_id, name, label)
-
-    def create_group(self, cls_or_factory, n: int, *args, **kwargs) -> WorkerGroup:
-        """``n`` equivalent stateful workers (spread by default) as a :class:`WorkerGroup`.
-
-        Takes the arguments of :meth:`create_worker`; members are named ``name-i``.
-        """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"a group needs n >= 1 members, got {n!r}")
-        base = kwargs.pop("name", None) or getattr(cls_or_factory, "__name__", "object")
-        handles = [
-            self.create_worker(cls_or_factory, *args, name=f"{base}-{i}", label=base, **kwargs)
-            for i in range(n)
-        ]
-        return WorkerGroup(handles)
-
-    def form_group(self, obj_ids: list[str]) -> None:
-        """Make these stateful workers peers: a speculative call may be backed up on one."""
-        self.backend.push(ev.FormGroup(tuple(obj_ids)))
-
-    def call(
-        self, handle: WorkerHandle, method: str, args, kwargs, speculation, direct, keep=False
-    ) -> TaskRef:
-        """``handle.call(...)``: a call of a stateful worker's method."""
-        if not isinstance(method, str):
-            raise TypeError(f"call needs a method name (a str), got {method!r}")
-        name = f"{handle.label}.{method}"
-        if keep and not direct:
-            raise TypeError(f"keep=True is for direct calls ({name}): add direct=True")
-        if direct:
-            found: list[TaskRef] = []
-            collect_refs((args, kwargs), found)
-            for ref in found:
-                if not ref.direct_call:
-                    raise TypeError(
-                        f"a direct call ({name}) takes values and the TaskRefs of direct "
-                        f"calls, not {ref.name!r}: pass its .result(), use "
-                        "engine.share(value) for a value many direct calls need, or make "
-                        "the call without direct=True"
-                    )
-            deps: list[TaskRef] = []
-        else:
-            deps = self._inputs(args, kwargs)
-        ref = self._new_ref(name, (method, args, kwargs), direct, pinned=True, keep=keep)
-        ref.deps = tuple(d.task_id for d in deps)
-        call = ev.CallObject(
-            ref.task_id,
-            handle.obj_id,
-            method,
-            ref.deps,
-            direct_call=direct,
-            speculation=speculation,
-        )
-        self.backend.push(call)
-        return ref
-
-    def kill(self, handle: WorkerHandle, timeout: float | None) -> None:
-        """``handle.kill()``: end the object after the calls made before; frees what it holds."""
-        ref = self._new_ref(f"{handle.label}.__del__", None, pinned=True)
-        self.backend.push(ev.KillObject(handle.obj_id, ref.task_id))
-        done, _ = self.wait([ref], timeout=timeout)
-        if not done:  # gone anyway: never let a stuck object stop a shutdown
-            logger.warning("stateful worker %r did not end within %s s", handle.name, timeout)
-            self.backend.push(ev.AbandonObject(handle.obj_id))
-
-    def object_info(self, obj_id: str, field: str):
-        """One field of a stateful object's state (``address``, ``restarts``, ``gone``),
-        or None for an object the engine does not know (any more)."""
-        with self.backend.lock:
-            obj = self.state.objects.get(obj_id)
-            return None if obj is None else getattr(obj, field)
-
-    def rebuild_with(self, obj_id: str, kwargs: dict) -> None:
-        """Merge ``kwargs`` into the factory arguments a stateful object is re-created
-        with (see :meth:`WorkerHandle.rebuild_with`)."""
-        with self.backend.lock:
-            self.backend.rebuild_with(obj_id, kwargs)
-
-    def object_alive(self, obj_id: str) -> bool:
-        """Whether a stateful object still takes calls (known, not killed, not out of restarts)."""
-        with self.backend.lock:
-            obj = self.state.objects.get(obj_id)
-            return obj is not None and obj.gone is None
-
-    def object_creation(self, obj_id: str):
-        """The future of a stateful object's latest creation (it changes when the object
-        moves after its worker died), or None before the first."""
-        return self.backend.creation_of(obj_id)
-
-    # --- the workers --------------------------------------------------------
-
-    def worker_addresses(self) -> list[str]:
-        """The addresses of the cluster's workers now, as the scheduler knows them."""
-        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
-
-    def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
-        """Block until the cluster has at least ``n`` workers (a batch cluster's jobs start).
-
-        Raises:
-            TimeoutError: if they are not there within ``timeout`` seconds.
-        """
-        self.client.wait_for_workers(n, timeout=timeout)
-
-    def run_on_workers(self, fn, *args, workers: list[str] | None = None, on_error: str = "raise"):
-        """Run ``fn(*args)`` once in each worker process (or those of ``workers``), outside
-        the task queue; returns ``{address: result}``. ``on_error="ignore"`` skips workers
-        that fail or leave meanwhile. For set-up and inspection, not for work."""
-        return self.client.run(fn, *args, workers=workers, on_error=on_error)
-
-    # --- resources ----------------------------------------------------------
-
-    @property
-    def ledger(self):
-        """What each worker declared and what stateful workers hold (read only)."""
-        return self.state.ledger
-
-    def capacity(self) -> dict[str, dict[str, float]]:
-        """Per worker, the resources it declares (a copy)."""
-        with self.backend.lock:
-            return {w: dict(declared) for w, declared in self.state.ledger.capacity.items()}
-
-    @property
-    def nthreads(self) -> dict[str, int]:
-        """Threads per worker (read only)."""
-        return self.state.nthreads
-
-    def check_resources(self, request: dict) -> None:
-        """Raise :class:`ResourceError` if no worker could ever meet ``request``."""
-        if not request:
-            return
-        with self.backend.lock:
-            capacity = dict(self.state.ledger.capacity)
-        if not capacity:  # perhaps not looked at yet
-            capacity = {w: declared for w, (_, declared) in self.backend.read_workers().items()}
-        check_satisfiable(request, capacity)
-
-    def resources(self) -> dict:
-        """Per worker: what it declared, what stateful workers hold, what is free now."""
-        free_now = self.run_on_workers(local_resources)
-        with self.backend.lock:
-            ledger = self.state.ledger
-            return {
-                w: {
-                    "declared": dict(cap),
-                    "held_by_objects": ledger.held_on(w),
-                    "available": free_now.get(w, {}),
-                }
-                for w, cap in ledger.capacity.items()
-            }
-
-    def reaches_workers(self, timeout: float = 5.0) -> bool:
-        """Whether this process can connect to every worker itself, as direct calls do.
-
-        On the embedded cluster it always can; on a remote one (``connect``,
-        ``from_cluster``) the workers may only be reachable by the scheduler.
-        Asks each worker for its identity once and remembers the answer.
-        """
-        if self._reaches_workers is None:
-            with self.backend.lock:
-                addresses = sorted(self.nthreads)
-
-            async def identities():
-                calls = [self.client.rpc(address).identity() for address in addresses]
-                await asyncio.wait_for(asyncio.gather(*calls), timeout)
-
-            try:
-                self.client.sync(identities)
-                self._reaches_workers = True
-            except (OSError, asyncio.TimeoutError) as exc:
-                logger.warning("hrl_tasks: the workers cannot be called directly: %r", exc)
-                self._reaches_workers = False
-        return self._reaches_workers
-
-    # --- statistics ---------------------------------------------------------
-
-    def stats(self) -> dict:
-        """Counters (submitted, finished, failed, retried, cancelled, workers_lost)
-        and, per task name, the count and quantiles of execution durations.
-
-        Durations are measured on the workers and arrive in batches every 0.1 s;
-        they include the nested tasks that this engine's tasks submitted, while
-        the counters count what this engine submitted itself.
-        """
-        with self.backend.lock:
-            return self.state.stats.snapshot()
-
-    def slow_workers(self) -> set[str]:
-        """Workers known to be slow now: speculative work avoids them for a while."""
-        with self.backend.lock:
-            return self.state.slow_workers()

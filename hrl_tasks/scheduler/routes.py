@@ -24,6 +24,7 @@ import neither it nor each other.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import TYPE_CHECKING, Protocol
 
 from hrl_tasks.scheduler import dask_compat
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from hrl_tasks.scheduler.state import EngineState
 
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
+ROUTES = ("dask", "direct")  # how plain tasks reach the workers (Engine(route=...))
+ROUTE_VARIABLE = "HRL_TASKS_ROUTE"
 
 
 class Carrier(Protocol):
@@ -86,6 +89,15 @@ class Route(Protocol):
 
     async def fetch(self, held: list, refs: list[TaskRef]) -> list:
         """The values ``held`` (what holds the results of ``refs``, in order)."""
+
+
+def default_route(route: str | None) -> str:
+    """How plain tasks reach the workers: ``route``, or if None the environment's
+    ``HRL_TASKS_ROUTE``, else ``"direct"``; a clear error for anything else."""
+    route = os.environ.get(ROUTE_VARIABLE) or "direct" if route is None else route
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    return route
 
 
 def route_of(launch: ev.Launch) -> str:

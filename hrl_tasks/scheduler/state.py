@@ -109,6 +109,8 @@ class Timings:
     place_check_s: float = 3.0  # a put this long asks whether its worker still reports
     place_poll_s: float = 0.5  # ... then asks this often (this soon if a worker is silent)
     story_ask_s: float = 2.0  # a story waits this long for a worker's half of it
+    stream_connect_s: float = 5.0  # to open a worker's task stream; no answer: the worker is lost
+    fetch_connect_s: float = 2.0  # to reach the worker keeping a result; then it is lost
 
     def place_retry_after(self, tries: int) -> float | None:
         """After ``tries`` puts that failed on a worker that just died (the scheduler

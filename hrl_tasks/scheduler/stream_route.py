@@ -29,7 +29,6 @@ from hrl_tasks.scheduler import dask_compat, wire
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.errors import ResultsLost, WorkerLostError
 from hrl_tasks.scheduler.routes import ask_worker, resolve_inputs, spec
-from hrl_tasks.scheduler.shared import PEER_CONNECT_S
 from hrl_tasks.scheduler.task_service import (
     RESULT_HANDLER,
     TASKS_HANDLER,
@@ -43,7 +42,6 @@ if TYPE_CHECKING:
     from hrl_tasks.scheduler.routes import Carrier
 
 logger = logging.getLogger(__name__)
-CONNECT_S = 5.0  # to open a worker's stream; a worker that does not answer is treated as lost
 FUNCTIONS_KEPT = 1024
 """Functions a stream's two ends keep for tasks that name them again. A task's function
 is known by the object (the same function again costs a lookup) or, for a new object
@@ -74,7 +72,11 @@ class StreamRoute:
         channel = self.channels.get(address)
         if channel is None or channel.closed:
             channel = self.channels[address] = TaskChannel(
-                address, self.carrier.client.connection_args, self._answers, self._closed
+                address,
+                self.carrier.client.connection_args,
+                self.carrier.state.timings.stream_connect_s,
+                self._answers,
+                self._closed,
             )
         return channel
 
@@ -141,7 +143,7 @@ class StreamRoute:
             response = await ask_worker(
                 carrier.client,
                 item.address,
-                PEER_CONNECT_S,
+                carrier.state.timings.fetch_connect_s,
                 lambda ask: self._answer_unless_silent(ask, item.address),
                 RESULT_HANDLER,
                 key=item.key,
@@ -273,11 +275,13 @@ class TaskChannel:
         self,
         address: str,
         connection_args: dict,
+        connect_s: float,
         on_answers: Callable,
         on_closed: Callable,
     ):
         self.address = address
         self.connection_args = connection_args
+        self.connect_s = connect_s  # to open the stream; a worker that does not answer is lost
         self.on_answers = on_answers
         self.on_closed = on_closed
         self.stream = None  # a `wire` stream, once open
@@ -296,9 +300,9 @@ class TaskChannel:
         try:
             comm, plain = await asyncio.wait_for(
                 dask_compat.open_stream(
-                    self.address, TASKS_HANDLER, self.connection_args, CONNECT_S
+                    self.address, TASKS_HANDLER, self.connection_args, self.connect_s
                 ),
-                CONNECT_S + 1,
+                self.connect_s + 1,
             )
             self.stream = await wire.opened(comm, plain)
         except (OSError, asyncio.TimeoutError) as exc:

@@ -3,7 +3,7 @@
 import dask
 
 from hrl_tasks.scheduler import SyncEngine
-from hrl_tasks.scheduler.engine import requires_encryption
+from hrl_tasks.scheduler.engine_cluster import requires_encryption
 
 
 def test_a_cluster_is_encrypted_by_its_security_its_configuration_or_its_scheme():
