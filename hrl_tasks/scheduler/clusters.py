@@ -330,7 +330,7 @@ def start_local(
                     cluster.worker_spec[f"hrl-{i}"] = worker_spec(template, nthreads, amounts)
             while len(cluster.worker_spec) < n_workers:  # as scale() names them, 0, 1, ...
                 cluster.worker_spec.update(cluster.new_worker_spec())
-            dask_compat.start_added_workers(cluster)
+            dask_compat.start_added_workers(cluster, alike=not per_worker)
             client = Client(cluster, direct_to_workers=True)
             client.wait_for_workers(n_workers, timeout=120)
         except RuntimeError as exc:  # a worker process that did not start

@@ -6,14 +6,233 @@ replace it. The range of ``distributed`` these were read from and tested with
 is pinned in ``setup.cfg``; after an upgrade, run ``pytest tests/scheduler``
 (``test_a_cancelled_running_task_gives_its_thread_to_the_next`` and
 ``tests/scheduler/test_direct.py`` exercise the worker-side internals).
+
+A private part that a new ``distributed`` removes degrades, never breaks:
+:data:`PARTS` lists each with what happens without it, chosen by feature
+detection (:func:`have`) in the process that needs it: a public fallback
+(``"fallback"``), a feature switched off (``"off"``), or a clear error where the
+feature is asked for (``"error"``). Each is told once per process, as a warning
+(:func:`gone`); an engine lists those missing in its own process when it starts
+(:func:`missing_at_start`). ``HRL_TASKS_WITHOUT_PRIVATE`` (names, comma-separated)
+has a process act as if those were gone: read by the worker processes too
+(``distributed.nanny.environ`` passes it to them), for the tests that remove each
+in turn (``tests/test_private_parts.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import importlib
+import logging
+import math
+import os
+import re
 import sys
 import time
+from dataclasses import dataclass
 
 from distributed import Client, Future
+
+from hrl_tasks.scheduler.errors import EngineError
+
+logger = logging.getLogger(__name__)
+WITHOUT_VARIABLE = "HRL_TASKS_WITHOUT_PRIVATE"
+TESTED = "distributed>=2024.8.0,<2026.9"  # as setup.cfg pins it
+
+
+@dataclass(frozen=True)
+class PrivatePart:
+    """A private part of ``distributed`` the engine uses, and what happens without it.
+
+    ``where``: ``"module:attribute.attribute"`` to look it up at start, or None for
+    an instance's attribute (looked for where it is used)."""
+
+    name: str
+    where: str | None
+    gone: str  # "fallback", "off" or "error"
+    then: str
+
+
+PARTS = {
+    part.name: part
+    for part in (
+        PrivatePart(
+            "Client.scheduler_comm.interval",
+            "distributed.batched:BatchedSend",
+            "off",
+            "the client holds its messages to the scheduler for Dask's 10 ms: round trips "
+            "on Dask's route take longer",
+        ),
+        PrivatePart(
+            "Client._event_handlers",
+            None,
+            "off",
+            "a closing engine leaves its topics subscribed on a client it does not own",
+        ),
+        PrivatePart(
+            "Client._cancel",
+            "distributed:Client._cancel",
+            "fallback",
+            "Client.cancel(asynchronous=True)",
+        ),
+        PrivatePart(
+            "Future._exception",
+            "distributed:Future._exception",
+            "fallback",
+            "Future.add_done_callback, the outcome read on Dask's callback thread",
+        ),
+        PrivatePart(
+            "SpecCluster._correct_state",
+            "distributed.deploy.spec:SpecCluster._correct_state",
+            "fallback",
+            "the embedded cluster's workers start by cluster.scale(), and a worker that "
+            "fails to start is seen as a time-out; one of workers with different "
+            "resources (Engine.local(resources=[...])) cannot start: an error says so "
+            f"and names the tested range ({TESTED})",
+        ),
+        PrivatePart(
+            "utils._forkserver_preload_set",
+            "distributed.utils:_forkserver_preload_set",
+            "off",
+            "the driver imports distributed's optional packages (pandas among them) "
+            "when the embedded cluster starts: a slower start",
+        ),
+        PrivatePart(
+            "deploy.local.nprocesses_nthreads",
+            "distributed.deploy.local:nprocesses_nthreads",
+            "fallback",
+            "the same split computed here (about the square root of the cores)",
+        ),
+        PrivatePart(
+            "JobQueueCluster._dummy_job",
+            None,
+            "fallback",
+            "the processes per job read from the job script's --nworkers (else 1)",
+        ),
+        PrivatePart(
+            "worker._worker_cvar",
+            "distributed.worker:_worker_cvar",
+            "fallback",
+            "plain tasks go by Dask's route by default and direct calls as scheduled "
+            "calls (keep=True ignored): in the engine's own threads get_worker(), and "
+            "so nested tasks and the objects' calls, would fail",
+        ),
+        PrivatePart(
+            "threadpoolexecutor.thread_state",
+            "distributed.threadpoolexecutor:thread_state",
+            "fallback",
+            "a task thread known by the task key distributed's thread state holds",
+        ),
+        PrivatePart(
+            "threadpoolexecutor.secede",
+            "distributed.threadpoolexecutor:secede",
+            "off",
+            "a task's second and later waits hold its thread (the first leaves it)",
+        ),
+        PrivatePart(
+            "ThreadPoolExecutor._adjust_thread_count",
+            "distributed.threadpoolexecutor:ThreadPoolExecutor._adjust_thread_count",
+            "off",
+            "a cancelled task that still runs keeps its thread until it returns",
+        ),
+        PrivatePart(
+            "worker_state_machine.SecedeEvent",
+            "distributed.worker_state_machine:SecedeEvent",
+            "off",
+            "a cancelled task that still runs keeps its thread until it returns",
+        ),
+        PrivatePart(
+            "Scheduler.bulk_schedule_unrunnable_after_adding_worker",
+            "distributed.scheduler:Scheduler.bulk_schedule_unrunnable_after_adding_worker",
+            "off",
+            "a Dask-route task waiting for resources an object gave back starts when the "
+            "scheduler next looks (a worker joins), not at once; the default route is "
+            "placed by the engine and does not wait",
+        ),
+        PrivatePart(
+            "core.send_recv",
+            "distributed.core:send_recv",
+            "fallback",
+            "the request written and its reply read on the comm",
+        ),
+        PrivatePart(
+            "scheduler.heartbeat_interval",
+            "distributed.scheduler:heartbeat_interval",
+            "fallback",
+            "the scheduler's rule computed here",
+        ),
+        PrivatePart(
+            "comm.tcp.TCP.stream",
+            "distributed.comm.tcp:TCP",
+            "fallback",
+            "task streams go through Dask's comm instead of a socket taken over from it",
+        ),
+        PrivatePart(
+            "utils.sync",
+            "distributed.utils:sync",
+            "fallback",
+            "asyncio.run_coroutine_threadsafe on the worker's asyncio loop",
+        ),
+        PrivatePart(
+            "Gateway._loop_runner",
+            None,
+            "off",
+            "dask-gateway may print 'Exception ignored in Gateway.__del__' when a "
+            "closed gateway client is collected",
+        ),
+    )
+}
+
+
+def without() -> set[str]:
+    """The names this process is to act without (``HRL_TASKS_WITHOUT_PRIVATE``)."""
+    return {n.strip() for n in os.environ.get(WITHOUT_VARIABLE, "").split(",") if n.strip()}
+
+
+@functools.cache
+def have(name: str) -> bool:
+    """Whether the private part ``name`` (a key of :data:`PARTS`) is there to use;
+    told once (:func:`gone`) if not. An instance's attribute counts as there until
+    its user finds it missing."""
+    part = PARTS[name]
+    found = name not in without() and (part.where is None or _found(part.where))
+    if not found:
+        gone(name)
+    return found
+
+
+def _found(where: str) -> bool:
+    module, _, path = where.partition(":")
+    try:
+        target = importlib.import_module(module)
+        for attribute in path.split("."):
+            target = getattr(target, attribute)
+    except (ImportError, AttributeError):
+        return False
+    return True
+
+
+@functools.cache
+def gone(name: str) -> None:
+    """Warn, once per process, that ``name`` is missing and what happens without it."""
+    import distributed
+
+    part = PARTS[name]
+    logger.warning(
+        "hrl_tasks: distributed %s has no %s (tested: %s); %s: %s",
+        distributed.__version__,
+        name,
+        TESTED,
+        {"fallback": "instead", "off": "switched off", "error": "so"}[part.gone],
+        part.then,
+    )
+
+
+def missing_at_start() -> list[str]:
+    """The private parts that this process cannot use (each told once)."""
+    return [name for name in PARTS if not have(name)]
+
 
 # --- the client (driver side) ---------------------------------------------------
 
@@ -26,7 +245,9 @@ def set_send_interval(client: Client, seconds: float) -> None:
     stream (``distributed.comm.batched`` config is not read for it).
     """
     stream = getattr(client, "scheduler_comm", None)
-    if hasattr(stream, "interval"):
+    if not hasattr(stream, "interval"):
+        gone("Client.scheduler_comm.interval")
+    elif have("Client.scheduler_comm.interval"):
         stream.interval = min(stream.interval, float(seconds))
 
 
@@ -37,7 +258,11 @@ def topic_handler(client: Client, topic: str):
     unsubscribe another engine's handler on the same client. Public
     replacement: none (``Client.unsubscribe_topic`` takes no handler).
     """
-    return client._event_handlers.get(topic)  # noqa: SLF001
+    handlers = getattr(client, "_event_handlers", None)
+    if handlers is None or not have("Client._event_handlers"):
+        gone("Client._event_handlers")
+        return None
+    return handlers.get(topic)
 
 
 async def cancel(client: Client, futures: list[Future]) -> None:
@@ -46,7 +271,10 @@ async def cancel(client: Client, futures: list[Future]) -> None:
     Why: ``Client.cancel`` blocks until done and cannot be called from the
     loop's own thread, where the engine's state machine runs.
     """
-    await client._cancel(futures)  # noqa: SLF001
+    if have("Client._cancel"):
+        await client._cancel(futures)  # noqa: SLF001
+    else:
+        await client.cancel(futures, asynchronous=True)
 
 
 async def outcome(future: Future) -> tuple[str, BaseException | None]:
@@ -55,7 +283,21 @@ async def outcome(future: Future) -> tuple[str, BaseException | None]:
     Why: ``Future.exception()`` is blocking, and ``await future`` fetches the
     result. Public replacement: none for a non-asynchronous client.
     """
-    error = await future._exception()  # noqa: SLF001
+    if have("Future._exception"):
+        error = await future._exception()  # noqa: SLF001
+        return future.status, error
+    loop = asyncio.get_running_loop()
+    settled = loop.create_future()
+
+    def done(finished):  # on Dask's callback thread, where blocking is allowed
+        try:
+            error = None if finished.status == "finished" else finished.exception()
+        except BaseException as exc:  # cancelled
+            error = exc
+        loop.call_soon_threadsafe(lambda: settled.done() or settled.set_result(error))
+
+    future.add_done_callback(done)
+    error = await settled
     return future.status, error
 
 
@@ -101,7 +343,7 @@ def pin_header_keys() -> tuple[str, ...]:
 # --- clusters ---------------------------------------------------------------------
 
 
-def start_added_workers(cluster) -> None:
+def start_added_workers(cluster, alike: bool = True) -> None:
     """Start the workers just added to a ``SpecCluster``'s ``worker_spec``, now,
     raising if one does not start.
 
@@ -111,7 +353,16 @@ def start_added_workers(cluster) -> None:
     for the workers, which takes no per-worker options and says nothing of a
     worker that failed to start (the failure is lost in a task never awaited).
     """
-    cluster.sync(cluster._correct_state)  # noqa: SLF001
+    if have("SpecCluster._correct_state"):
+        cluster.sync(cluster._correct_state)  # noqa: SLF001
+    elif alike:  # the caller waits for them to come
+        cluster.scale(len(cluster.worker_spec))
+    else:
+        raise EngineError(
+            "workers with different resources need SpecCluster._correct_state, which "
+            f"this distributed does not have: install {TESTED}, or give every worker "
+            "the same resources"
+        )
 
 
 def preload_forkserver(modules: list[str]) -> None:
@@ -128,7 +379,8 @@ def preload_forkserver(modules: list[str]) -> None:
 
     from distributed import utils
 
-    utils._forkserver_preload_set = True  # noqa: SLF001
+    if have("utils._forkserver_preload_set"):
+        utils._forkserver_preload_set = True  # noqa: SLF001
     multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
 
 
@@ -139,9 +391,16 @@ def default_processes(cores: int) -> int:
     Why: ``distributed.deploy.local.nprocesses_nthreads`` is not exported. Public
     replacement: none.
     """
-    from distributed.deploy.local import nprocesses_nthreads
+    if have("deploy.local.nprocesses_nthreads"):
+        from distributed.deploy.local import nprocesses_nthreads
 
-    return nprocesses_nthreads(cores)[0]
+        return nprocesses_nthreads(cores)[0]
+    if cores <= 4:  # Dask's split (distributed.deploy.local.nprocesses_nthreads)
+        return cores
+    processes = math.ceil(math.sqrt(cores))
+    while cores % processes:
+        processes += 1
+    return processes
 
 
 def jobqueue_processes(cluster) -> int:
@@ -150,7 +409,12 @@ def jobqueue_processes(cluster) -> int:
     Why: the split is known only to the cluster's template job (``_dummy_job``).
     Public replacement: none (the job script shows it only as text).
     """
-    return int(cluster._dummy_job.worker_processes)  # noqa: SLF001
+    job = getattr(cluster, "_dummy_job", None)
+    if job is not None and have("JobQueueCluster._dummy_job"):
+        return int(job.worker_processes)
+    gone("JobQueueCluster._dummy_job")
+    found = re.search(r"--(?:nworkers|nprocs)[ =](\d+)", cluster.job_script())
+    return int(found.group(1)) if found else 1
 
 
 # --- the workers --------------------------------------------------------------------
@@ -162,12 +426,22 @@ def worker_context(worker):
     Why: direct calls run in threads of the engine's own, not Dask's pool, and
     the code they run may call ``get_worker()`` (Dask's actors do the same).
     """
+    if not have("worker._worker_cvar"):
+        return None
     from distributed.worker import _worker_cvar
 
     return _worker_cvar.set(worker)
 
 
+def engine_threads_know_their_worker() -> bool:
+    """Whether code in the engine's own threads of a worker (the task stream's, the
+    objects' direct calls) can call ``get_worker()``: see :func:`worker_context`."""
+    return have("worker._worker_cvar")
+
+
 def reset_worker_context(token) -> None:
+    if token is None:  # not set: see worker_context
+        return
     from distributed.worker import _worker_cvar
 
     _worker_cvar.reset(token)
@@ -181,11 +455,14 @@ def running_task_key() -> str | None:
     replacement: none (``distributed.get_task_key`` raises outside a task in
     some versions).
     """
-    from distributed.threadpoolexecutor import thread_state as pool_state
     from distributed.utils import thread_state
 
     key = getattr(thread_state, "key", None)
-    return key if key is not None and hasattr(pool_state, "executor") else None
+    if key is None or not have("threadpoolexecutor.thread_state"):
+        return key
+    from distributed.threadpoolexecutor import thread_state as pool_state
+
+    return key if hasattr(pool_state, "executor") else None
 
 
 def leave_pool_again() -> None:
@@ -194,6 +471,8 @@ def leave_pool_again() -> None:
 
     Why: a task that waits several times must not hold a pool thread in each wait.
     """
+    if not have("threadpoolexecutor.secede"):
+        return
     from distributed.threadpoolexecutor import secede as pool_secede
 
     pool_secede(adjust=True)
@@ -205,6 +484,8 @@ def end_thread_after_task() -> None:
     Why: a detached (cancelled, still running) task's thread was replaced in the
     pool; it must not come back as an extra thread.
     """
+    if not have("threadpoolexecutor.thread_state"):
+        return
     from distributed.threadpoolexecutor import thread_state as pool_state
 
     pool_state.proceed = False
@@ -230,6 +511,10 @@ def detach_thread(worker, thread, claim) -> bool:
     Returns:
         Whether the thread was taken out.
     """
+    if not (
+        have("ThreadPoolExecutor._adjust_thread_count") and have("worker_state_machine.SecedeEvent")
+    ):
+        return False
     from distributed.threadpoolexecutor import threads_lock
 
     with threads_lock:
@@ -308,7 +593,7 @@ def schedule_unrunnable(scheduler, worker: str) -> int:
     lack of resources. Public replacement: none.
     """
     ws = scheduler.workers.get(worker)
-    if ws is None:
+    if ws is None or not have("Scheduler.bulk_schedule_unrunnable_after_adding_worker"):
         return 0
     recs = scheduler.bulk_schedule_unrunnable_after_adding_worker(ws)
     if recs:
@@ -332,6 +617,9 @@ async def ask_peer(comm, op: str, **message):
     Why: ``distributed.core.send_recv`` is internal. Public replacement: none for
     worker-to-worker requests on a connection taken from ``worker.rpc``.
     """
+    if not have("core.send_recv"):
+        await comm.write({"op": op, "reply": True, **message})
+        return await comm.read()
     from distributed.core import send_recv
 
     return await send_recv(comm, op=op, **message)
@@ -365,13 +653,27 @@ def silent_among(seen: dict, lag_s: float) -> set:
 
     Why: ``heartbeat_interval`` is the scheduler's rule for how often workers report.
     """
-    from distributed.scheduler import heartbeat_interval
-
     if len(seen) < 2:
         return set()  # no other worker to turn to
-    bound = max(lag_s, 5 * heartbeat_interval(len(seen)))
+    bound = max(lag_s, 5 * heartbeat_of(len(seen)))
     latest = max(seen.values())
     return {address for address, last in seen.items() if latest - last > bound}
+
+
+def heartbeat_of(workers: int) -> float:
+    """Seconds between a worker's heartbeats in a cluster of ``workers``, as the
+    scheduler asks for them."""
+    if have("scheduler.heartbeat_interval"):
+        from distributed.scheduler import heartbeat_interval
+
+        return heartbeat_interval(workers)
+    if workers <= 10:  # distributed.scheduler.heartbeat_interval's rule
+        return 0.5
+    if workers < 50:
+        return 1
+    if workers < 200:
+        return 2
+    return workers / 200 + 1  # no more than 200 heartbeats a second
 
 
 async def holders(client: Client, key) -> tuple:
@@ -420,9 +722,12 @@ async def open_stream(address: str, handler: str, connection_args: dict, timeout
 
 def plain_socket_possible(comm) -> bool:
     """Whether ``comm`` runs on a plain TCP socket (not TLS, not in-process)."""
+    if not have("comm.tcp.TCP.stream"):
+        return False
     from distributed.comm.tcp import TCP, TLS
 
-    return isinstance(comm, TCP) and not isinstance(comm, TLS) and comm.stream is not None
+    plain = isinstance(comm, TCP) and not isinstance(comm, TLS)
+    return plain and getattr(comm, "stream", None) is not None
 
 
 def plain_socket(comm):
@@ -451,6 +756,8 @@ def sync_on_loop(loop, coroutine_fn, *args):
     for a worker's loop (``asyncio.run_coroutine_threadsafe`` needs the asyncio loop,
     which Tornado's ``IOLoop`` wraps).
     """
+    if not have("utils.sync"):
+        return asyncio.run_coroutine_threadsafe(coroutine_fn(*args), loop.asyncio_loop).result()
     from distributed.utils import sync
 
     return sync(loop, coroutine_fn, *args)
@@ -477,5 +784,7 @@ def close_gateway_once(gateway) -> None:
 def gateway_closed(gateway) -> None:
     """Tell a ``dask_gateway.Gateway`` client closed elsewhere (``GatewayCluster.close``
     closes its own) that it is; its finalizer then does not close it again."""
-    if hasattr(gateway, "_loop_runner"):
+    if hasattr(gateway, "_loop_runner") and have("Gateway._loop_runner"):
         del gateway._loop_runner  # noqa: SLF001
+    else:
+        gone("Gateway._loop_runner")

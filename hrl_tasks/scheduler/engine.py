@@ -163,6 +163,7 @@ class Engine(StatefulWorkers, ClusterFacts):
         route: str | None = None,
     ):
         route = default_route(route)
+        self.missing = dask_compat.missing_at_start()  # private parts of Dask gone, told once
         if send_interval_s is not None:
             dask_compat.set_send_interval(client, send_interval_s)
         self.client = client

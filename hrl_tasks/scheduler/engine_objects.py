@@ -12,6 +12,7 @@ import uuid
 
 from distributed import get_worker
 
+from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.context import current_task
 from hrl_tasks.scheduler.handles import WorkerGroup, WorkerHandle
@@ -129,6 +130,8 @@ class StatefulWorkers:
         if not isinstance(method, str):
             raise TypeError(f"call needs a method name (a str), got {method!r}")
         name = f"{handle.label}.{method}"
+        if direct and not dask_compat.engine_threads_know_their_worker():
+            direct, keep = False, False  # what runs in the engine's threads needs it
         if keep and not direct:
             raise TypeError(f"keep=True is for direct calls ({name}): add direct=True")
         if direct:

@@ -93,8 +93,13 @@ class Route(Protocol):
 
 def default_route(route: str | None) -> str:
     """How plain tasks reach the workers: ``route``, or if None the environment's
-    ``HRL_TASKS_ROUTE``, else ``"direct"``; a clear error for anything else."""
-    route = os.environ.get(ROUTE_VARIABLE) or "direct" if route is None else route
+    ``HRL_TASKS_ROUTE``, else ``"direct"`` (``"dask"`` on a distributed without the
+    private part the task stream needs, see `dask_compat.PARTS`); a clear error for
+    anything else."""
+    if route is None:
+        # The task stream's threads are the worker's only through a private name.
+        usual = "direct" if dask_compat.engine_threads_know_their_worker() else "dask"
+        route = os.environ.get(ROUTE_VARIABLE) or usual
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
     return route

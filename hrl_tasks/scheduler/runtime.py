@@ -58,6 +58,7 @@ class WorkerRuntime(WorkerPlugin):
         self.handlers_installed = False
         self.task_service = None  # the direct route's (task_service.install)
         self.header_keys = dask_compat.pin_header_keys()  # messages leave no dead slots
+        self.missing = dask_compat.missing_at_start()  # private parts of Dask gone, told once
 
     @classmethod
     def of(cls, worker=None) -> WorkerRuntime:
