@@ -19,7 +19,7 @@ from distributed import fire_and_forget
 from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.errors import InputFailedError, ObjectStartError, WorkerLostError
-from hrl_tasks.scheduler.routes import CONNECTED, method_of, spec
+from hrl_tasks.scheduler.routes import CONNECTED, method_of, send_each, spec
 from hrl_tasks.scheduler.runtime import run_task
 from hrl_tasks.scheduler.shared import direct_arguments, inline, rebuilt
 from hrl_tasks.scheduler.task_service import KeptInput
@@ -59,13 +59,7 @@ class CallRoute:
         streams.carry(self.name, self._answer, self._cut)
 
     def launch(self, launches: list[ev.Launch]) -> list[ev.AttemptDone]:
-        failed = []
-        for launch in launches:
-            try:
-                self._send(launch)
-            except Exception as exc:  # its arguments are gone
-                failed.append(ev.AttemptDone(launch.key, "error", exc))
-        return failed
+        return send_each(self._send, launches)
 
     def cancel(self, keys: tuple[str, ...]) -> None:
         """Nothing: a stateful call is not taken back once sent (it may have run); its

@@ -82,7 +82,12 @@ class DaskRoute:
         futures = []
         for key in keys:
             entry = self.records.in_flight.get(key)
-            if entry is not None and entry.route == self.name and entry.holds and entry.value:
+            if (
+                entry is not None
+                and entry.route == self.name
+                and entry.holds
+                and entry.value is not None
+            ):
                 futures.append(entry.value)
         if futures:
             self.carrier.start(dask_compat.cancel, self.carrier.client, futures)

@@ -173,6 +173,14 @@ class BackendRecords:
         entry = self.in_flight.get(key)
         return entry is not None and entry.route == route and entry.sent is not None
 
+    def awaited_at(self, address: str) -> list[str]:
+        """The keys of the attempts whose answer is awaited on the stream to ``address``."""
+        return [
+            key
+            for key, entry in self.in_flight.items()
+            if entry.address == address and entry.sent is not None
+        ]
+
     def answered(self, key: str, route: str) -> tuple | None:
         """Attempt ``key``'s answer came (or will never come): ``(address, sent)`` if it
         was awaited on a stream by ``route``, else None."""

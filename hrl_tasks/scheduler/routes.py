@@ -112,6 +112,18 @@ def route_of(launch: ev.Launch) -> str:
     return "stream" if launch.route == "direct" else "dask"
 
 
+def send_each(send, launches: list[ev.Launch]) -> list[ev.AttemptDone]:
+    """``send(launch)`` for each of ``launches``; one that raises (its arguments do
+    not serialize, its input is gone) is a failed attempt, returned as an event."""
+    failed = []
+    for launch in launches:
+        try:
+            send(launch)
+        except Exception as exc:
+            failed.append(ev.AttemptDone(launch.key, "error", exc))
+    return failed
+
+
 def spec(key, name, attempt, resources, topic, internal) -> dict:
     """What a worker is told of an attempt beside its function and arguments."""
     return {

@@ -28,7 +28,7 @@ import cloudpickle
 from hrl_tasks.scheduler import dask_compat, wire
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.errors import ResultsLost, WorkerLostError
-from hrl_tasks.scheduler.routes import ask_worker, resolve_inputs, spec
+from hrl_tasks.scheduler.routes import ask_worker, resolve_inputs, send_each, spec
 from hrl_tasks.scheduler.task_service import (
     RESULT_HANDLER,
     TASKS_HANDLER,
@@ -83,13 +83,7 @@ class StreamRoute:
     # --- the route ----------------------------------------------------------------
 
     def launch(self, launches: list[ev.Launch]) -> list[ev.AttemptDone]:
-        failed = []
-        for launch in launches:
-            try:
-                self._send(launch)
-            except Exception as exc:  # its inputs are gone
-                failed.append(ev.AttemptDone(launch.key, "error", exc))
-        return failed
+        return send_each(self._send, launches)
 
     def _send(self, launch: ev.Launch) -> None:
         records, puts = self.records, self.carrier.put_values
@@ -228,11 +222,14 @@ class StreamRoute:
             return [ev.AttemptDone(key, "error", lost, worker_lost=True)]
         return [*timed, ev.AttemptDone(key, "error", value)]
 
-    def _closed(self, address: str, keys: tuple) -> None:
-        """A stream broke: its worker died or cannot be reached."""
+    def _closed(self, address: str, keys: tuple | None) -> None:
+        """A stream broke: its worker died or cannot be reached. ``keys``: those sent
+        after it broke, or None for every attempt awaited on it."""
         channel = self.channels.get(address)
         if channel is not None and channel.closed:
             del self.channels[address]  # a new one is opened if tasks go there again
+        if keys is None:
+            keys = self.records.awaited_at(address)
         for route, (_, cut) in self.carried.items():
             theirs = [key for key in keys if self.records.awaits(key, route)]
             if theirs:
@@ -267,8 +264,9 @@ class TaskChannel:
     ``on_answers(address, answers)`` is called with the answers of each message,
     ``(kind, key, status, value, elapsed)`` each (see `task_service`; status
     ``"unsent"``: a direct call whose arguments did not pickle, which never
-    left); ``on_closed(address, keys)`` once, when the stream breaks, with the
-    keys of the tasks and calls sent on it that had not ended.
+    left); ``on_closed(address, None)`` once, when the stream breaks (what was
+    in flight on it is the records' to know: ``BackendRecords.awaited_at``), and
+    ``on_closed(address, (key,))`` for one sent after that.
     """
 
     def __init__(
@@ -288,7 +286,6 @@ class TaskChannel:
         self.functions = FunctionCache(FUNCTIONS_KEPT)
         self.outbox: list = []
         self.wake = asyncio.Event()
-        self.in_flight: set[str] = set()
         self.puts: dict[str, str] = {}  # key -> put task id: values sent on this stream
         self.broken: dict[int, Exception] = {}  # fn id -> why it did not pickle
         self.fn_ids = itertools.count()
@@ -326,7 +323,6 @@ class TaskChannel:
             if fn_id not in self.functions.sent:
                 self.functions.sent.add(fn_id)
                 self._send(("fn", fn_id, fn))
-        self.in_flight.add(key)
         self._send(("run", key, spec, fn_id, args, kwargs))
 
     def call(self, key: str, spec: dict, call: tuple) -> None:
@@ -334,7 +330,6 @@ class TaskChannel:
         if self.closed:
             self.on_closed(self.address, (key,))
             return
-        self.in_flight.add(key)
         self._send(("call", key, spec, call))
 
     def put(self, key: str, task_id: str, value) -> None:
@@ -351,8 +346,8 @@ class TaskChannel:
             self._send(("release", key))
 
     def cancel(self, key: str) -> None:
-        if key in self.in_flight:
-            self._send(("cancel", key))
+        """Tell the worker to drop attempt ``key`` (sent on this stream, not answered)."""
+        self._send(("cancel", key))
 
     def release(self, key: str) -> None:
         """Let the worker forget a result it keeps."""
@@ -381,7 +376,6 @@ class TaskChannel:
             return
         key = message[1]
         error = exc if message[0] == "call" else self.broken.get(message[3], exc)
-        self.in_flight.discard(key)
         what = "call's arguments" if message[0] == "call" else "task's function or arguments"
         status = "unsent" if message[0] == "call" else "error"
         self.on_answers(
@@ -401,9 +395,6 @@ class TaskChannel:
         try:
             while not self.closed:
                 answers = await self.stream.receive()
-                for kind, key, *_ in answers:
-                    if kind == "done":
-                        self.in_flight.discard(key)
                 self.on_answers(self.address, answers)
         except OSError:
             self._close()
@@ -417,8 +408,7 @@ class TaskChannel:
             self.writer.cancel()
         if self.stream is not None:
             self.stream.abort()
-        lost, self.in_flight = tuple(self.in_flight), set()
-        self.on_closed(self.address, lost)
+        self.on_closed(self.address, None)
 
     def close(self) -> None:
         """Close the stream; the tasks in flight are reported as on a broken stream."""

@@ -53,3 +53,15 @@ def test_a_forgotten_attempt_keeps_its_entry_while_its_answer_is_awaited():
     assert records.in_flight == {}
     records.sent_on("d", "call", "tcp://w:2", "again")  # sent after it was forgotten
     assert records.awaits("d", "call") and records.result_of("d") is None
+
+
+def test_the_answers_awaited_at_an_address_are_known_from_the_one_table():
+    records = BackendRecords()
+    records.track("a", "stream", "tcp://w1", sent="task-a")
+    records.track("b", "stream", "tcp://w2", sent="task-b")
+    records.sent_on("c", "call", "tcp://w1", ("call",))
+    records.track("d", "dask", value="future")
+    assert sorted(records.awaited_at("tcp://w1")) == ["a", "c"]
+    records.answered("a", "stream")
+    assert records.awaited_at("tcp://w1") == ["c"]
+    assert records.awaited_at("tcp://w3") == []
