@@ -47,17 +47,17 @@ class DaskRoute:
     def __init__(self, carrier: Carrier, records: BackendRecords):
         self.carrier = carrier
         self.records = records
-        self.batched: set = set()  # keys of attempts being put into one batch
 
     def launch(self, launches: list[ev.Launch]) -> list[ev.AttemptDone]:
         """Submit ``launches``, one ``map`` per set of options (an input in the same
         batch goes out first)."""
         batches: dict[tuple, list] = {}
+        batched: set[str] = set()  # the keys in ``batches``
         failed = []
         for launch in launches:
-            if any(key in self.batched for key in launch.inputs.values()):
+            if any(key in batched for key in launch.inputs.values()):
                 failed += self._submit(batches)  # an input is in this very batch: first
-                batches = {}
+                batches, batched = {}, set()
             try:
                 fn, args, kwargs, topic = self._call_of(launch)
                 if not launch.inputs:  # nothing for Dask to wire: the scheduler sees bytes
@@ -75,7 +75,7 @@ class DaskRoute:
                 launch.priority,
             )
             batches.setdefault(options, []).append((launch, fn, told, args, kwargs))
-            self.batched.add(launch.key)
+            batched.add(launch.key)
         return failed + self._submit(batches)
 
     def cancel(self, keys: tuple[str, ...]) -> None:
@@ -125,7 +125,6 @@ class DaskRoute:
                         futures.append(None)
                         failed.append(ev.AttemptDone(item[0].key, "error", exc))
             for (launch, *_), future in zip(batch, futures, strict=True):
-                self.batched.discard(launch.key)
                 if future is not None:
                     self.records.track(launch.key, self.name, value=future)
                     self.carrier.start(self._watch, launch.key, future, launch.fetch)
