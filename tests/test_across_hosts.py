@@ -1,0 +1,249 @@
+"""The engine across hosts (tests/hosts.py): a `dask scheduler` on one network
+namespace, a `dask worker` on each of three others, the driver in the root namespace
+reaching them by address, as on a cluster of machines."""
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import hrl_tasks as hrl
+from tests.conftest import require_real_part
+from tests.hosts import Hosts, missing
+
+ROOT = Path(__file__).resolve().parents[1]
+PORT = 8786
+pytestmark = [pytest.mark.once, pytest.mark.cluster]
+
+
+def dask_command(*args: str) -> list[str]:
+    exe = shutil.which("dask")
+    return [exe, *args] if exe else [sys.executable, "-m", "dask", *args]
+
+
+class HostCluster:
+    """A scheduler on ``hosts[0]``, one worker process of ``threads`` on each other."""
+
+    def __init__(self, hosts: Hosts, logs: Path, threads: int = 2):
+        # each worker host also offers a resource named after it (host1=1, ...), so
+        # that a test can place a task on a given host
+        self.hosts = hosts
+        self.scheduler_host, *self.worker_hosts = list(hosts)
+        self.address = f"tcp://{self.scheduler_host.address}:{PORT}"
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        self.scheduler_host.start(
+            *dask_command(
+                "scheduler",
+                "--host",
+                self.scheduler_host.address,
+                "--port",
+                str(PORT),
+                "--no-dashboard",
+            ),
+            env=env,
+            log=logs / "scheduler.log",
+        )
+        for i, host in enumerate(self.worker_hosts):
+            host.start(
+                *dask_command(
+                    "worker",
+                    self.address,
+                    "--host",
+                    host.address,
+                    "--nthreads",
+                    str(threads),
+                    "--no-dashboard",
+                    "--name",
+                    f"host{i + 1}",
+                    "--resources",
+                    f"host{i + 1}=1,CPU={threads}",
+                ),
+                env=env,
+                log=logs / f"worker{i + 1}.log",
+            )
+
+    def wait_for_workers(self, engine, n: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while len(engine.client.scheduler_info(n_workers=-1)["workers"]) < n:
+            assert time.monotonic() < deadline, f"fewer than {n} workers joined"
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    require_real_part("network namespaces", missing())
+    with Hosts(4) as hosts:
+        yield HostCluster(hosts, tmp_path)
+
+
+def connect(cluster: HostCluster, workers: int):
+    deadline = time.monotonic() + 60
+    while True:  # the scheduler takes a moment to listen
+        try:
+            engine = hrl.Engine.connect(cluster.address, timeout=5)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the scheduler did not start"
+            time.sleep(0.5)
+    cluster.wait_for_workers(engine, workers)
+    return engine
+
+
+def worker_hosts_of(engine) -> set[str]:
+    """The addresses (without ports) of the engine's workers."""
+    workers = engine.client.scheduler_info(n_workers=-1)["workers"]
+    return {address.split("://")[1].rsplit(":", 1)[0] for address in workers}
+
+
+def test_ppo_reaches_450_across_three_hosts_with_one_host_lost_mid_run(cluster):
+    engine = connect(cluster, 3)
+    lost = cluster.worker_hosts[0]
+    try:
+        assert worker_hosts_of(engine) == {h.address for h in cluster.worker_hosts}
+        seen = []
+
+        def lose_a_host(result):
+            seen.append(result["iteration"])
+            if result["iteration"] == 3:
+                cluster.hosts.kill(lost)  # every process on it first, then its link
+
+        algo, result = hrl.train(
+            "ppo",
+            env="CartPole-v1",
+            engine=engine,
+            callback=lose_a_host,
+            stop={"episode_return_mean": 450, "time_total_s": 240},
+            num_workers=3,
+        )
+        algo.stop()
+        assert result["episode_return_mean"] >= 450, result["episode_return_mean"]
+        assert seen[-1] > 3  # it went on after the loss
+        assert lost.address not in worker_hosts_of(engine)
+    finally:
+        engine.close()
+
+
+def test_impala_and_es_learn_across_the_hosts(cluster):
+    engine = connect(cluster, 3)
+    try:
+        for name, threshold in (("impala", 150), ("es", 150)):
+            algo, result = hrl.train(
+                name,
+                env="CartPole-v1",
+                engine=engine,
+                stop={"episode_return_mean": threshold, "time_total_s": 150},
+                num_workers=3,
+            )
+            algo.stop()
+            assert result["episode_return_mean"] >= threshold, (name, result)
+    finally:
+        engine.close()
+
+
+def test_a_search_of_two_trials_runs_across_the_hosts_and_its_best_reaches_450(cluster):
+    from hrl_tasks.search import grid
+
+    engine = connect(cluster, 3)
+    try:
+        result = hrl.tune(
+            "ppo",
+            "CartPole-v1",
+            space={"lr": grid([3e-4, 1e-3])},
+            num_samples=1,
+            config={"num_workers": 1},
+            stop={"episode_return_mean": 450, "time_total_s": 200},
+            engine=engine,
+        )
+        assert len(result.trials) == 2
+        assert max(t["best"] for t in result.trials) >= 450
+    finally:
+        engine.close()
+
+
+def test_a_partitioned_host_is_left_behind_and_the_run_goes_on(tmp_path):
+    require_real_part("network namespaces", missing())
+    os.environ["DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL"] = "15s"  # read by the scheduler
+    try:
+        with Hosts(4) as hosts:
+            cluster = HostCluster(hosts, tmp_path)
+            engine = connect(cluster, 3)
+            cut = cluster.worker_hosts[0]
+            seen = []
+
+            def partition(result):
+                seen.append((result["iteration"], time.monotonic()))
+                if result["iteration"] == 2:
+                    hosts.partition(cut)  # its processes alive, unreachable
+
+            try:
+                algo, result = hrl.train(
+                    "ppo",
+                    env="CartPole-v1",
+                    engine=engine,
+                    callback=partition,
+                    stop={"iteration": 12, "time_total_s": 200},
+                    num_workers=3,
+                )
+                algo.stop()
+                assert result["iteration"] == 12
+                assert cut.pids(), "the partitioned host's processes were alive throughout"
+                deadline = time.monotonic() + 30
+                while cut.address in worker_hosts_of(engine):
+                    assert time.monotonic() < deadline, "the scheduler kept the lost worker"
+                    time.sleep(0.5)
+            finally:
+                engine.close()
+    finally:
+        del os.environ["DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL"]
+
+
+def test_a_learner_group_learns_across_two_hosts(cluster):
+    from hrl_tasks.rollout.learner_group import LearnerGroup, host_of
+    from tests.rollout.test_learner_group import CASES, assert_close_weights, batch_for
+
+    engine = connect(cluster, 3)
+    try:
+        make = CASES["ppo"]
+        alone, driver, sampler = make(), make(), make()
+        group = LearnerGroup(engine, driver, 2, resources={"CPU": 2})
+        try:
+            hosts = {host_of(handle.address) for handle in group.handles}
+            assert len(hosts) == 2, "each learner on a host of its own"
+            for seed in range(2):
+                batch = batch_for(sampler, seed=seed)
+                group.learn_on_batch(batch)
+                alone.learn_on_batch(batch)
+            group.pull_state()
+            assert_close_weights(driver.get_weights(), alone.get_weights())
+        finally:
+            group.stop()
+    finally:
+        engine.close()
+
+
+def bridge_bytes(cluster: HostCluster, link: str | None = None) -> int:
+    """Bytes the root namespace received from the hosts (``link`` None), or bytes a
+    host's link carried to it (the root side's transmit count)."""
+    if link is None:
+        return int(Path(f"/sys/class/net/{cluster.hosts.bridge}/statistics/rx_bytes").read_text())
+    return int(Path(f"/sys/class/net/{link}/statistics/tx_bytes").read_text())
+
+
+def test_data_moves_worker_to_worker_across_hosts_without_the_driver(cluster):
+    import numpy as np
+
+    engine = connect(cluster, 3)
+    try:
+        into_b = cluster.worker_hosts[1].link
+        made = engine.submit(np.ones, 4_000_000, resources={"host1": 1})  # 32 MB, kept there
+        engine.wait([made], timeout=60)
+        to_driver, to_b = bridge_bytes(cluster), bridge_bytes(cluster, into_b)
+        total = engine.submit(np.sum, made, resources={"host2": 1})
+        assert total.result(timeout=60) == 4_000_000
+        assert bridge_bytes(cluster, into_b) - to_b > 32_000_000  # it went to host 2
+        assert bridge_bytes(cluster) - to_driver < 2_000_000  # not through the driver
+    finally:
+        engine.close()
