@@ -27,8 +27,10 @@ import contextlib
 import ipaddress
 import os
 import re
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,9 +178,18 @@ class Hosts:
 
 def hold_mounts(netns: str) -> subprocess.Popen:
     """A process in ``netns`` holding a mount namespace of its own with a private
-    ``/tmp`` (a tmpfs), for the host's processes to join; it waits until killed."""
+    ``/tmp`` (a tmpfs), for the host's processes to join; it waits until killed.
+
+    The software is on every host, as a shared install is on real ones: whatever of
+    Python's install, its import path and this checkout lies under ``/tmp`` is bound
+    into the host's ``/tmp`` at the same place; nothing else of the machine's is."""
+    binds = ""
+    for path in software_in_tmp():  # /tmp/x is bound at /mnt/x, moved to /tmp/x below
+        there = shlex.quote("/mnt" + path.removeprefix("/tmp"))
+        binds += f" && mkdir -p {there} && mount --bind {shlex.quote(path)} {there}"
     script = (
-        "mount --make-rprivate / && mount -t tmpfs tmpfs /tmp && echo ready && exec sleep infinity"
+        "mount --make-rprivate / && mount -t tmpfs tmpfs /mnt"
+        f"{binds} && mount --move /mnt /tmp && echo ready && exec sleep infinity"
     )
     holder = subprocess.Popen(
         ["ip", "netns", "exec", netns, "unshare", "-m", "sh", "-c", script],
@@ -191,6 +202,18 @@ def hold_mounts(netns: str) -> subprocess.Popen:
         holder.kill()
         raise RuntimeError(f"no private /tmp on host {netns}: {holder.stderr.read()}")
     return holder
+
+
+def software_in_tmp() -> list[str]:
+    """The top directories under ``/tmp`` that hold Python's install, its import path
+    or this checkout (a virtual environment or a clone made there), sorted."""
+    places = [sys.prefix, sys.base_prefix, *sys.path, str(Path(__file__).resolve().parent)]
+    tops = set()
+    for place in places:
+        parts = Path(place or ".").resolve().parts
+        if len(parts) > 2 and parts[:2] == ("/", "tmp") and Path(*parts[:3]).is_dir():
+            tops.add(str(Path(*parts[:3])))
+    return sorted(tops)
 
 
 def kill_all(host: Host) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_real_part
-from tests.hosts import Hosts, leftovers
+from tests.hosts import Hosts, leftovers, software_in_tmp
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.once
@@ -69,8 +69,10 @@ def test_each_host_has_its_own_tmp_shared_by_its_processes():
     with Hosts(2) as hosts:
         hosts[0].run("sh", "-c", f"echo here > /tmp/{mark}")
         assert hosts[0].run("cat", f"/tmp/{mark}").stdout == "here\n"  # another process
-        assert hosts[1].run("ls", "/tmp").stdout.split() == []
+        software = [Path(path).name for path in software_in_tmp()]  # a venv made in /tmp
+        assert hosts[1].run("ls", "/tmp").stdout.split() == software
         assert not Path("/tmp", mark).exists()
+        assert hosts[1].run(sys.executable, "-c", "import hrl_tasks").returncode == 0
 
 
 def test_a_lost_host_has_no_process_and_no_link_and_a_partitioned_one_keeps_its_processes():
