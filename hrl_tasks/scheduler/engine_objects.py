@@ -83,6 +83,7 @@ class StatefulWorkers:
         parent = current_task()
         topic = self.topic if parent is None else parent.topic
         creation = self._new_ref(f"{label}.__init__", None, pinned=True)
+        creation.forgotten_at_end = True
         self.backend.add_object(obj_id, (cls_or_factory, args, kwargs, topic), creation.outcome)
         # Made inside a task: elsewhere than the task's own process when there is room,
         # so that a nested algorithm's rollout workers do not share its learner's process.
@@ -164,6 +165,7 @@ class StatefulWorkers:
     def kill(self, handle: WorkerHandle, timeout: float | None) -> None:
         """``handle.kill()``: end the object after the calls made before; frees what it holds."""
         ref = self._new_ref(f"{handle.label}.__del__", None, pinned=True)
+        ref.forgotten_at_end = True
         self.backend.push(ev.KillObject(handle.obj_id, ref.task_id))
         done, _ = self.wait([ref], timeout=timeout)
         if not done:  # gone anyway: never let a stuck object stop a shutdown

@@ -9,13 +9,21 @@ for short ones (about ``PIPELINE_WORK_S`` of work queued per thread, at most
 wait in the engine, first come first served, and go to whichever worker frees
 first. (A worker also queues what other engines send it: its slots are
 shared, and it never runs more tasks than it has threads.)
+
+Among workers equally loaded, the one whose load changed longest ago goes
+first, so equal work spreads in turn. `LeastLoaded` keeps the workers in that
+order as their loads change: the engine's choice costs O(log W), not a look
+at every worker; `choose_worker` is the same rule over any view (and with a
+task's resources), for the choices the order cannot answer alone.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 
+from hrl_tasks.scheduler.kept_order import KeptOrder
 from hrl_tasks.scheduler.resources import fits
 
 PIPELINE = 2  # attempts in flight per worker thread, for tasks of unknown or long duration
@@ -39,7 +47,7 @@ def choose_worker(
     near: Iterable[str] = (),
     only: Iterable[str] | None = None,
     avoid: Iterable[str] = (),
-    turn: int = 0,
+    since: Mapping[str, int] = {},  # noqa: B006 - read only
     depth: int = PIPELINE,
 ) -> str | None:
     """The worker to send a task to now, or ``None`` if every worker is full.
@@ -53,8 +61,9 @@ def choose_worker(
         near: workers holding the task's inputs: preferred when they have room.
         only: the workers to choose from (``None``: all), e.g. those not slow.
         avoid: workers to use only when no other has room.
-        turn: breaks ties between equally loaded workers in rotation, so equal
-            work spreads evenly.
+        since: when each worker's load last changed (a count, `LeastLoaded.since`):
+            among equally loaded workers the one unchanged longest goes first, so
+            equal work spreads in turn (then by name).
         depth: attempts in flight per thread (see `pipeline_depth`).
     """
     allowed = set(nthreads) if only is None else set(only) & set(nthreads)
@@ -73,13 +82,53 @@ def choose_worker(
     room = [w for w in room if w not in avoided] or room
     close = set(near) & set(room)
     if close:
-        room = sorted(close)
-    ordered = sorted(room)
-    count = len(ordered)
+        room = list(close)
     return min(
-        ordered,
-        key=lambda w: (
-            in_flight.get(w, 0) / max(1, nthreads[w]),
-            (ordered.index(w) - turn) % count,
-        ),
+        room,
+        key=lambda w: (in_flight.get(w, 0) / max(1, nthreads[w]), since.get(w, -1), w),
     )
+
+
+class LeastLoaded:
+    """Live workers in the order `choose_worker` takes them, kept as their loads change.
+
+    ``choose(depth, near, skip)`` is ``choose_worker`` (without resources) over these
+    workers less ``skip``, in O(log W) plus the skipped and the near (a `KeptOrder`
+    of ``(load, change)``: load per thread, then when it last changed).
+    """
+
+    def __init__(self):
+        self._order = KeptOrder()
+        self._counts: dict[str, tuple[int, int]] = {}  # worker -> (in flight, threads)
+        self._changes = itertools.count()
+
+    def set(self, worker: str, in_flight: int, threads: int) -> None:
+        """``worker`` is live with ``in_flight`` attempts on ``threads`` threads."""
+        if self._counts.get(worker) == (in_flight, threads):
+            return
+        self._counts[worker] = (in_flight, threads)
+        self._order.set(worker, (in_flight / max(1, threads), next(self._changes)))
+
+    def remove(self, worker: str) -> None:
+        """``worker`` is gone."""
+        self._counts.pop(worker, None)
+        self._order.remove(worker)
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Each live worker's ``(in flight, threads)``."""
+        return dict(self._counts)
+
+    def since(self) -> dict[str, int]:
+        """When each live worker's load last changed (``choose_worker``'s ``since``)."""
+        return {w: change for w, (_, change) in self._order.keys().items()}
+
+    def choose(
+        self, depth: int = PIPELINE, near: Iterable[str] = (), skip: Iterable[str] = ()
+    ) -> str | None:
+        """The worker ``choose_worker`` would choose among these less ``skip``."""
+        skipped = set(skip)
+        keys = [(self._order.key_of(w), w) for w in set(near) if w not in skipped]
+        close = [(key, w) for key, w in keys if key is not None and key[0] < depth]
+        if close:
+            return min(close)[1]
+        return self._order.first(skipped, stop=lambda key: key[0] >= depth)

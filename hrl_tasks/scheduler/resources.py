@@ -17,7 +17,9 @@ fits in what is free now (those in ``avoid`` only when no other has room),
 ``"spread"`` takes the one holding the fewest things (ties: most free of the
 requested resources, then address), ``"pack"`` takes the one holding the most
 (ties: least free, then address), so a group of stateful workers either spreads
-over the cluster or fills one machine first. A task's own worker is what its
+over the cluster or fills one machine first. The common choice, ``"spread"`` of a
+request of nothing, is read from a `KeptOrder` of ``(things held, address)`` in
+O(log W); a request of resources or ``"pack"`` looks at every worker. A task's own worker is what its
 nested engine avoids: its rollout workers then do not share the process that
 runs its learner.
 """
@@ -29,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hrl_tasks.scheduler.errors import ResourceError
+from hrl_tasks.scheduler.kept_order import KeptOrder
 
 Request = dict[str, float]
 STRATEGIES = ("spread", "pack")
@@ -114,6 +117,22 @@ class Ledger:
     holdings: dict[str, tuple[str, Request]] = field(default_factory=dict)
     others: dict[str, dict[str, Request]] = field(default_factory=dict)
     released: set[str] = field(default_factory=set)  # own holders the scheduler may still show
+    # Indexes of the above, kept by the methods below: own holders per worker, and the
+    # workers by things held (spread's order).
+    _mine_on: dict[str, dict[str, Request]] = field(default_factory=dict, repr=False)
+    _fewest: KeptOrder = field(default_factory=KeptOrder, repr=False)
+
+    def __post_init__(self):
+        for holder, (worker, request) in self.holdings.items():
+            self._mine_on.setdefault(worker, {})[holder] = request
+        for worker in self.capacity:
+            self._recount(worker)
+
+    def _recount(self, worker: str) -> None:
+        if worker in self.capacity:
+            self._fewest.set(worker, (self.count_on(worker), worker))
+        else:
+            self._fewest.remove(worker)
 
     def see_others(self, held: Mapping[str, Mapping[str, Mapping[str, float]]]) -> None:
         """Record what is held per worker (holder -> request, as the scheduler keeps it
@@ -126,22 +145,39 @@ class Ledger:
         }
         shown = {h for holders in held.values() for h in holders}
         self.released &= shown  # once the scheduler forgot them, they stay forgotten
+        for worker in self.capacity:
+            self._recount(worker)
+
+    def problems(self) -> list[str]:
+        """Where the indexes disagree with what they index (empty: nowhere)."""
+        found = []
+        mine_on: dict[str, dict[str, Request]] = {}
+        for holder, (worker, request) in self.holdings.items():
+            mine_on.setdefault(worker, {})[holder] = request
+        if mine_on != self._mine_on:
+            found.append(f"the ledger's holders per worker are {self._mine_on}, not {mine_on}")
+        counted = {w: (self.count_on(w), w) for w in self.capacity}
+        if self._fewest.keys() != counted:
+            found.append(f"the ledger orders workers by {self._fewest.keys()}, not {counted}")
+        return found
 
     def add_worker(self, worker: str, resources: Mapping[str, float]) -> None:
         self.capacity[worker] = {k: float(v) for k, v in resources.items()}
+        self._recount(worker)
 
     def remove_worker(self, worker: str) -> list[str]:
         """Forget a worker; returns the holders that were on it (now released)."""
         self.capacity.pop(worker, None)
         self.others.pop(worker, None)
-        lost = [h for h, (w, _) in self.holdings.items() if w == worker]
+        lost = list(self._mine_on.pop(worker, {}))
         for holder in lost:
             del self.holdings[holder]
+        self._recount(worker)
         return lost
 
     def held_on(self, worker: str) -> Request:
         """What this engine and the others hold on ``worker``."""
-        requests = [r for w, r in self.holdings.values() if w == worker]
+        requests = list(self._mine_on.get(worker, {}).values())
         requests += [r for h, r in self.others.get(worker, {}).items() if h not in self.holdings]
         total: Request = {}
         for request in requests:
@@ -155,7 +191,7 @@ class Ledger:
 
     def count_on(self, worker: str) -> int:
         """Things held on ``worker``, by this engine and the others."""
-        mine = sum(1 for w, _ in self.holdings.values() if w == worker)
+        mine = len(self._mine_on.get(worker, ()))
         return mine + sum(1 for h in self.others.get(worker, {}) if h not in self.holdings)
 
     def describe(self, names: Mapping[str, str] = {}) -> str:  # noqa: B006 - read only
@@ -165,7 +201,7 @@ class Ledger:
             return "  (no workers)"
         lines = []
         for worker in sorted(self.capacity):
-            mine = [names.get(h, h) for h, (w, _) in self.holdings.items() if w == worker]
+            mine = [names.get(h, h) for h in self._mine_on.get(worker, {})]
             others = [h for h in self.others.get(worker, {}) if h not in self.holdings]
             holders = ", ".join(sorted(mine)) or "nothing of this engine's"
             if others:
@@ -195,6 +231,19 @@ class Ledger:
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         excluded = set(exclude)
+        if not request and strategy == "spread":  # it fits everywhere: the kept order
+            return self._fewest.first(excluded | set(avoid)) or self._fewest.first(excluded)
+        return self.choose_by_looking(request, strategy, excluded, avoid)
+
+    def choose_by_looking(
+        self,
+        request: Mapping[str, float],
+        strategy: str = "spread",
+        exclude: Iterable[str] = (),
+        avoid: Iterable[str] = (),
+    ) -> str | None:
+        """`choose`, by a look at every worker (what any request needs)."""
+        excluded = set(exclude)
         candidates = [w for w in self.capacity if w not in excluded and fits(request, self.free(w))]
         preferred = [w for w in candidates if w not in set(avoid)]
         candidates = preferred or candidates
@@ -213,9 +262,16 @@ class Ledger:
         if holder in self.holdings:
             raise KeyError(f"{holder!r} already holds resources")
         self.holdings[holder] = (worker, dict(request))
+        self._mine_on.setdefault(worker, {})[holder] = self.holdings[holder][1]
+        self._recount(worker)
 
     def release(self, holder: str) -> tuple[str, Request] | None:
         held = self.holdings.pop(holder, None)
         if held is not None:
             self.released.add(holder)
+            mine = self._mine_on.get(held[0], {})
+            mine.pop(holder, None)
+            if not mine:
+                self._mine_on.pop(held[0], None)
+            self._recount(held[0])
         return held

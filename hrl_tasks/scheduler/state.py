@@ -61,7 +61,12 @@ from hrl_tasks.scheduler.errors import (
     SchedulerLostError,
     WorkerLostError,
 )
-from hrl_tasks.scheduler.placement import MAX_PIPELINE, choose_worker, pipeline_depth
+from hrl_tasks.scheduler.placement import (
+    MAX_PIPELINE,
+    LeastLoaded,
+    choose_worker,
+    pipeline_depth,
+)
 from hrl_tasks.scheduler.resources import Ledger, shown
 from hrl_tasks.scheduler.retry import RetryPolicy
 from hrl_tasks.scheduler.speculation import (
@@ -80,7 +85,8 @@ SPECULATION_TICK_S = 0.02
 SWEEP_TICK_S = 1.0
 # A task's event reaches the state machine within one pass of the event loop after its
 # ref exists, so a release still unmatched this long after was of a task already
-# forgotten: a creation or destruction (internal, dropped once it ended) whose ref went later.
+# forgotten. (The refs of creations and destructions, internal tasks dropped once they
+# ended, tell nothing when dropped: TaskRef.forgotten_at_end.)
 RELEASED_EARLY_S = 60.0
 # A worker whose task stream broke gets no direct-route task for this long, unless it is
 # seen to leave (then it is gone) or a new stream is wanted after it (then it is tried).
@@ -248,13 +254,13 @@ class EngineState:
         self.sent: dict[str, set] = {}  # worker -> direct-route attempts sent there, not ended
         self.sent_requests: dict[str, dict] = {}  # worker -> what those attempts asked for
         self.sent_waiting: dict[str, set] = {}  # worker -> those of them waiting for others
+        self.load = LeastLoaded()  # live workers by those attempts per thread (not waiting)
         self.room: collections.deque = collections.deque()  # task ids waiting for a slot
         self.room_freed = False  # a slot freed while tasks wait: place them after this handle
         self.unreachable: dict[str, float] = {}  # worker -> when its task stream broke
         self.silent: set[str] = set()  # workers that stopped reporting (WorkerSilent)
         self.mean_s: dict[str, float] = {}  # task name -> a moving mean of its durations
         self.tally: dict[str, list] = {}  # task name -> [finished, failed] (the live page)
-        self._turn = 0
         self.spec = SpeculationState()
         self.stats = EngineStats()
         self.waiters: dict[str, set] = {}  # input task id -> tasks waiting for it to settle
@@ -344,7 +350,9 @@ class EngineState:
         return tasks + sum(1 for o in self.objects.values() if o.gone is None)
 
     def _needs_sweep(self) -> bool:
-        return any(o.gone is None for o in self.objects.values())
+        """Objects live, or released ones the scheduler may still show (the next read
+        that does not show them lets the ledger forget them)."""
+        return bool(self.ledger.released) or any(o.gone is None for o in self.objects.values())
 
     # --- plain tasks ------------------------------------------------------------
 
@@ -1058,6 +1066,7 @@ class EngineState:
         for address in gone:
             self.ledger.remove_worker(address)
             self.nthreads.pop(address, None)
+            self.load.remove(address)
             self.spec.busy.pop(address, None)
             for key in [k for k, (w, _) in self.spec.running.items() if w == address]:
                 del self.spec.running[key]  # their ends will never be reported
@@ -1067,7 +1076,8 @@ class EngineState:
             self._sent_lost(address)
         for address, (nthreads, declared) in e.workers.items():
             self.nthreads[address] = int(nthreads)
-            self.ledger.capacity[address] = {k: float(v) for k, v in declared.items()}
+            self._load_changed(address)
+            self.ledger.add_worker(address, declared)
         self.room_freed = bool(self.room)
         self.ledger.see_others({a: h for a, h in e.held.items() if a in e.workers})
         for obj in list(self.objects.values()):
@@ -1102,6 +1112,7 @@ class EngineState:
         self.nthreads.pop(e.address, None)  # nothing more is sent there; a refresh tells the rest
         self.silent.discard(e.address)
         self._sent_lost(e.address)
+        self.load.remove(e.address)
         self._emit(ev.Refresh())
 
     def _on_AttemptWaits(self, e: ev.AttemptWaits) -> None:
@@ -1111,6 +1122,7 @@ class EngineState:
         waiting = self.sent_waiting.setdefault(attempt.sent_to, set())
         if e.waiting:
             waiting.add(e.key)
+            self._load_changed(attempt.sent_to)
             self.room_freed = self.room_freed or bool(self.room)
             task = self.tasks.get(attempt.task_id)
             if not attempt.lent and task is not None and task.request:
@@ -1120,11 +1132,19 @@ class EngineState:
                 self._count_request(attempt.sent_to, task.request, -1)
         else:
             waiting.discard(e.key)
+            self._load_changed(attempt.sent_to)
 
     def _busy(self, worker: str) -> int:
         """Direct-route attempts sent to ``worker`` that hold or wait for a slot there
         (not those waiting for other tasks: their slots are lent)."""
         return len(self.sent.get(worker, ())) - len(self.sent_waiting.get(worker, ()))
+
+    def _load_changed(self, worker: str) -> None:
+        """``worker``'s count of `_busy` attempts or of threads changed: reorder it."""
+        if worker in self.nthreads:
+            self.load.set(worker, self._busy(worker), self.nthreads[worker])
+        else:
+            self.load.remove(worker)
 
     def _on_StreamLost(self, e: ev.StreamLost) -> None:
         self.unreachable[e.address] = self.now
@@ -1214,25 +1234,23 @@ class EngineState:
             self.tasks[d].held_on for d in task.deps if d in self.tasks and self.tasks[d].held_on
         ]
         spread = task.speculation or away_from or self.silent
-        only = self._healthy_workers(away_from) if spread else None
+        skip = self._unhealthy_workers(away_from) if spread else set()
         for worker, since in list(self.unreachable.items()):
             if self.now - since > UNREACHABLE_S or worker not in self.nthreads:
                 del self.unreachable[worker]
-        if self.unreachable:
-            only = [w for w in (only or self.nthreads) if w not in self.unreachable]
-        free = None
-        if task.request:
-            free = {w: self._free_for_tasks(w) for w in self.nthreads}
-        self._turn += 1
+        skip |= set(self.unreachable)
+        depth = pipeline_depth(self.mean_s.get(task.name))
+        if not task.request:
+            return self.load.choose(depth, near, skip)
         return choose_worker(
             self.nthreads,
             {w: self._busy(w) for w in self.sent},
             task.request,
-            free,
+            {w: self._free_for_tasks(w) for w in self.nthreads},
             near=near,
-            only=only,
-            turn=self._turn,
-            depth=pipeline_depth(self.mean_s.get(task.name)),
+            only=[w for w in self.nthreads if w not in skip],
+            since=self.load.since(),
+            depth=depth,
         )
 
     def _direct_inputs(self, task: Task) -> bool:
@@ -1259,6 +1277,7 @@ class EngineState:
         (keys.add if sign > 0 else keys.discard)(key)
         if sign < 0:
             self.sent_waiting.get(worker, set()).discard(key)
+        self._load_changed(worker)
         self._count_request(worker, request, sign)
 
     def _count_request(self, worker: str, request: dict, sign: int) -> None:
@@ -1293,6 +1312,7 @@ class EngineState:
         self.sent.pop(worker, None)
         self.sent_requests.pop(worker, None)
         self.sent_waiting.pop(worker, None)
+        self._load_changed(worker)
 
     def _place_room(self) -> None:
         """Send tasks waiting for a slot, first come first served, while slots are free
@@ -1316,7 +1336,7 @@ class EngineState:
 
     def _any_room(self) -> bool:
         # The deepest pipeline: a task of a shallower one finds no room and keeps its place.
-        return any(self._busy(w) < max(1, n) * MAX_PIPELINE for w, n in self.nthreads.items())
+        return self.load.choose(MAX_PIPELINE) is not None
 
     # --- speculation ------------------------------------------------------------
 
@@ -1352,22 +1372,32 @@ class EngineState:
         return None if window is None else window.quantile(0.5)
 
     def _healthy_workers(self, also_avoid: str | None = None) -> tuple[str, ...] | None:
-        """Where new speculative work goes: not to workers known to be slow or silent
-        (nor to ``also_avoid``)."""
+        """Where new speculative work goes (None: anywhere): the workers less
+        `_unhealthy_workers`."""
+        skip = self._unhealthy_workers(also_avoid)
+        return tuple(sorted(set(self.nthreads) - skip)) if skip else None
+
+    def _unhealthy_workers(self, also_avoid: str | None = None) -> set[str]:
+        """Where new speculative work does not go: workers known to be slow or silent
+        (and ``also_avoid``), unless that leaves none; then, if only the worker to avoid
+        is left, the silent ones. Read in the size of those, not of every worker."""
         avoid = self._avoided() | ({also_avoid} if also_avoid else set())
-        if not avoid:
-            return None
-        healthy = tuple(sorted(set(self.nthreads) - avoid))
-        if not healthy and also_avoid:  # only the worker to avoid is left: not a silent one
-            healthy = tuple(sorted(set(self.nthreads) - self.silent))
-        return healthy or None
+        if self._leaves_some(avoid):
+            return avoid
+        if also_avoid and self._leaves_some(self.silent):
+            return set(self.silent)
+        return set()
+
+    def _leaves_some(self, workers: set[str]) -> bool:
+        """Whether some live worker is not among ``workers``."""
+        return sum(w in self.nthreads for w in workers) < len(self.nthreads)
 
     def _avoided(self) -> set[str]:
         """Workers that get no new speculative work: those that stopped reporting, and
         those known to be slow unless that would leave none (slow is a preference;
         silent is not: work sent to a frozen worker waits for it to run again)."""
         slow = self.spec.speed.slow(self.now)
-        if set(self.nthreads) - self.silent - slow:
+        if self._leaves_some(slow | self.silent):
             return slow | self.silent
         return set(self.silent)
 

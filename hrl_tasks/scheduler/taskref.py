@@ -74,6 +74,8 @@ class TaskRef:
         deps: the task ids of the tasks whose results it takes as inputs.
         recipe: a plain task's function, arguments and topic, to run it again if its
             result is lost before it is read (None for stateful-worker calls).
+        forgotten_at_end: a stateful worker's creation or destruction, which the engine
+            forgets once it ended: dropping its ref tells the engine nothing.
     """
 
     __slots__ = (
@@ -86,6 +88,7 @@ class TaskRef:
         "outcome",
         "deps",
         "recipe",
+        "forgotten_at_end",
         "__weakref__",
     )
 
@@ -106,6 +109,7 @@ class TaskRef:
         self.outcome: cf.Future = cf.Future()
         self.deps: tuple[str, ...] = ()
         self.recipe: tuple | None = None  # a plain task's (fn, args, kwargs, topic)
+        self.forgotten_at_end = False
 
     @property
     def key(self) -> str:
@@ -180,6 +184,8 @@ class TaskRef:
 
     def __del__(self):
         # Not contextlib.suppress: this runs for every ref, and at interpreter shutdown.
+        if self.forgotten_at_end:
+            return
         try:  # noqa: SIM105
             self.engine.released(self.task_id)
         except Exception:

@@ -58,6 +58,7 @@ class StateView(Protocol):
     nthreads: Mapping[str, int]
     sent: Mapping[str, set]
     sent_waiting: Mapping[str, set]
+    load: Any
     room: Any
     waiters: Mapping[str, set]
 
@@ -185,12 +186,18 @@ def _attempt_problems(state: StateView) -> list[str]:
     for worker, keys in state.sent_waiting.items():
         for key in keys - state.sent.get(worker, set()):
             found.append(f"attempt {key} waits on {worker} but was not sent there")
+    counted = {
+        w: (len(state.sent.get(w, ())) - len(state.sent_waiting.get(w, ())), n)
+        for w, n in state.nthreads.items()
+    }
+    if state.load.counts() != counted:
+        found.append(f"the workers' order by load counts {state.load.counts()}, not {counted}")
     return found
 
 
 def _ledger_problems(state: StateView) -> list[str]:
-    found = []
     ledger = state.ledger
+    found = ledger.problems()
     for holder, (worker, _) in ledger.holdings.items():
         obj = state.objects.get(holder)
         if obj is None or obj.address != worker:

@@ -1,4 +1,6 @@
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given
 
 from hrl_tasks.scheduler.errors import ResourceError
 from hrl_tasks.scheduler.resources import Ledger, check_satisfiable, fits, normalize_request
@@ -135,3 +137,34 @@ def test_the_ledger_describes_each_workers_room_and_holders_for_errors():
         "  b: declares CPU=2, free CPU=1, held by nothing of this engine's; 1 of other engines'",
     ]
     assert Ledger().describe() == "  (no workers)"
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "remove", "acquire", "release", "others"]),
+            st.sampled_from("abcd"),
+            st.integers(0, 5),
+        ),
+        max_size=40,
+    ),
+    st.sets(st.sampled_from("abcd")),
+    st.sets(st.sampled_from("abcd")),
+)
+def test_spread_of_nothing_from_the_kept_order_is_the_look_at_every_worker(ops, exclude, avoid):
+    ledger = Ledger()
+    for op, worker, n in ops:
+        if op == "add":
+            ledger.add_worker(worker, {"CPU": 1})
+        elif op == "remove":
+            ledger.remove_worker(worker)
+        elif op == "acquire" and worker in ledger.capacity and f"h{n}" not in ledger.holdings:
+            ledger.acquire(f"h{n}", worker, {})
+        elif op == "release":
+            ledger.release(f"h{n}")
+        elif op == "others":
+            ledger.see_others({worker: {f"x{i}": {} for i in range(n)}})
+        assert ledger.problems() == []
+    assert ledger.choose({}, "spread", exclude, avoid) == ledger.choose_by_looking(
+        {}, "spread", exclude, avoid
+    )

@@ -543,8 +543,8 @@ def test_validate_checks_the_ledger():
     state.ledger.acquire("ghost", "a", {"CPU": 1.0})
     with pytest.raises(InvalidState, match="ghost holds resources on a but does not live there"):
         state.validate()
-    del state.ledger.holdings["ghost"]
-    del state.ledger.holdings["o1"]
+    state.ledger.release("ghost")
+    state.ledger.release("o1")
     with pytest.raises(InvalidState, match=r"object o1 lives on \w but holds nothing"):
         state.validate()
 
