@@ -9,9 +9,12 @@ workers act with the policy's numpy copy through direct calls, as PPO's do. As
 in PPO's plan (``sync_weights(defer=True)``), the weights ride on each worker's
 sample call; ``--separate-sync`` sends them in a call of their own first.
 
-Two clusters per worker count: the embedded one (`Engine.local`: its scheduler
-and nannies run in the driver's process) and separate ``dask scheduler`` and
-``dask worker --nworkers N`` processes reached with `Engine.connect`. Per
+Three clusters per worker count: the embedded one (`Engine.local`: its scheduler
+and nannies run in the driver's process); separate ``dask scheduler`` and
+``dask worker --nworkers N`` processes reached with `Engine.connect`; and
+``hosts``: ``--hosts`` emulated hosts (network namespaces, `tests/hosts.py`, as
+root), the scheduler on one more, each host a ``dask worker --nworkers N/hosts``,
+the driver in the root namespace reaching them by address. Per
 iteration, over ``--iterations`` after a warm-up (CPU and bytes: means; times:
 medians):
 
@@ -172,6 +175,38 @@ def separate_cluster(n: int, directory: str):
     return address, (scheduler, workers), scheduler.pid
 
 
+def host_cluster(n: int, n_hosts: int):
+    """A scheduler on one emulated host and ``n / n_hosts`` one-thread worker processes
+    on each of ``n_hosts`` others (`tests.hosts.HostCluster`): (the cluster, its
+    hosts to close, the scheduler's pid)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from tests.hosts import HostCluster, Hosts, missing
+
+    problem = missing()
+    if problem:
+        raise SystemExit(f"--clusters hosts needs network namespaces: {problem}")
+    if n % n_hosts:
+        raise SystemExit(f"--clusters hosts: {n} workers do not split over {n_hosts} hosts")
+    hosts = Hosts(n_hosts + 1).__enter__()
+    try:
+        cluster = HostCluster(hosts, None, threads=1, processes=n // n_hosts)
+        return cluster, hosts, _pid_in_namespace(cluster.scheduler, "scheduler")
+    except BaseException:
+        hosts.close()
+        raise
+
+
+def _pid_in_namespace(launcher: subprocess.Popen, name: str) -> int:
+    """The pid of the process ``nsenter`` started (its child, found by name)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for child in psutil.Process(launcher.pid).children(recursive=True):
+            if name in " ".join(child.cmdline()):
+                return child.pid
+        time.sleep(0.1)
+    return launcher.pid
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawTextHelpFormatter)  # fmt: skip
@@ -179,7 +214,15 @@ def main():
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--sleep-ms", type=float, default=2.0, help="each env step sleeps this")
     parser.add_argument("--clusters", nargs="+", default=["embedded", "separate"],
-                        choices=["embedded", "separate"])  # fmt: skip
+                        choices=["embedded", "separate", "hosts"])  # fmt: skip
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=4,
+        help="worker hosts for --clusters hosts (the workers split evenly)",
+    )
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every count this many times, interleaved")  # fmt: skip
     parser.add_argument("--plot", help="write the figures against the worker count here")
     parser.add_argument(
         "--separate-sync",
@@ -190,9 +233,10 @@ def main():
     args = parser.parse_args()
     sleep_s = args.sleep_ms / 1e3
     figures = {kind: {} for kind in args.clusters}
+    runs = {kind: {} for kind in args.clusters}  # every round's row, for the medians
     sent = SocketBytes()
     with tempfile.TemporaryDirectory() as directory:
-        for n in args.workers:
+        for n in [n for _ in range(args.rounds) for n in args.workers]:
             if "embedded" in args.clusters:
                 with hrl.Engine.local(n_workers=n, threads_per_worker=1) as engine:
                     figures["embedded"][n] = measure(engine, n, args.iterations, sleep_s, None,
@@ -211,6 +255,21 @@ def main():
                         process.terminate()
                         process.wait(timeout=60)
                 time.sleep(2.0)
+            if "hosts" in args.clusters:
+                cluster, hosts, scheduler_pid = host_cluster(n, args.hosts)
+                try:
+                    from tests.hosts import connect
+
+                    with connect(cluster, n, timeout=120) as engine:
+                        figures["hosts"][n] = measure(engine, n, args.iterations, sleep_s,
+                                                      scheduler_pid, sent,
+                                                      args.separate_sync)  # fmt: skip
+                finally:
+                    hosts.close()
+                time.sleep(2.0)
+            for kind, rows in figures.items():
+                if n in rows:
+                    runs[kind].setdefault(n, []).append(rows[n])
             print(json.dumps({"workers": n, **{k: v.get(n) for k, v in figures.items()}}),
                   file=sys.stderr, flush=True)  # fmt: skip
     result = {
@@ -223,9 +282,30 @@ def main():
         "weights": "own call" if args.separate_sync else "with the sample call",
         **{kind: {str(n): row for n, row in rows.items()} for kind, rows in figures.items()},
     }
+    if args.rounds > 1:  # the medians over rounds, each round's rows beside them
+        result["rounds"] = args.rounds
+        for kind, rows in runs.items():
+            result[kind] = {str(n): median_row(rs) for n, rs in rows.items()}
+            result[f"{kind}_runs"] = {str(n): rs for n, rs in rows.items()}
+    fewest, most = min(args.workers), max(args.workers)
+    result["driver_cpu_most_over_fewest"] = {
+        kind: round(result[kind][str(most)]["driver_cpu_ms"]
+                    / result[kind][str(fewest)]["driver_cpu_ms"], 3)
+        for kind in args.clusters
+    }  # fmt: skip
     print(json.dumps(result))
     if args.plot:
         plot(figures, args.plot)
+
+
+def median_row(rows: list[dict]) -> dict:
+    """Each figure's median over ``rows`` (None where a row has none)."""
+    return {
+        key: None
+        if any(r[key] is None for r in rows)
+        else round(statistics.median(r[key] for r in rows), 2)
+        for key in rows[0]
+    }
 
 
 def plot(figures: dict, path: str) -> None:
@@ -234,7 +314,7 @@ def plot(figures: dict, path: str) -> None:
 
     plt = pyplot()
     keys = ["driver_cpu_ms", "scheduler_cpu_ms", "driver_sent_kb", "beyond_slowest_ms"]
-    colors = {"embedded": "C0", "separate": "C1"}
+    colors = {"embedded": "C0", "separate": "C1", "hosts": "C2"}
     fig, axes = plt.subplots(1, len(keys), figsize=(14, 3.4), dpi=110)
     for ax, key in zip(axes, keys, strict=True):
         for kind, rows in figures.items():

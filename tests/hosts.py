@@ -18,6 +18,9 @@ This kernel has no ``netem``: a link is up or down, never slow.
         scheduler = hosts[0].start("dask", "scheduler", "--host", hosts[0].address, ...)
         hosts.kill(hosts[1])         # every process on the host, then its link down
         hosts.partition(hosts[2])    # its link down, its processes alive
+
+`HostCluster` puts a Dask cluster on them (the scheduler on the first, workers on
+the others) and `connect` reaches it from the root namespace.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import ipaddress
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+PORT = 8786  # the scheduler's, on its host
 PREFIX = "hrlh"  # every name made here begins with it, then the maker's pid
 # Candidate ranges, private (10/8) and unlikely to be taken: the first one free is used.
 RANGES = [
@@ -277,3 +283,72 @@ def remove_stale() -> None:
             ip("netns", "delete", name, check=False)
         else:
             ip("link", "delete", name, check=False)
+
+
+def dask_command(*args: str) -> list[str]:
+    exe = shutil.which("dask")
+    return [exe, *args] if exe else [sys.executable, "-m", "dask", *args]
+
+
+class HostCluster:
+    """A scheduler on ``hosts[0]`` and, on each other host, ``processes`` worker
+    processes of ``threads`` threads (``dask worker --nworkers``). Each worker host
+    also offers a resource named after it (``host1=1``, ...), so that a task can be
+    placed on a given host."""
+
+    def __init__(self, hosts: Hosts, logs: Path | None, threads: int = 2, processes: int = 1):
+        self.hosts = hosts
+        self.scheduler_host, *self.worker_hosts = list(hosts)
+        self.address = f"tcp://{self.scheduler_host.address}:{PORT}"
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+        def log(name: str) -> Path | None:
+            return None if logs is None else logs / f"{name}.log"
+
+        self.scheduler = self.scheduler_host.start(
+            *dask_command(
+                "scheduler", "--host", self.scheduler_host.address, "--port", str(PORT),
+                "--no-dashboard",
+            ),
+            env=env,
+            log=log("scheduler"),
+        )  # fmt: skip
+        for i, host in enumerate(self.worker_hosts):
+            host.start(
+                *dask_command(
+                    "worker", self.address, "--host", host.address, "--nthreads", str(threads),
+                    "--nworkers", str(processes), "--memory-limit", "0", "--no-dashboard",
+                    "--name", f"host{i + 1}", "--resources", f"host{i + 1}=1,CPU={threads}",
+                ),
+                env=env,
+                log=log(f"worker{i + 1}"),
+            )  # fmt: skip
+
+    def wait_for_workers(self, engine, n: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while len(engine.client.scheduler_info(n_workers=-1)["workers"]) < n:
+            assert time.monotonic() < deadline, f"fewer than {n} workers joined"
+            time.sleep(0.2)
+
+
+def connect(cluster: HostCluster, workers: int, timeout: float = 60):
+    """An `Engine.connect` to ``cluster`` once its scheduler listens and ``workers``
+    worker processes joined."""
+    import hrl_tasks as hrl
+
+    deadline = time.monotonic() + timeout
+    while True:  # the scheduler takes a moment to listen
+        try:
+            engine = hrl.Engine.connect(cluster.address, timeout=5)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the scheduler did not start"
+            time.sleep(0.5)
+    cluster.wait_for_workers(engine, workers, timeout)
+    return engine
+
+
+def worker_hosts_of(engine) -> set[str]:
+    """The addresses (without ports) of the engine's workers."""
+    workers = engine.client.scheduler_info(n_workers=-1)["workers"]
+    return {address.split("://")[1].rsplit(":", 1)[0] for address in workers}

@@ -3,8 +3,6 @@ namespace, a `dask worker` on each of three others, the driver in the root names
 reaching them by address, as on a cluster of machines."""
 
 import os
-import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -12,64 +10,9 @@ import pytest
 
 import hrl_tasks as hrl
 from tests.conftest import require_real_part
-from tests.hosts import Hosts, missing
+from tests.hosts import HostCluster, Hosts, connect, missing, worker_hosts_of
 
-ROOT = Path(__file__).resolve().parents[1]
-PORT = 8786
 pytestmark = [pytest.mark.once, pytest.mark.cluster]
-
-
-def dask_command(*args: str) -> list[str]:
-    exe = shutil.which("dask")
-    return [exe, *args] if exe else [sys.executable, "-m", "dask", *args]
-
-
-class HostCluster:
-    """A scheduler on ``hosts[0]``, one worker process of ``threads`` on each other."""
-
-    def __init__(self, hosts: Hosts, logs: Path, threads: int = 2):
-        # each worker host also offers a resource named after it (host1=1, ...), so
-        # that a test can place a task on a given host
-        self.hosts = hosts
-        self.scheduler_host, *self.worker_hosts = list(hosts)
-        self.address = f"tcp://{self.scheduler_host.address}:{PORT}"
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        self.scheduler_host.start(
-            *dask_command(
-                "scheduler",
-                "--host",
-                self.scheduler_host.address,
-                "--port",
-                str(PORT),
-                "--no-dashboard",
-            ),
-            env=env,
-            log=logs / "scheduler.log",
-        )
-        for i, host in enumerate(self.worker_hosts):
-            host.start(
-                *dask_command(
-                    "worker",
-                    self.address,
-                    "--host",
-                    host.address,
-                    "--nthreads",
-                    str(threads),
-                    "--no-dashboard",
-                    "--name",
-                    f"host{i + 1}",
-                    "--resources",
-                    f"host{i + 1}=1,CPU={threads}",
-                ),
-                env=env,
-                log=logs / f"worker{i + 1}.log",
-            )
-
-    def wait_for_workers(self, engine, n: int, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while len(engine.client.scheduler_info(n_workers=-1)["workers"]) < n:
-            assert time.monotonic() < deadline, f"fewer than {n} workers joined"
-            time.sleep(0.2)
 
 
 @pytest.fixture
@@ -77,25 +20,6 @@ def cluster(tmp_path):
     require_real_part("network namespaces", missing())
     with Hosts(4) as hosts:
         yield HostCluster(hosts, tmp_path)
-
-
-def connect(cluster: HostCluster, workers: int):
-    deadline = time.monotonic() + 60
-    while True:  # the scheduler takes a moment to listen
-        try:
-            engine = hrl.Engine.connect(cluster.address, timeout=5)
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the scheduler did not start"
-            time.sleep(0.5)
-    cluster.wait_for_workers(engine, workers)
-    return engine
-
-
-def worker_hosts_of(engine) -> set[str]:
-    """The addresses (without ports) of the engine's workers."""
-    workers = engine.client.scheduler_info(n_workers=-1)["workers"]
-    return {address.split("://")[1].rsplit(":", 1)[0] for address in workers}
 
 
 def test_ppo_reaches_450_across_three_hosts_with_one_host_lost_mid_run(cluster):

@@ -1,8 +1,8 @@
 """Items kept in the order of a key that changes: the first in O(log n), not a scan.
 
-Placement asks "which worker first?" for every task and object; the answer changes
-by one worker at a time (its load went up or down). `KeptOrder` is a heap where a
-change pushes a new entry and an entry older than its item's latest is dropped when
+The ledger asks "which worker first?" for every object it places; the answer
+changes by one worker at a time (what it holds went up or down). `KeptOrder` is a
+heap where a change pushes a new entry and an entry older than its item's latest is dropped when
 it comes to the top (and every stale one at once when they outnumber the live).
 """
 

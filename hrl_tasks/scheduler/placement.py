@@ -12,18 +12,19 @@ shared, and it never runs more tasks than it has threads.)
 
 Among workers equally loaded, the one whose load changed longest ago goes
 first, so equal work spreads in turn. `LeastLoaded` keeps the workers in that
-order as their loads change: the engine's choice costs O(log W), not a look
-at every worker; `choose_worker` is the same rule over any view (and with a
-task's resources), for the choices the order cannot answer alone.
+order as their loads change: the engine's choice costs the same with 16
+workers or 4,096, not a look at every worker; `choose_worker` is the same rule
+over any view (and with a task's resources), for the choices the order cannot
+answer alone.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Iterable, Mapping
 
-from hrl_tasks.scheduler.kept_order import KeptOrder
 from hrl_tasks.scheduler.resources import fits
 
 PIPELINE = 2  # attempts in flight per worker thread, for tasks of unknown or long duration
@@ -93,12 +94,14 @@ class LeastLoaded:
     """Live workers in the order `choose_worker` takes them, kept as their loads change.
 
     ``choose(depth, near, skip)`` is ``choose_worker`` (without resources) over these
-    workers less ``skip``, in O(log W) plus the skipped and the near (a `KeptOrder`
-    of ``(load, change)``: load per thread, then when it last changed).
+    workers less ``skip``, in time that does not grow with the workers: one bucket
+    per load (attempts per thread), each in the order its workers came into it (the
+    one unchanged longest first), and the few distinct loads kept sorted.
     """
 
     def __init__(self):
-        self._order = KeptOrder()
+        self._buckets: dict[float, dict[str, int]] = {}  # load -> worker -> change, in order
+        self._loads: list[float] = []  # the buckets' loads, sorted
         self._counts: dict[str, tuple[int, int]] = {}  # worker -> (in flight, threads)
         self._changes = itertools.count()
 
@@ -106,13 +109,26 @@ class LeastLoaded:
         """``worker`` is live with ``in_flight`` attempts on ``threads`` threads."""
         if self._counts.get(worker) == (in_flight, threads):
             return
+        self.remove(worker)
         self._counts[worker] = (in_flight, threads)
-        self._order.set(worker, (in_flight / max(1, threads), next(self._changes)))
+        load = in_flight / max(1, threads)
+        bucket = self._buckets.get(load)
+        if bucket is None:
+            bucket = self._buckets[load] = {}
+            bisect.insort(self._loads, load)
+        bucket[worker] = next(self._changes)
 
     def remove(self, worker: str) -> None:
         """``worker`` is gone."""
-        self._counts.pop(worker, None)
-        self._order.remove(worker)
+        counts = self._counts.pop(worker, None)
+        if counts is None:
+            return
+        load = counts[0] / max(1, counts[1])
+        bucket = self._buckets[load]
+        del bucket[worker]
+        if not bucket:
+            del self._buckets[load]
+            self._loads.pop(bisect.bisect_left(self._loads, load))
 
     def counts(self) -> dict[str, tuple[int, int]]:
         """Each live worker's ``(in flight, threads)``."""
@@ -120,15 +136,28 @@ class LeastLoaded:
 
     def since(self) -> dict[str, int]:
         """When each live worker's load last changed (``choose_worker``'s ``since``)."""
-        return {w: change for w, (_, change) in self._order.keys().items()}
+        return {w: change for bucket in self._buckets.values() for w, change in bucket.items()}
 
     def choose(
         self, depth: int = PIPELINE, near: Iterable[str] = (), skip: Iterable[str] = ()
     ) -> str | None:
         """The worker ``choose_worker`` would choose among these less ``skip``."""
-        skipped = set(skip)
-        keys = [(self._order.key_of(w), w) for w in set(near) if w not in skipped]
-        close = [(key, w) for key, w in keys if key is not None and key[0] < depth]
-        if close:
-            return min(close)[1]
-        return self._order.first(skipped, stop=lambda key: key[0] >= depth)
+        skipped = skip if isinstance(skip, (set, frozenset)) else set(skip)
+        if near:
+            close = []
+            for worker in set(near):
+                counts = self._counts.get(worker)
+                if counts is None or worker in skipped:
+                    continue
+                load = counts[0] / max(1, counts[1])
+                if load < depth:
+                    close.append((load, self._buckets[load][worker], worker))
+            if close:
+                return min(close)[2]
+        for load in self._loads:
+            if load >= depth:
+                return None  # the least loaded left is full: all are
+            for worker in self._buckets[load]:
+                if worker not in skipped:
+                    return worker
+        return None

@@ -81,6 +81,7 @@ from hrl_tasks.scheduler.status import CANCELLED, FAILED, FINISHED, PENDING
 from hrl_tasks.scheduler.story import StoryLog, on_dask, on_streams, render, told
 from hrl_tasks.scheduler.validate import check, where_is
 
+HANDLERS: dict[type, str] = {}  # an event's class -> the name of its method, as seen
 SPECULATION_TICK_S = 0.02
 SWEEP_TICK_S = 1.0
 # A task's event reaches the state machine within one pass of the event loop after its
@@ -256,6 +257,8 @@ class EngineState:
         self.sent_waiting: dict[str, set] = {}  # worker -> those of them waiting for others
         self.load = LeastLoaded()  # live workers by those attempts per thread (not waiting)
         self.room: collections.deque = collections.deque()  # task ids waiting for a slot
+        self.unplaced: dict[str, None] = {}  # objects waiting for room, oldest first (and
+        # some placed or gone since: `_waiting_objects` drops those as it reads)
         self.room_freed = False  # a slot freed while tasks wait: place them after this handle
         self.unreachable: dict[str, float] = {}  # worker -> when its task stream broke
         self.silent: set[str] = set()  # workers that stopped reporting (WorkerSilent)
@@ -289,12 +292,14 @@ class EngineState:
             if self.scheduler_lost is not None and isinstance(event, NEEDS_SCHEDULER):
                 self._emit(ev.Fail(event.task_id, self.scheduler_lost))
                 continue
-            getattr(self, f"_on_{type(event).__name__}")(event)
+            kind = type(event)
+            name = HANDLERS.get(kind) or HANDLERS.setdefault(kind, f"_on_{kind.__name__}")
+            getattr(self, name)(event)
         if self.room_freed:
             self._place_room()
         delay = SPECULATION_TICK_S if self.spec.live else self.sweep_s
-        if (self.spec.live or self._needs_sweep()) and (
-            self.tick_at is None or now + delay < self.tick_at - 1e-3
+        if (self.tick_at is None or now + delay < self.tick_at - 1e-3) and (
+            self.spec.live or self._needs_sweep()
         ):
             self.tick_at = now + delay  # a sooner tick replaces a later one
             self._emit(ev.Later(delay, ev.Tick()))
@@ -790,10 +795,13 @@ class EngineState:
         except ResourceError as exc:
             self._end(obj, ObjectStartError(f"cannot place {obj.name!r}: {exc}"))
             return
-        exclude = obj.exclude if set(self.ledger.capacity) - obj.exclude else frozenset()
+        capacity = self.ledger.capacity
+        leaves_some = sum(w in capacity for w in obj.exclude) < len(capacity)
+        exclude = obj.exclude if leaves_some else frozenset()
         address = self.ledger.choose(obj.request, obj.strategy, exclude, obj.avoid)
         if address is None:
             obj.unplaced_since = obj.unplaced_since or self.now
+            self.unplaced[obj.obj_id] = None
             return
         self.ledger.acquire(obj.obj_id, address, obj.request)
         if obj.request:
@@ -1055,9 +1063,20 @@ class EngineState:
         self._place_waiting()
 
     def _place_waiting(self) -> None:
-        for obj in list(self.objects.values()):
-            if obj.gone is None and obj.address is None and obj.unplaced_since is not None:
-                self._place(obj)
+        for obj in self._waiting_objects():
+            self._place(obj)
+
+    def _waiting_objects(self) -> list[ObjectState]:
+        """The objects waiting for room, oldest first (read in their number, not in
+        that of all objects)."""
+        waiting = []
+        for obj_id in list(self.unplaced):
+            obj = self.objects.get(obj_id)
+            if obj is None or obj.gone is not None or obj.address is not None:
+                del self.unplaced[obj_id]
+            elif obj.unplaced_since is not None:
+                waiting.append(obj)
+        return waiting
 
     def _on_WorkersSeen(self, e: ev.WorkersSeen) -> None:
         gone = set(self.ledger.capacity) - set(e.workers)
@@ -1201,9 +1220,9 @@ class EngineState:
         self.room_freed = self.room_freed or bool(self.room)
         if self.tick_at is not None and self.now >= self.tick_at - 1e-3:
             self.tick_at = None  # an earlier tick that a sooner one replaced changes nothing
-        for obj in list(self.objects.values()):
-            waited = obj.unplaced_since is not None and self.now - obj.unplaced_since
-            if obj.gone is None and obj.restarts and waited and waited > self.placement_timeout:
+        for obj in self._waiting_objects():
+            waited = self.now - obj.unplaced_since
+            if obj.restarts and waited and waited > self.placement_timeout:
                 self._end(
                     obj,
                     WorkerLostError(

@@ -60,6 +60,7 @@ class StateView(Protocol):
     sent_waiting: Mapping[str, set]
     load: Any
     room: Any
+    unplaced: Mapping[str, None]
     waiters: Mapping[str, set]
 
 
@@ -203,6 +204,9 @@ def _ledger_problems(state: StateView) -> list[str]:
         if obj is None or obj.address != worker:
             found.append(f"{holder} holds resources on {worker} but does not live there")
     for obj in state.objects.values():
+        waits = obj.gone is None and obj.address is None and obj.unplaced_since is not None
+        if waits and obj.obj_id not in state.unplaced:
+            found.append(f"object {obj.obj_id} waits for room but is not among those waiting")
         if obj.address is not None and obj.gone is None:
             if obj.obj_id not in ledger.holdings:
                 found.append(f"object {obj.obj_id} lives on {obj.address} but holds nothing")
