@@ -104,6 +104,19 @@ class SocketBytes:
         IOStream.write_to_fd = write_to_fd
 
 
+class BridgeBytes:
+    """Bytes the root namespace (the driver, alone there) sent into the emulated hosts'
+    bridge: its device's transmit counter."""
+
+    def __init__(self, bridge: str):
+        self.path = f"/sys/class/net/{bridge}/statistics/tx_bytes"
+
+    @property
+    def total(self) -> int:
+        with open(self.path) as f:
+            return int(f.read())
+
+
 def thread_cpu(thread_id: int) -> float:
     """CPU seconds of one thread of this process (clock ticks: sum many iterations)."""
     for t in psutil.Process().threads():
@@ -113,7 +126,13 @@ def thread_cpu(thread_id: int) -> float:
 
 
 def measure(
-    engine, n, iterations, sleep_s, scheduler_pid, sent: SocketBytes, separate_sync: bool
+    engine,
+    n,
+    iterations,
+    sleep_s,
+    scheduler_pid,
+    sent: SocketBytes | BridgeBytes,
+    separate_sync: bool,
 ) -> dict:
     policy = PPOPolicy(SleepEnv.observation_space, SleepEnv.action_space,
                        PPOPolicyConfig(hidden=(256, 256), seed=0))  # fmt: skip
@@ -261,8 +280,9 @@ def main():
                     from tests.hosts import connect
 
                     with connect(cluster, n, timeout=120) as engine:
+                        bridge = BridgeBytes(hosts.bridge)
                         figures["hosts"][n] = measure(engine, n, args.iterations, sleep_s,
-                                                      scheduler_pid, sent,
+                                                      scheduler_pid, bridge,
                                                       args.separate_sync)  # fmt: skip
                 finally:
                     hosts.close()
