@@ -2,14 +2,15 @@
 
 The ledger asks "which worker first?" for every object it places; the answer
 changes by one worker at a time (what it holds went up or down). `KeptOrder` is a
-heap where a change pushes a new entry and an entry older than its item's latest is dropped when
-it comes to the top (and every stale one at once when they outnumber the live).
+heap where a change pushes a new entry and an entry older than its item's latest is
+dropped when it comes to the top (and every stale one at once when they outnumber
+the live).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 
@@ -35,35 +36,18 @@ class KeptOrder:
         """Forget ``item`` (its entries in the heap are dropped as they surface)."""
         self._latest.pop(item, None)
 
-    def key_of(self, item: Hashable):
-        """``item``'s key, or None for an item not kept."""
-        entry = self._latest.get(item)
-        return None if entry is None else entry[0]
-
     def keys(self) -> dict:
         """Every item's key."""
         return {item: entry[0] for item, entry in self._latest.items()}
 
-    def __contains__(self, item: Hashable) -> bool:
-        return item in self._latest
-
-    def __len__(self) -> int:
-        return len(self._latest)
-
-    def first(
-        self, skip: Iterable[Hashable] = (), stop: Callable[[Any], bool] | None = None
-    ) -> Hashable | None:
-        """The item with the least key, ``skip`` left out; None if there is none, or
-        if the least key left is one where ``stop(key)`` holds (nothing after it is
-        wanted either)."""
+    def first(self, skip: Iterable[Hashable] = ()) -> Hashable | None:
+        """The item with the least key, ``skip`` left out; None if there is none."""
         skipped = skip if isinstance(skip, (set, frozenset)) else set(skip)
         heap, set_aside, found = self._heap, [], None
         while heap:
             entry = heap[0]
             if self._latest.get(entry[1]) is not entry:
                 heapq.heappop(heap)  # stale: its item changed since, or went
-            elif stop is not None and stop(entry[0]):
-                break
             elif entry[1] in skipped:
                 set_aside.append(heapq.heappop(heap))
             else:
