@@ -24,10 +24,14 @@ medians):
 * ``driver_sent_kb``: bytes the driver process handed to its sockets (embedded:
   the scheduler's and nannies' messages included), beside ``weights_kb``;
 * ``beyond_slowest_ms``: the iteration's wall time less the slowest sample call's
-  own time, measured inside each worker.
+  own time, measured inside each worker;
+* ``relayed_rounds``: messages per iteration that carried a host's calls together
+  (`hrl_tasks.scheduler.relay`; ``--no-relay`` sends each call on its own).
 
 Targets (issue 18): bytes sent per weight update constant as workers grow (one
 broadcast); driver CPU per iteration with 32 workers at most 3x that with 2.
+Issue 55: on the emulated hosts, 4 hosts x 8 workers at most 1.25x 4 x 1; on the
+embedded cluster, 32 workers at most 2x 2.
 Prints one JSON line; ``--plot PATH`` draws each figure against the worker count.
 
     python bench/scale.py [--workers 2 4 8 16 32] [--iterations 30] [--plot docs/images/scale.png]
@@ -133,6 +137,7 @@ def measure(
     scheduler_pid,
     sent: SocketBytes | BridgeBytes,
     separate_sync: bool,
+    relay: bool = True,
 ) -> dict:
     policy = PPOPolicy(SleepEnv.observation_space, SleepEnv.action_space,
                        PPOPolicyConfig(hidden=(256, 256), seed=0))  # fmt: skip
@@ -147,7 +152,12 @@ def measure(
         weights = {k: v + np.float32(1e-6) for k, v in weights.items()}  # new weights
         start = time.perf_counter()
         workers.sync_weights(weights, defer=not separate_sync)
-        results = engine.gather(workers.sample(), timeout=120)
+        if relay:
+            refs = workers.sample()
+        else:  # each call on its own (what the driver paid before the relay)
+            refs = [h.call("sample", **workers.sample_kwargs(h), direct=True)
+                    for h in workers.remote_workers]  # fmt: skip
+        results = engine.gather(refs, timeout=120)
         wall = time.perf_counter() - start
         return wall, wall - max(metrics["sample_s"] for _, metrics in results)
 
@@ -156,6 +166,7 @@ def measure(
             iteration()
         cpu, main, bytes_before = time.process_time(), thread_cpu(me), sent.total
         sched = sum(scheduler.cpu_times()[:2]) if scheduler else None
+        rounds_before = engine.backend.routes["call"].relayed["rounds"]
         walls, beyond = zip(*(iteration() for _ in range(iterations)), strict=True)
         per = 1e3 / iterations
         return {
@@ -167,6 +178,8 @@ def measure(
             "weights_kb": round(sum(v.nbytes for v in weights.values()) / 1024, 1),
             "beyond_slowest_ms": round(statistics.median(beyond) * 1e3, 2),
             "wall_ms": round(statistics.median(walls) * 1e3, 2),
+            "relayed_rounds": round((engine.backend.routes["call"].relayed["rounds"]
+                                     - rounds_before) / iterations, 2),
         }  # fmt: skip
     finally:
         workers.stop()
@@ -244,6 +257,12 @@ def main():
                         help="measure every count this many times, interleaved")  # fmt: skip
     parser.add_argument("--plot", help="write the figures against the worker count here")
     parser.add_argument(
+        "--no-relay",
+        action="store_true",
+        help="send each sample call on its own, not one message per host through a "
+        "host-mate (hrl_tasks.scheduler.relay): what the driver paid before",
+    )
+    parser.add_argument(
         "--separate-sync",
         action="store_true",
         help="send the weights in a call of their own before each sample call "
@@ -259,7 +278,7 @@ def main():
             if "embedded" in args.clusters:
                 with hrl.Engine.local(n_workers=n, threads_per_worker=1) as engine:
                     figures["embedded"][n] = measure(engine, n, args.iterations, sleep_s, None,
-                                                     sent, args.separate_sync)  # fmt: skip
+                                                     sent, args.separate_sync, not args.no_relay)  # fmt: skip
                 time.sleep(2.0)
             if "separate" in args.clusters:
                 address, processes, scheduler_pid = separate_cluster(n, directory)
@@ -268,7 +287,7 @@ def main():
                         engine.client.wait_for_workers(n, timeout=120)
                         figures["separate"][n] = measure(engine, n, args.iterations, sleep_s,
                                                          scheduler_pid, sent,
-                                                         args.separate_sync)  # fmt: skip
+                                                         args.separate_sync, not args.no_relay)  # fmt: skip
                 finally:
                     for process in reversed(processes):
                         process.terminate()
@@ -283,7 +302,7 @@ def main():
                         bridge = BridgeBytes(hosts.bridge)
                         figures["hosts"][n] = measure(engine, n, args.iterations, sleep_s,
                                                       scheduler_pid, bridge,
-                                                      args.separate_sync)  # fmt: skip
+                                                      args.separate_sync, not args.no_relay)  # fmt: skip
                 finally:
                     hosts.close()
                 time.sleep(2.0)
@@ -300,6 +319,7 @@ def main():
         "fragment": FRAGMENT,
         "iterations": args.iterations,
         "weights": "own call" if args.separate_sync else "with the sample call",
+        "relay": not args.no_relay,
         **{kind: {str(n): row for n, row in rows.items()} for kind, rows in figures.items()},
     }
     if args.rounds > 1:  # the medians over rounds, each round's rows beside them

@@ -125,7 +125,8 @@ def test_a_partitioned_host_is_left_behind_and_the_run_goes_on(tmp_path):
 
 
 def test_a_learner_group_learns_across_two_hosts(cluster):
-    from hrl_tasks.rollout.learner_group import LearnerGroup, host_of
+    from hrl_tasks.rollout.learner_group import LearnerGroup
+    from hrl_tasks.scheduler.relay import host_of
     from tests.rollout.test_learner_group import CASES, assert_close_weights, batch_for
 
     engine = connect(cluster, 3)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import hrl_tasks as hrl
-from hrl_tasks.scheduler.stream_route import FUNCTIONS_KEPT, FunctionCache
+from hrl_tasks.scheduler.task_channel import FUNCTIONS_KEPT, FunctionCache
 from hrl_tasks.scheduler.task_service import KEEP_FROM_BYTES, may_wait
 
 # --- pure decisions ----------------------------------------------------------------

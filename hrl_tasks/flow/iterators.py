@@ -221,11 +221,13 @@ class ParallelIterator:
             self.keep,
         )
 
-    def _call(self, handle):
+    def _call(self, handle, relay: bool = False):
         kwargs = (self.before_call(handle) if self.before_call is not None else None) or {}
         options = {"speculative": True} if self.speculative else {}
         if self.direct:
             options["direct"] = True
+            if relay:  # one of a round's calls: it may go with its host-mates'
+                options["relay"] = True
         if self.keep:
             options["keep"] = True
         if not self.transforms:
@@ -245,16 +247,22 @@ class ParallelIterator:
         """
 
         def rounds():
-            refs = [self._call(h) for h in self.handles]
+            refs = self._round()
             while True:
                 items = self._gather_round(refs)
                 if prefetch:
-                    refs = [self._call(h) for h in self.handles]
+                    refs = self._round()
                 yield items
                 if not prefetch:
-                    refs = [self._call(h) for h in self.handles]
+                    refs = self._round()
 
         return LocalIterator(rounds(), "ParallelIterator.gather_sync()")
+
+    def _round(self) -> list:
+        """One call per shard, handed to the engine together: per host one message
+        (`hrl_tasks.scheduler.relay`), when the calls are direct."""
+        with self.engine.together():
+            return [self._call(h, relay=True) for h in self.handles]
 
     def _gather_round(self, refs: list) -> list:
         try:

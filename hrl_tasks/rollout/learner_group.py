@@ -44,6 +44,7 @@ from hrl_tasks.errors import ConfigError
 from hrl_tasks.policies.data_parallel import DataParallel, split_rows
 from hrl_tasks.rollout.malloc import keep_heap_for_learning
 from hrl_tasks.scheduler.errors import WorkerLostError
+from hrl_tasks.scheduler.relay import host_of
 
 logger = logging.getLogger(__name__)
 
@@ -219,13 +220,6 @@ class Learner:
 
     def load_policy_state(self, state: dict[str, Any]) -> None:
         self.policy.set_state(state)
-
-
-def host_of(address: str) -> str:
-    """The host part of a worker address (``tcp://10.0.0.5:3456`` -> ``10.0.0.5``)."""
-    rest = address.split("://", 1)[-1]
-    host = rest.rsplit(":", 1)[0] if rest.count(":") == 1 or rest.startswith("[") else rest
-    return host.strip("[]")
 
 
 class LearnerGroup:

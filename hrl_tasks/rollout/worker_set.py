@@ -37,6 +37,11 @@ With ``direct_calls=True`` every call goes straight to the worker process
 instead of through the Dask scheduler (`hrl_tasks.scheduler.worker_objects`), and
 the weights of an update go as one ``engine.share``: the first worker's call
 carries them and the others fetch them from it, still one upload per update.
+A round of ``sample`` calls then goes to each host as one message, through one of
+its workers, and comes back as one (`hrl_tasks.scheduler.relay`): the driver's
+cost of a round grows with the hosts, not the workers. Should that worker die,
+its host-mates' samples of the round are lost too (made again, as a lost
+worker's are); a host-mate's death costs only its own.
 """
 
 from __future__ import annotations
@@ -304,15 +309,17 @@ class WorkerSet:
         """
         if not len(self._remote):
             raise ValueError("no remote workers: call local_worker.sample() instead")
-        return [
-            handle.call(
-                "sample",
-                **self.sample_kwargs(handle),
-                speculative=speculative,
-                direct=self.direct_calls,
-            )
-            for handle in self._remote
-        ]
+        with self.engine.together():  # direct calls: one message per host (`relay`)
+            return [
+                handle.call(
+                    "sample",
+                    **self.sample_kwargs(handle),
+                    speculative=speculative,
+                    direct=self.direct_calls,
+                    relay=True,
+                )
+                for handle in self._remote
+            ]
 
     def sample_kwargs(self, handle: Any) -> dict[str, Any]:
         """Keyword arguments for the next ``sample`` call to ``handle``.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures as cf
+import contextlib
 import itertools
 import logging
 import threading
@@ -121,6 +122,7 @@ class DaskBackend(BackendRecords):
         self.calls = CallRoute(self, self, self.streams)
         self.routes = {route.name: route for route in (self.dask, self.streams, self.calls)}
         self.launched: collections.Counter = collections.Counter()  # (route, kind) -> sent
+        self.held = threading.local()  # per thread: the events `holding` keeps back
         self.start(self._watch_scheduler)
 
     @staticmethod
@@ -132,12 +134,35 @@ class DaskBackend(BackendRecords):
     def push(self, *events) -> None:
         """Hand events to the state machine from any thread (it runs on the event loop).
 
-        Each push is handled on its own. Handling the pushes of a burst together
-        (one ``client.map`` for a loop of ``submit`` calls) made the submit loop
-        1.17x faster, but Dask then sometimes queued the burst behind cancelled
-        tasks that still ran, so it was not kept.
+        Each push is handled on its own, unless this thread holds them (`holding`).
+        Handling every burst together (one ``client.map`` for a loop of ``submit``
+        calls) made the submit loop 1.17x faster, but Dask then sometimes queued the
+        burst behind cancelled tasks that still ran, so it is asked for, not assumed.
         """
+        held = getattr(self.held, "events", None)
+        if held is not None:
+            held.extend(events)
+            return
         self.on_loop(self.feed, *events)
+
+    @contextlib.contextmanager
+    def holding(self):
+        """The events this thread pushes inside are handled together, in one go, at
+        the end (`Engine.together`); a wait inside hands them over first."""
+        outer = getattr(self.held, "events", None)
+        self.held.events = [] if outer is None else outer
+        try:
+            yield
+        finally:
+            if outer is None:
+                self.hand_over_held()
+
+    def hand_over_held(self) -> None:
+        """Push what this thread holds now (before it waits for any of it)."""
+        events = getattr(self.held, "events", None)
+        self.held.events = None
+        if events:
+            self.on_loop(self.feed, *events)
 
     def on_loop(self, fn, *args) -> None:
         """Run ``fn(*args)`` on the event loop: now if this is its thread, else soon."""
@@ -157,6 +182,7 @@ class DaskBackend(BackendRecords):
 
     def push_and_wait(self, *events) -> None:
         """Hand events to the state machine and return once they are handled."""
+        self.hand_over_held()  # what this thread held comes first
         if threading.get_ident() == self.loop_thread:
             self.feed(*events)
             return
@@ -212,7 +238,10 @@ class DaskBackend(BackendRecords):
             self.feed(ev.WorkerAdded(msg.get("worker", "")))
         elif msg.get("action") in ("silent", "reporting"):
             waiting = tuple(str(key) for key in msg.get("waiting") or ())
-            self.feed(ev.WorkerSilent(msg.get("worker", ""), msg["action"] == "silent", waiting))
+            silent = msg["action"] == "silent"
+            self.feed(ev.WorkerSilent(msg.get("worker", ""), silent, waiting))
+            if silent:  # what it relays for its host-mates would wait with it
+                self.calls.relay_silent(msg.get("worker", ""))
 
     async def _watch_scheduler(self) -> None:
         """Fail everything at once when the client loses its scheduler.

@@ -11,6 +11,7 @@ skipped there (:meth:`CallRoute.skip`), so that the calls after it do not wait.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from typing import TYPE_CHECKING
 
@@ -19,9 +20,10 @@ from distributed import fire_and_forget
 from hrl_tasks.scheduler import dask_compat
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.errors import InputFailedError, ObjectStartError, WorkerLostError
+from hrl_tasks.scheduler.relay import relay_lost, relay_rounds
 from hrl_tasks.scheduler.routes import CONNECTED, method_of, send_each, spec
 from hrl_tasks.scheduler.runtime import run_task
-from hrl_tasks.scheduler.shared import direct_arguments, inline, rebuilt
+from hrl_tasks.scheduler.shared import direct_arguments, fetched_from, inline, rebuilt
 from hrl_tasks.scheduler.task_service import KeptInput
 from hrl_tasks.scheduler.taskref import Kept, Local, TaskRef, collect_refs
 from hrl_tasks.scheduler.worker_objects import skip_calls
@@ -47,6 +49,10 @@ def finished_inputs(obj):
     return obj
 
 
+def _address_of(launch: ev.Launch) -> str:
+    return launch.workers[0]
+
+
 class CallRoute:
     """Direct calls to stateful objects (see the module)."""
 
@@ -56,10 +62,24 @@ class CallRoute:
         self.carrier = carrier
         self.records = records
         self.streams = streams
+        self.relayed: collections.Counter = collections.Counter()  # rounds and calls relayed
         streams.carry(self.name, self._answer, self._cut)
 
     def launch(self, launches: list[ev.Launch]) -> list[ev.AttemptDone]:
-        return send_each(self._send, launches)
+        """Send each call to its worker, or a host's round of them through its relay."""
+        singles, rounds = relay_rounds(launches, _address_of, self._relayable)
+        failed = send_each(self._send, singles)
+        for relay, members in rounds:
+            failed += self._send_round(relay, members)
+        return failed
+
+    def _relayable(self, launch: ev.Launch) -> bool:
+        """A call that asked for a relay (`WorkerHandle.call`), to a reporting worker."""
+        return (
+            launch.kind == "call"
+            and self.records.relays(launch.args_of or launch.task_id)
+            and launch.workers[0] not in self.carrier.state.silent
+        )
 
     def cancel(self, keys: tuple[str, ...]) -> None:
         """Nothing: a stateful call is not taken back once sent (it may have run); its
@@ -87,9 +107,10 @@ class CallRoute:
         )
         fire_and_forget(future)
 
-    def _send(self, launch: ev.Launch) -> None:
+    def _told(self, launch: ev.Launch, via: str) -> tuple[dict, str, tuple]:
+        """What the worker is told of a call, its method and arguments; the call is
+        tracked as sent on the stream to ``via`` (its worker, or its host's relay)."""
         records = self.records
-        address = launch.workers[0]
         topic = records.recipe_of(launch.obj_id)[3]
         method, margs, mkwargs = method_of(launch, records)
         told = spec(launch.key, launch.name, launch.attempt, {}, topic, launch.internal)
@@ -98,29 +119,74 @@ class CallRoute:
         # start or end report travels through the scheduler. Such a call does not
         # count as busy on its worker: it runs in its object's threads, not Dask's.
         told["quiet"] = not launch.watched
-        records.track(launch.key, self.name, address)
-        self.carrier.start(self._direct, launch, address, told, method, (margs, mkwargs))
+        records.track(launch.key, self.name, via)
+        return told, method, (margs, mkwargs)
+
+    def _send(self, launch: ev.Launch) -> None:
+        address = launch.workers[0]
+        told, method, arguments = self._told(launch, address)
+        self.carrier.start(self._direct, launch, address, told, method, arguments)
 
     async def _direct(self, launch: ev.Launch, address: str, told: dict, method, arguments):
         """Send a direct call on the stream to its object's worker once the object
         exists and the direct calls it takes as inputs have finished."""
+        ready = await self._ready(launch, told, method, arguments, address)
+        if ready is not None:
+            self.streams.channel(address).call(launch.key, *ready)
+
+    async def _ready(self, launch, told, method, arguments, via: str, shared_at=None):
+        """``(told, call)`` as sent, once its object exists and its inputs finished,
+        tracked as sent on the stream to ``via``; None if it failed meanwhile (fed as such).
+        ``shared_at``: ``(relay, keys)``, the shared values to fetch from the relay."""
+        address = launch.workers[0]
         try:
             await self._created(launch, address)
             await self._inputs_done(launch, arguments)
         except WorkerLostError as exc:
             self.carrier.feed(ev.AttemptDone(launch.key, "error", exc, worker_lost=True))
-            return
+            return None
         except Exception as exc:  # the object did not start, or an input failed
             self.carrier.feed(ev.AttemptDone(launch.key, "error", exc))
-            return
+            return None
         # A frozen worker takes what is sent and answers nothing: a shared value goes
         # to it whole, and the other workers fetch it from one that reports.
         (args, kwargs), values = direct_arguments(
             finished_inputs(arguments), address, may_hold=address not in self.carrier.state.silent
         )
+        if shared_at is not None:
+            relay, keys = shared_at
+            if address == relay:
+                keys.update(values)
+            else:
+                args, kwargs = fetched_from((args, kwargs), keys, relay)
+                told = {**told, "relayed": True}  # its answer is kept there, for a recall
         call = (launch.obj_id, launch.seq, method, args, kwargs)
-        self.records.sent_on(launch.key, self.name, address, (launch, told, call, values))
-        self.streams.channel(address).call(launch.key, told, call)
+        self.records.sent_on(launch.key, self.name, via, (launch, told, call, values))
+        return told, call
+
+    def _send_round(self, relay: str, launches: list[ev.Launch]) -> list[ev.AttemptDone]:
+        """A host's calls as one message to its relay (`relay`)."""
+        prepared, failed = [], []
+        for launch in launches:
+            try:
+                prepared.append((launch, *self._told(launch, relay)))
+            except Exception as exc:
+                failed.append(ev.AttemptDone(launch.key, "error", exc))
+        if prepared:
+            self.relayed.update(rounds=1, calls=len(prepared))
+            self.carrier.start(self._round, relay, prepared)
+        return failed
+
+    async def _round(self, relay: str, prepared: list) -> None:
+        """Send a round once each call is ready (the relay's own first: the shared
+        values it carries or fetches, its host-mates fetch from it)."""
+        items, shared_at = [], (relay, set())
+        for launch, told, method, arguments in prepared:
+            ready = await self._ready(launch, told, method, arguments, relay, shared_at)
+            if ready is not None:
+                items.append((launch.workers[0], launch.key, *ready))
+        if items:
+            self.streams.channel(relay).relay(items)
 
     async def _created(self, launch: ev.Launch, address: str) -> None:
         """Wait for the object's creation; raise as a pinned call would if it failed."""
@@ -154,11 +220,20 @@ class CallRoute:
                     ) from error
                 raise InputFailedError(f"{launch.name}: its input {ref.name!r} failed") from error
 
-    def _answer(self, address: str, key: str, status, value, elapsed) -> list:
-        """The events of a direct call's answer; a call whose shared input was lost
-        with its holder goes again, once, with the values themselves."""
+    def _answer(self, via: str, key: str, status, value, elapsed) -> list:
+        """The events of a direct call's answer (on the stream to its worker, or to its
+        host's relay); a call whose shared input was lost with its holder goes again,
+        once, straight to its worker with the values themselves."""
         records = self.records
         _, (launch, told, call, values) = records.answered(key, self.name)
+        address = launch.workers[0]
+        if status == "lost":  # the relay's stream to its worker broke: as ours would
+            records.sent_on(key, self.name, address, (launch, told, call, values))
+            self._cut(address, [key])
+            return []
+        if status == "never-came":  # its relay was lost before it got there
+            self.skip(launch.obj_id, address, (launch.seq,))
+            return [ev.AttemptDone(key, "error", relay_lost(launch.name, address))]
         if status == "input-lost":
             if values:
                 records.sent_on(key, self.name, address, (launch, told, call, {}))
@@ -191,6 +266,9 @@ class CallRoute:
         if carrier.client.status not in CONNECTED:  # the workers went with their scheduler
             carrier.feed(ev.SchedulerLost(str(carrier.lost_scheduler())))
             return
+        keys = self._relay_cut(address, keys)
+        if not keys:
+            return
         gone = await self._worker_left(address, carrier.state.timings.call_cut_check_s)
         events = []
         for key in keys:
@@ -212,6 +290,26 @@ class CallRoute:
                 events.append(ev.AttemptDone(key, "error", cut))
         if events:
             carrier.feed(*events)
+
+    def relay_silent(self, relay: str) -> None:
+        """``relay`` stopped reporting: the answers of its host-mates' calls would wait
+        with it, so those calls go as lost (their objects stay)."""
+        self._relay_cut(relay, self.records.awaited_at(relay))
+
+    def _relay_cut(self, relay: str, keys: list) -> list:
+        """The calls relayed through ``relay`` to its host-mates, whose answers would
+        have come back through it: asked of their own workers now (`TaskChannel.recall`),
+        which keep them. The keys of the relay's own calls are returned."""
+        own = []
+        for key in keys:
+            sent = self.records.sent(key, self.name)
+            if sent is None or sent[0].workers[0] == relay:
+                own.append(key)
+                continue
+            launch, address = sent[0], sent[0].workers[0]
+            self.records.sent_on(key, self.name, address, sent)  # awaited from it now
+            self.streams.channel(address).recall(key, launch.obj_id)
+        return own
 
     async def _worker_left(self, address: str, within_s: float) -> bool:
         """Whether the scheduler drops ``address`` from its workers within ``within_s``."""

@@ -393,6 +393,7 @@ class Engine(StatefulWorkers, ClusterFacts):
         pinned: bool = False,
         keep: bool = False,
         recorded: bool = True,
+        relay: bool = False,
     ) -> TaskRef:
         """A TaskRef whose outcome and arguments the backend records (unless not
         ``recorded``: a put's outcome is settled here, at once)."""
@@ -404,7 +405,7 @@ class Engine(StatefulWorkers, ClusterFacts):
             if not ref.pinned:  # a plain task can run again if its result is lost
                 ref.recipe = payload
         if recorded:
-            self.backend.add_task(ref.task_id, ref.outcome, payload, keep)
+            self.backend.add_task(ref.task_id, ref.outcome, payload, keep, relay)
         return ref
 
     def put(self, value, broadcast: bool = False) -> TaskRef:
@@ -424,6 +425,18 @@ class Engine(StatefulWorkers, ClusterFacts):
         self.backend.push(ev.PutValue(ref.task_id))
         return ref
 
+    def together(self):
+        """A context manager: the calls and tasks this thread makes inside are handed
+        to the engine in one go as it ends, and decided together. A round of direct
+        calls made so, with ``relay=True``, goes to each host as one message
+        (`hrl_tasks.scheduler.relay`). Waiting inside for one of them hands them over
+        first. Example::
+
+            with engine.together():
+                refs = [w.call("sample", direct=True, relay=True) for w in workers]
+        """
+        return self.backend.holding()
+
     @staticmethod
     def share(value) -> Shared:
         """``value`` for many direct calls, to leave the driver once (see :class:`Shared`)."""
@@ -438,6 +451,7 @@ class Engine(StatefulWorkers, ClusterFacts):
         """
         refs = list(refs)
         deadline = None if timeout is None else time.monotonic() + timeout
+        self.backend.hand_over_held()  # inside `together`: what is waited for goes first
         self.backend.raise_if_invalid()
         with self.watch.waiting(refs, "a gather"), task_wait():
             while True:
@@ -488,6 +502,7 @@ class Engine(StatefulWorkers, ClusterFacts):
                 f"return_when must be one of {sorted(RETURN_WHEN)}, got {return_when!r}"
             )
         by_outcome = {ref.outcome: ref for ref in refs}
+        self.backend.hand_over_held()
         self.backend.raise_if_invalid()
         with self.watch.waiting(list(by_outcome.values()), "a wait"), task_wait():
             done, not_done = cf.wait(

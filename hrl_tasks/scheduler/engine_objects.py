@@ -125,7 +125,15 @@ class StatefulWorkers:
         self.backend.push(ev.FormGroup(tuple(obj_ids)))
 
     def call(
-        self, handle: WorkerHandle, method: str, args, kwargs, speculation, direct, keep=False
+        self,
+        handle: WorkerHandle,
+        method: str,
+        args,
+        kwargs,
+        speculation,
+        direct,
+        keep=False,
+        relay=False,
     ) -> TaskRef:
         """``handle.call(...)``: a call of a stateful worker's method."""
         if not isinstance(method, str):
@@ -149,7 +157,9 @@ class StatefulWorkers:
             deps: list[TaskRef] = []
         else:
             deps = self._inputs(args, kwargs)
-        ref = self._new_ref(name, (method, args, kwargs), direct, pinned=True, keep=keep)
+        ref = self._new_ref(
+            name, (method, args, kwargs), direct, pinned=True, keep=keep, relay=relay and not keep
+        )
         ref.deps = tuple(d.task_id for d in deps)
         call = ev.CallObject(
             ref.task_id,

@@ -33,7 +33,15 @@ class ObjectOwner(Protocol):
     module imports none, so that the engine may import it)."""
 
     def call(
-        self, handle: WorkerHandle, method: str, args, kwargs, speculation, direct, keep=False
+        self,
+        handle: WorkerHandle,
+        method: str,
+        args,
+        kwargs,
+        speculation,
+        direct,
+        keep=False,
+        relay=False,
     ) -> TaskRef: ...
 
     def kill(self, handle: WorkerHandle, timeout: float | None) -> None: ...
@@ -83,7 +91,14 @@ class WorkerHandle:
         return self.engine.object_info(self.obj_id, "restarts") or 0
 
     def call(
-        self, method: str, *args, speculative=False, direct=False, keep=False, **kwargs
+        self,
+        method: str,
+        *args,
+        speculative=False,
+        direct=False,
+        keep=False,
+        relay=False,
+        **kwargs,
     ) -> TaskRef:
         """Call ``obj.method(*args, **kwargs)`` on the worker; returns a TaskRef.
 
@@ -107,9 +122,16 @@ class WorkerHandle:
                 result go when the last TaskRef to it is dropped. A call whose
                 kept input was lost with its worker does not run and fails with
                 ``WorkerLostError``.
+            relay: with ``direct``, in a round made inside ``engine.together()``:
+                the call may go with the round's other calls to workers on the
+                same host as one message, through one of them, and come back
+                with theirs (`hrl_tasks.scheduler.relay`). Should that worker die,
+                the call fails with ``WorkerLostError`` although its own worker
+                lives (it may have run): for calls that may be made again, such
+                as a sample. Ignored without ``direct`` or with ``keep``.
 
-        The names ``speculative``, ``direct`` and ``keep`` are reserved: methods
-        cannot take arguments called so.
+        The names ``speculative``, ``direct``, ``keep`` and ``relay`` are reserved:
+        methods cannot take arguments called so.
 
         Raises:
             TypeError: for a direct call with a TaskRef that is not a direct call's
@@ -121,7 +143,9 @@ class WorkerHandle:
                 f"{self.name!r} belongs to no group, so it has no peer to send a backup "
                 "to: create it with engine.create_group(...)"
             )
-        return self.engine.call(self, method, args, kwargs, policy, bool(direct), bool(keep))
+        return self.engine.call(
+            self, method, args, kwargs, policy, bool(direct), bool(keep), bool(relay)
+        )
 
     def rebuild_with(self, **kwargs) -> None:
         """Keyword arguments for the factory when the object is next re-created after

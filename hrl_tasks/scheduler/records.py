@@ -19,11 +19,13 @@ from typing import Any
 class TaskRecord:
     """What the driver holds of one task until it settles: its ref's outcome, how to
     run it (``(fn or method, args, kwargs, topic)``; None for a creation, a kill or a
-    put) and, for a direct call, whether its result stays on the worker (``keep``)."""
+    put) and, for a direct call, whether its result stays on the worker (``keep``)
+    and whether it may go through a host-mate's relay (``relay``, `relay`)."""
 
     outcome: cf.Future
     payload: tuple | None = None
     keep: bool = False
+    relay: bool = False
 
 
 @dataclass(slots=True)
@@ -72,10 +74,15 @@ class BackendRecords:
     # --- tasks --------------------------------------------------------------------
 
     def add_task(
-        self, task_id: str, outcome: cf.Future, payload: tuple | None = None, keep: bool = False
+        self,
+        task_id: str,
+        outcome: cf.Future,
+        payload: tuple | None = None,
+        keep: bool = False,
+        relay: bool = False,
     ) -> None:
         """Task ``task_id``: ``outcome`` settles when it does (see :class:`TaskRecord`)."""
-        self.tasks[task_id] = TaskRecord(outcome, payload, keep)
+        self.tasks[task_id] = TaskRecord(outcome, payload, keep, relay)
 
     def payload_of(self, task_id: str) -> tuple | None:
         """``(fn or method, args, kwargs, topic)`` of an unsettled task, or None."""
@@ -86,6 +93,11 @@ class BackendRecords:
         """Whether the direct call ``task_id``'s result stays on its worker."""
         record = self.tasks.get(task_id)
         return record is not None and record.keep
+
+    def relays(self, task_id: str) -> bool:
+        """Whether the direct call ``task_id`` may go through its host's relay."""
+        record = self.tasks.get(task_id)
+        return record is not None and record.relay
 
     def settle(self, task_id: str, value=None, error: BaseException | None = None) -> None:
         """Resolve task ``task_id``'s outcome with ``value`` or ``error`` (once)."""
@@ -167,6 +179,12 @@ class BackendRecords:
         if entry is None:  # forgotten before it could be sent: the answer is still awaited
             entry = self.in_flight[key] = InFlight(route, holds=False)
         entry.address, entry.sent = address, sent
+
+    def sent(self, key: str, route: str):
+        """What was sent of attempt ``key`` if its answer is awaited from ``route``'s
+        stream, else None (nothing changes: see :meth:`answered`)."""
+        entry = self.in_flight.get(key)
+        return None if entry is None or entry.route != route else entry.sent
 
     def awaits(self, key: str, route: str) -> bool:
         """Whether attempt ``key``'s answer is awaited on a stream, sent by ``route``."""

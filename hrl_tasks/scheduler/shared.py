@@ -124,6 +124,18 @@ def inline(obj: Any, values: dict[str, Any]) -> Any:
     return obj
 
 
+def fetched_from(obj: Any, keys: set[str], address: str) -> Any:
+    """``obj`` with each `SharedRef` among ``keys`` fetched from ``address`` instead (a
+    host's relay, which gets the value itself: each host fetches it once)."""
+    if isinstance(obj, SharedRef):
+        return SharedRef(obj.key, address) if obj.key in keys else obj
+    if isinstance(obj, (list, tuple)):
+        return rebuilt(obj, [fetched_from(x, keys, address) for x in obj])
+    if isinstance(obj, dict):
+        return {k: fetched_from(v, keys, address) for k, v in obj.items()}
+    return obj
+
+
 # --- worker side (runs on the worker's event loop) ------------------------------------
 
 

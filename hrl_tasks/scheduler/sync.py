@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -49,6 +50,14 @@ class InProcessBackend(BackendRecords):
             self.carry_out(ins)
 
     feed = push
+
+    @staticmethod
+    def holding():
+        """Nothing is held in-process: each event is handled as it is pushed."""
+        return contextlib.nullcontext()
+
+    def hand_over_held(self) -> None:
+        """Nothing is held in-process."""
 
     def raise_if_invalid(self) -> None:
         """Nothing to raise: an invalid state raises in :meth:`push` itself."""

@@ -6,7 +6,7 @@ answers on the same stream as tasks end. Messages, engine to worker:
 
 - ``("fn", fn_id, fn)``: a function, sent once per stream; tasks name it by id;
 - ``("forget-fn", fn_id)``: no task names it any more (the engine keeps at most
-  ``stream_route.FUNCTIONS_KEPT`` on a stream, and so does the worker);
+  ``task_channel.FUNCTIONS_KEPT`` on a stream, and so does the worker);
 - ``("run", key, spec, fn_id, args, kwargs)``: run one attempt;
 - ``("cancel", key)``: drop it if it has not started (a running one runs on,
   out of its slot, and its end is not answered);
@@ -21,7 +21,15 @@ answers on the same stream as tasks end. Messages, engine to worker:
   (``call`` as :func:`~hrl_tasks.scheduler.worker_objects.run_call` takes it); it
   runs in the object's threads, not in a slot, and its answer is a ``"done"``
   with status ``"OK"``, ``"error"`` or ``"input-lost"`` (value: the key of the
-  shared input that could not be fetched).
+  shared input that could not be fetched);
+- ``("relay", [(address, key, spec, call), ...])``: a round of direct calls to
+  objects on this worker and on others of its host, relayed from here
+  (:mod:`~hrl_tasks.scheduler.relay`); their answers come in one message once
+  the last has come, a host-mate's lost call as status ``"lost"`` (value: its
+  worker's address);
+- ``("recall", key, obj_id)``: the relay a call came through was lost: its answer
+  again (each object's last ``RELAYED_KEPT`` are kept), when it ends if it runs, or
+  status ``"never-came"``.
 
 Worker to engine: ``("started", key, None, None, None)`` when a task whose spec
 says ``watched`` (speculation follows it) starts; ``("waiting", key, ...)`` and
@@ -58,6 +66,7 @@ from distributed.sizeof import sizeof
 
 from hrl_tasks.scheduler import dask_compat, wire
 from hrl_tasks.scheduler.context import TaskContext
+from hrl_tasks.scheduler.relay import HostRelay
 from hrl_tasks.scheduler.shared import InputLostError, ask_peer_for, rebuilt
 from hrl_tasks.scheduler.stream_state import (
     Cancel,
@@ -94,8 +103,8 @@ from hrl_tasks.scheduler.stream_state import (
     has_kept,
 )
 from hrl_tasks.scheduler.validate import validating
+from hrl_tasks.scheduler.wire import TASKS_HANDLER, write_batches
 
-TASKS_HANDLER = "hrl_tasks_tasks"
 RESULT_HANDLER = "hrl_tasks_result"
 STORY_HANDLER = "hrl_tasks_story"
 STORY_KEPT = 10_000
@@ -103,7 +112,6 @@ STORY_KEPT = 10_000
 distributed's ``Worker.stimulus_log``, bounded by count, not by time)."""
 KEEP_FROM_BYTES = 100_000  # results this large stay on their worker (measured: docs/engine.md)
 PICKLED_MAX_BYTES = 1_000_000  # kept results up to this size go to a peer as one pickle
-MAX_BATCH = 1000  # messages per write: the first of a long burst leaves without waiting for all
 # While more of a stream's tasks wait to run, answers wait up to this long to go together
 # (one message per task cost most of a short task's time); a last task's answer goes at once.
 ANSWER_BATCH_S = 0.002
@@ -111,6 +119,10 @@ KEPT_GRACE_S = 120.0
 """How long the results a stream's tasks left here outlive the stream: peers may still
 fetch them meanwhile (a task of another engine's stream that names one)."""
 POOL_THREADS = 1024  # threads for the tasks of every stream: slots plus waiting parents
+RELAY_CONNECT_S = 5.0  # a relay's stream to a host-mate (as the engine's `stream_connect_s`)
+RELAYED_KEPT = 2
+"""Answers kept per object of the calls that came through a relay (a round's sample
+each), sent again to an engine that lost that relay (``("recall", key, obj_id)``)."""
 
 
 class TooManyWaitingError(RuntimeError):
@@ -123,41 +135,6 @@ def may_wait(waiting: int, slots: int, threads: int = POOL_THREADS) -> bool:
     already do: each waiting task holds a pool thread, and the ``slots`` running tasks
     need theirs. Pure."""
     return waiting + 1 + slots <= threads
-
-
-def picklable(messages: list) -> tuple[list, list]:
-    """Split ``messages`` into those that pickle and those that do not (with why)."""
-    from distributed.protocol.pickle import dumps
-
-    good, bad = [], []
-    for message in messages:
-        try:
-            dumps(message)
-            good.append(message)
-        except Exception as exc:
-            bad.append((message, exc))
-    return good, bad
-
-
-async def write_batches(stream, outbox: list, wake: asyncio.Event, unpicklable) -> None:
-    """Write what ``outbox`` holds as it comes, in batches; a batch that does not
-    pickle is written without the messages that do not (``unpicklable(message, error)``
-    says what became of each); nothing was written of the failed batch."""
-    while True:
-        await wake.wait()
-        wake.clear()
-        while outbox:
-            batch = outbox[:MAX_BATCH]
-            del outbox[:MAX_BATCH]
-            try:
-                await stream.send(batch)
-            except OSError:
-                raise
-            except Exception:  # serialization: found before any byte is written
-                batch, bad = picklable(batch)
-                for message, exc in bad:
-                    unpicklable(message, exc)
-                await stream.send(batch)
 
 
 class InputGone(Exception):
@@ -257,6 +234,7 @@ class TaskStream:
         self.done_lock = threading.Lock()
         self.done: list = []
         self.posted = False
+        self.relay = None  # a HostRelay, once a round is relayed through here
 
     @property
     def closed(self) -> bool:
@@ -274,11 +252,18 @@ class TaskStream:
         try:
             while True:
                 for message in await self.stream.receive():
-                    self._carry_out(self.handle(received(message)))
+                    if message[0] == "relay":
+                        self._relay(message[1])
+                    elif message[0] == "recall":
+                        self._recall(message[1], message[2])
+                    else:
+                        self._carry_out(self.handle(received(message)))
                 self._dispatch()
         except OSError:  # the engine went away: its queued tasks go with it
             pass
         finally:
+            if self.relay is not None:
+                self.relay.close()
             self.service.slots.on_free.remove(self._on_free)
             self.service.streams.remove(self)
             self._carry_out(self.handle(StreamEnded()))
@@ -321,12 +306,48 @@ class TaskStream:
 
     async def _call(self, key: str, spec: dict, call: tuple) -> None:
         run_call = self.service.run_call
+        relayed = spec.get("relayed", False)
+        if relayed:
+            self.service.relayed_running.add(key)
         if run_call is None:  # no object was ever made here
             error = LookupError(f"no stateful object {call[0]} on this worker")
-            self._answer(("done", key, "error", error, None))
-            return
-        status, value, elapsed = await run_call(self.service.runtime, spec, call)
-        self._answer(("done", key, status, value, elapsed))
+            out = ("done", key, "error", error, None)
+        else:
+            status, value, elapsed = await run_call(self.service.runtime, spec, call)
+            out = ("done", key, status, value, elapsed)
+        if relayed:
+            self.service.relayed_done(call[0], out)
+        if self.relay is None or not self.relay.answered(out):  # a round's goes with it
+            self._answer(out)
+
+    def _relay(self, items: list) -> None:
+        """A round of direct calls to this worker and its host-mates (`relay`)."""
+        if self.relay is None:
+            worker = self.service.runtime.worker
+            self.relay = HostRelay(
+                worker.address, worker.connection_args, RELAY_CONNECT_S, self._answer_round
+            )
+        self.relay.relay(items, self._call_here)
+
+    def _recall(self, key: str, obj_id: str) -> None:
+        """The engine lost the relay a call of ``obj_id`` came through: its answer again
+        (kept here), when it ends (it runs), or ``"never-came"`` (it did not get here)."""
+        service = self.service
+        found = service.relayed_answer(obj_id, key)
+        if found is not None:
+            self._answer(found)
+        elif key in service.relayed_running:
+            service.recalls.setdefault(key, []).append(self._answer)
+        else:
+            self._answer(("done", key, "never-came", None, None))
+
+    def _call_here(self, key: str, spec: dict, call: tuple) -> None:
+        self._carry_out(self.handle(DirectCall(key, spec, call)))
+
+    def _answer_round(self, answers: list) -> None:
+        """A relayed round's answers, in one message (on the event loop)."""
+        self._carry_out(self.handle(*(Posted(out) for out in answers)))
+        self.wake.set()
 
     async def _fetch_inputs(self, fetch: Fetch) -> None:
         try:
@@ -491,6 +512,11 @@ class TaskService:
         self.waiting = 0  # tasks of every stream waiting for others, each holding a thread
         self.waiting_lock = threading.Lock()
         self.kept_grace_s = KEPT_GRACE_S
+        # Relayed calls (`relay`): each object's last answers, for an engine that lost
+        # the relay they went back through; the keys running; who asked for which.
+        self.relayed: dict[str, collections.deque] = {}
+        self.relayed_running: set[str] = set()
+        self.recalls: dict[str, list] = {}  # key -> its askers' answer functions
         self.story: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=STORY_KEPT)
 
     def note(self, key: str, what: str) -> None:
@@ -503,6 +529,25 @@ class TaskService:
         what)`` (ages, not times: the asker's clock need not be this one's)."""
         keys, now = set(keys), time.monotonic()
         return [(now - at, key, what) for at, key, what in list(self.story) if key in keys]
+
+    def relayed_done(self, obj_id: str, out: tuple) -> None:
+        """A relayed call of ``obj_id`` ended with answer ``out``: kept (the object's
+        last ``RELAYED_KEPT``), and sent to the streams that asked for it meanwhile."""
+        key = out[1]
+        self.relayed_running.discard(key)
+        answers = self.relayed.get(obj_id)
+        if answers is None:
+            answers = self.relayed[obj_id] = collections.deque(maxlen=RELAYED_KEPT)
+        answers.append(out)
+        for tell in self.recalls.pop(key, ()):
+            tell(out)
+
+    def relayed_answer(self, obj_id: str, key: str) -> tuple | None:
+        """The kept answer of relayed call ``key`` of ``obj_id``, or None."""
+        for out in self.relayed.get(obj_id, ()):
+            if out[1] == key:
+                return out
+        return None
 
     def count_waiting(self, change: int) -> None:
         """One more task waits for others (+1), or one goes on (-1); a wait that would

@@ -27,6 +27,8 @@ import cloudpickle
 
 from hrl_tasks.scheduler import dask_compat
 
+TASKS_HANDLER = "hrl_tasks_tasks"  # the worker's handler that takes an engine's stream
+MAX_BATCH = 1000  # messages per write: the first of a long burst leaves without waiting for all
 LEAN_MAX_BYTES = 64_000  # Dask's comm: a batch pickled this small goes inside the message
 
 
@@ -158,3 +160,38 @@ def answered_value(response: dict):
     if "pickled" in response:
         return pickle.loads(response["pickled"])
     return response["value"]
+
+
+def picklable(messages: list) -> tuple[list, list]:
+    """Split ``messages`` into those that pickle and those that do not (with why)."""
+    from distributed.protocol.pickle import dumps
+
+    good, bad = [], []
+    for message in messages:
+        try:
+            dumps(message)
+            good.append(message)
+        except Exception as exc:
+            bad.append((message, exc))
+    return good, bad
+
+
+async def write_batches(stream, outbox: list, wake: asyncio.Event, unpicklable) -> None:
+    """Write what ``outbox`` holds as it comes, in batches; a batch that does not
+    pickle is written without the messages that do not (``unpicklable(message, error)``
+    says what became of each); nothing was written of the failed batch."""
+    while True:
+        await wake.wait()
+        wake.clear()
+        while outbox:
+            batch = outbox[:MAX_BATCH]
+            del outbox[:MAX_BATCH]
+            try:
+                await stream.send(batch)
+            except OSError:
+                raise
+            except Exception:  # serialization: found before any byte is written
+                batch, bad = picklable(batch)
+                for message, exc in bad:
+                    unpicklable(message, exc)
+                await stream.send(batch)
