@@ -172,3 +172,45 @@ def test_data_moves_worker_to_worker_across_hosts_without_the_driver(cluster):
         assert bridge_bytes(cluster) - to_driver < 2_000_000  # not through the driver
     finally:
         engine.close()
+
+
+def test_a_round_of_samples_goes_to_each_host_once_its_weights_too(tmp_path):
+    import gymnasium as gym
+
+    from hrl_tasks.policies import PPOPolicy, PPOPolicyConfig
+    from hrl_tasks.rollout import WorkerSet
+
+    require_real_part("network namespaces", missing())
+    with Hosts(3) as hosts:
+        cluster = HostCluster(hosts, tmp_path, threads=1, processes=2)
+        engine = connect(cluster, 4)
+        try:
+            env = "CartPole-v1"
+            spaces = gym.make(env)
+            config = PPOPolicyConfig(hidden=(1024, 1024), seed=0)
+            policy = PPOPolicy(spaces.observation_space, spaces.action_space, config)
+            workers = WorkerSet(engine, env, policy, 4, 1, 16, seed=0,
+                                remote_policy=policy.inference_copy(), direct_calls=True)  # fmt: skip
+            try:
+                by_host = {}
+                for handle in workers.remote_workers:
+                    by_host.setdefault(handle.address.rsplit(":", 1)[0], []).append(handle)
+                assert sorted(len(h) for h in by_host.values()) == [2, 2]
+                size = sum(v.nbytes for v in policy.get_weights().values())  # about 4 MB
+                links = [host.link for host in cluster.worker_hosts]
+                relayed = engine.backend.routes["call"].relayed
+                for _ in range(3):
+                    before = [bridge_bytes(cluster, link) for link in links]
+                    rounds = relayed["rounds"]
+                    workers.sync_weights(defer=True)  # the weights ride on the sample calls
+                    assert len(engine.gather(workers.sample(), timeout=60)) == 4
+                    assert relayed["rounds"] - rounds == 2  # one message per host
+                    into = [
+                        bridge_bytes(cluster, link) - b
+                        for link, b in zip(links, before, strict=True)
+                    ]
+                    assert all(size < got < 1.5 * size for got in into), (into, size)
+            finally:
+                workers.stop()
+        finally:
+            engine.close()

@@ -185,6 +185,10 @@ class CallRoute:
             ready = await self._ready(launch, told, method, arguments, relay, shared_at)
             if ready is not None:
                 items.append((launch.workers[0], launch.key, *ready))
+                # Kept open, idle: a recall goes on it, and so do the worker's calls when it
+                # is not relayed (frozen, say: a stream opened to a frozen worker waits for
+                # `Timings.stream_connect_s` and is taken for a lost one).
+                self.streams.channel(launch.workers[0])
         if items:
             self.streams.channel(relay).relay(items)
 
