@@ -196,9 +196,10 @@ def test_a_round_of_samples_goes_to_each_host_once_its_weights_too(tmp_path):
                 for handle in workers.remote_workers:
                     by_host.setdefault(handle.address.rsplit(":", 1)[0], []).append(handle)
                 assert sorted(len(h) for h in by_host.values()) == [2, 2]
-                size = sum(v.nbytes for v in policy.get_weights().values())  # about 4 MB
+                size = sum(v.nbytes for v in policy.get_weights().values())  # about 8 MB
                 links = [host.link for host in cluster.worker_hosts]
                 relayed = engine.backend.routes["call"].relayed
+                engine.gather(workers.sample(), timeout=60)  # after the first weights' sync
                 for _ in range(3):
                     before = [bridge_bytes(cluster, link) for link in links]
                     rounds = relayed["rounds"]
