@@ -535,12 +535,18 @@ class TaskService:
         last ``RELAYED_KEPT``), and sent to the streams that asked for it meanwhile."""
         key = out[1]
         self.relayed_running.discard(key)
+        for tell in self.recalls.pop(key, ()):
+            tell(out)
+        if obj_id not in self.runtime.objects:  # it ended meanwhile: nothing to keep
+            return
         answers = self.relayed.get(obj_id)
         if answers is None:
             answers = self.relayed[obj_id] = collections.deque(maxlen=RELAYED_KEPT)
         answers.append(out)
-        for tell in self.recalls.pop(key, ()):
-            tell(out)
+
+    def forget_relayed(self, obj_id: str) -> None:
+        """``obj_id`` ended here: its kept answers go (from any thread)."""
+        self.relayed.pop(obj_id, None)
 
     def relayed_answer(self, obj_id: str, key: str) -> tuple | None:
         """The kept answer of relayed call ``key`` of ``obj_id``, or None."""

@@ -235,6 +235,8 @@ def destroy_object(obj_id: str, seq: int) -> bool:
     entry = entry_of(obj_id, runtime)
     entry.wait_turn(seq)
     runtime.objects.pop(obj_id, None)
+    if runtime.task_service is not None:  # the answers kept for a lost relay go too
+        runtime.task_service.forget_relayed(obj_id)
     entry.close()
     return entry.obj is not None
 

@@ -168,3 +168,18 @@ def test_calls_that_never_left_a_frozen_relay_fail_as_lost_and_skip_their_turn(f
     finally:
         os.kill(pid, signal.SIGCONT)
     refs[0].result(timeout=60)
+
+
+def test_an_object_ended_leaves_no_answer_kept_for_a_relay(fresh):
+    handles = samplers(fresh)
+    fresh.gather(sample_round(fresh, handles), timeout=60)
+
+    def kept(dask_worker):
+        from hrl_tasks.scheduler.runtime import WorkerRuntime
+
+        return sorted(WorkerRuntime.of(dask_worker).task_service.relayed)
+
+    assert sum(len(ids) for ids in fresh.client.run(kept).values()) == 2  # the mates'
+    for handle in handles:
+        handle.kill()
+    assert all(ids == [] for ids in fresh.client.run(kept).values())
