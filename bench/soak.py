@@ -65,14 +65,16 @@ RUNS = {
 def launch(
     algorithm: str, seconds: float, out: Path, checkpoint_every: int, settings: list[str]
 ) -> subprocess.Popen:
-    """The driver process: ``hrl-tasks train`` (``tune`` for the search) with its output
-    in ``out/driver.log``; ``settings`` are ``KEY=VALUE`` config keys (``--set``)."""
+    """The driver process: ``hrl-tasks train`` (``tune`` for the search) writing its run
+    to ``out/run`` (a directory of its own: the CLI refuses one holding other files)
+    and its output to ``out/driver.log``; ``settings`` are ``KEY=VALUE`` config keys
+    (``--set``)."""
     command = RUNS[algorithm]
     training = ["--stop-time", str(seconds), "--no-progress", "--checkpoint-every",
                 str(checkpoint_every)] if command[0] == "train" else []  # fmt: skip
     cmd = [
         sys.executable, "-m", "hrl_tasks.cli", *command, "--env", "CartPole-v1",
-        "--out", str(out), *training, *(arg for item in settings for arg in ("--set", item)),
+        "--out", str(out / "run"), *training, *(arg for item in settings for arg in ("--set", item)),
     ]  # fmt: skip
     env = {
         **os.environ,
@@ -201,7 +203,7 @@ def soak(
                 sample(driver, series, t)
                 time.sleep(max(0.0, interval - (time.monotonic() - start - t)))
             exited = proc.poll()
-            done = progress(out)
+            done = progress(out / "run")
             written = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
             done["out_dir_mb"] = round(written / 2**20, 1)
             done["checkpoints"] = len(list(out.rglob("checkpoints/*.hrl")))
