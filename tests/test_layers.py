@@ -225,3 +225,11 @@ def test_the_formatter_s_output_is_the_package_s_with_few_exceptions_each_said_w
                 skips.append((f"{path.relative_to(ROOT)}:{number + 1}", above.startswith("#")))
     assert len(skips) <= 40, len(skips)
     assert all(said for _, said in skips), [where for where, said in skips if not said]
+
+
+def test_the_engine_module_is_the_api_alone():
+    # The deployment forms, the stateful workers' API and what the engine tells of
+    # its cluster live in modules of their own (CONTRIBUTING.md, "Working in the
+    # engine"): engine.py holds the task API and stays under 600 lines.
+    lines = (PACKAGE / "scheduler" / "engine.py").read_text().count("\n")
+    assert lines < 600, f"hrl_tasks/scheduler/engine.py has {lines} lines"

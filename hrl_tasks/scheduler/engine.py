@@ -42,9 +42,7 @@ from distributed import Client, get_client
 from hrl_tasks.scheduler import dask_compat, deployments, worker_events
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.backend import DaskBackend
-from hrl_tasks.scheduler.clusters import (
-    HeldSettings,
-)
+from hrl_tasks.scheduler.clusters import HeldSettings
 from hrl_tasks.scheduler.context import current_task, in_worker_task, task_wait
 from hrl_tasks.scheduler.engine_cluster import ClusterFacts
 from hrl_tasks.scheduler.engine_objects import StatefulWorkers
@@ -234,9 +232,7 @@ class Engine(StatefulWorkers, ClusterFacts):
         self._route_ready = False  # the workers take task streams (the direct route)
         self._page: EnginePage | None = None
         self.upkeep = None  # a ClusterUpkeep (adaptive.py) on a gateway's cluster
-        # The launcher that started every process of the cluster for this one run, each
-        # listening on the run's interface (``--runner``: "mpi", "slurm"); None otherwise.
-        self.runner: str | None = None
+        self.runner: str | None = None  # the launcher of this run's processes (--runner)
         self._active_token = _Active.engine.set(self) if activate else None
 
     # --- construction: the deployment forms (`deployments`) ---------------------
@@ -329,21 +325,11 @@ class Engine(StatefulWorkers, ClusterFacts):
 
     def map(self, fn, *iterables, **submit_kwargs) -> list[TaskRef]:
         """``[submit(fn, *args, **submit_kwargs) for args in zip(*iterables)]``, sent as one batch."""
-        options = {k: submit_kwargs.pop(k, None) for k in ("resources", "retries", "name", "route")}
-        speculative = submit_kwargs.pop("speculative", False)
-        made = [
-            self._task(
-                fn,
-                args,
-                submit_kwargs,
-                options["resources"],
-                options["retries"],
-                speculative,
-                options["name"],
-                options["route"],
-            )
-            for args in zip(*iterables, strict=True)
-        ]
+        resources, retries, name, route = (
+            submit_kwargs.pop(k, None) for k in ("resources", "retries", "name", "route")
+        )
+        options = (resources, retries, submit_kwargs.pop("speculative", False), name, route)
+        made = [self._task(fn, a, submit_kwargs, *options) for a in zip(*iterables, strict=True)]
         if made:
             self.backend.push(*(event for _, event in made))
         return [ref for ref, _ in made]
@@ -571,19 +557,14 @@ class Engine(StatefulWorkers, ClusterFacts):
     def story(self, ref: TaskRef | str) -> str:
         """What happened to a task, for a person to read: ``print(engine.story(ref))``.
 
-        The engine keeps the events it handled and the instructions it gave,
-        per task while it knows the task and for the last 1,000 it let go. The
-        story is the task's entries
-        (its attempts, their starts and ends, retries, its resolution) and the
-        cluster's events since it began, and the worker's half of each attempt
-        sent on the engine's stream (received, queued, running in which thread,
-        waiting, answered, kept, released: what the worker noted, as
-        ``client.story`` adds the workers' to the scheduler's) and Dask's story of
-        each attempt on Dask's route (the scheduler's and the workers' transitions,
-        as ``client.story`` tells them, without waiting for a frozen worker: each
-        part is asked for at most 2 s), oldest first with
-        their age, then where the task is now: which attempts run where and for
-        how long, or what it waits for.
+        The task's entries as the engine noted them (kept while it knows the task and
+        for the last 1,000 it let go: attempts, their starts and ends, retries, its
+        resolution), the cluster's events since it began, the worker's half of each
+        attempt on the engine's stream (received, queued, running, waiting, answered,
+        kept, released, as ``client.story`` adds the workers' to the scheduler's) and
+        Dask's story of each attempt on Dask's route (each part asked for at most 2 s:
+        a frozen worker holds none up), oldest first with their age; then where the
+        task is now: which attempts run where and for how long, or what it waits for.
         """
         task_id = ref if isinstance(ref, str) else ref.task_id
         with self.backend.lock:
