@@ -8,11 +8,12 @@ recording's mean return and BC's evaluations.
 
 ``--pendulum``: 100,000 recorded Pendulum-v1 transitions, half from a SAC policy
 trained to a mean return of at least -200 (explore on), half from uniform random
-actions; then BC, MARWIL and CQL trained from them with their defaults for
-``--updates`` gradient steps each, and d3rlpy 2.8's CQL on the same rows (converted to
-its ``MDPDataset``, run in its own virtual environment under ``--venv``, created on the
-first run), each scored over 10 greedy episodes. Targets: CQL >= BC + 100 and >=
-d3rlpy's CQL less 10% of its magnitude; MARWIL >= BC.
+actions; then BC, MARWIL, CQL and IQL trained from them with their defaults for
+``--updates`` gradient steps each, and d3rlpy 2.8's CQL and IQL on the same rows
+(converted to its ``MDPDataset``, run in its own virtual environment under ``--venv``,
+created on the first run), each scored over 10 greedy episodes (``--learners`` picks
+some). Targets: CQL and IQL each >= BC + 100 and >= d3rlpy's same algorithm less 10%
+of its magnitude; MARWIL >= BC.
 
 ``--scale``: a recording of 10 million CartPole-shaped rows (100 files of 100,000,
 written once under ``--data``), then BC trained from it for ``--minutes``: rows
@@ -23,7 +24,7 @@ the driver's resident memory sampled every 10 s, with its slope over the second
 half and the slope's standard error (target: at most 1 MB per 10 minutes).
 
     python bench/offline.py --bc
-    python bench/offline.py --pendulum [--updates 20000]
+    python bench/offline.py --pendulum [--updates 20000] [--learners bc iql d3rlpy_iql]
     python bench/offline.py --scale [--minutes 20] [--data /tmp/offline-10m]
     python bench/offline.py --ope [--episodes 1000] [--behaviour-random 0.5] [--target-random 0.3]
 
@@ -133,23 +134,24 @@ import d3rlpy, gymnasium as gym, numpy as np
 rows = np.load(sys.argv[1])
 dataset = d3rlpy.dataset.MDPDataset(rows["obs"], rows["actions"], rows["rewards"],
                                     rows["terminateds"], timeouts=rows["timeouts"])
-cql = d3rlpy.algos.CQLConfig().create(device="cpu:0")
-cql.fit(dataset, n_steps=int(sys.argv[2]), n_steps_per_epoch=int(sys.argv[2]),
-        show_progress=False, save_interval=10**9)
+algo = getattr(d3rlpy.algos, sys.argv[3] + "Config")().create(device="cpu:0")
+algo.fit(dataset, n_steps=int(sys.argv[2]), n_steps_per_epoch=int(sys.argv[2]),
+         show_progress=False, save_interval=10**9)
 env, returns = gym.make("Pendulum-v1"), []
 for episode in range(10):
     obs, _ = env.reset(seed=10_000 + episode)
     total, done = 0.0, False
     while not done:
-        obs, reward, terminated, truncated, _ = env.step(cql.predict(obs[None])[0])
+        obs, reward, terminated, truncated, _ = env.step(algo.predict(obs[None])[0])
         total, done = total + reward, terminated or truncated
     returns.append(total)
 print(json.dumps({"d3rlpy_version": d3rlpy.__version__, "return": float(np.mean(returns))}))
 """
 
 
-def d3rlpy_cql(venv: Path, directory: Path, updates: int) -> dict:
-    """d3rlpy's CQL on the recorded rows, in its own virtual environment."""
+def d3rlpy_run(venv: Path, directory: Path, updates: int, algorithm: str) -> dict:
+    """d3rlpy's ``algorithm`` (``CQL``, ``IQL``) with its defaults on the recorded rows, in
+    its own virtual environment."""
     from hrl_tasks.data.experience import experience_files, read_file
     from hrl_tasks.policies.torch_utils import start_environ
 
@@ -164,11 +166,15 @@ def d3rlpy_cql(venv: Path, directory: Path, updates: int) -> dict:
     np.savez(arrays, obs=rows["obs"], actions=rows["actions"], rewards=rows["rewards"],
              terminateds=rows["terminateds"], timeouts=rows["truncateds"])  # fmt: skip
     start = time.perf_counter()  # its environment without the nanny's OMP_NUM_THREADS=1
-    done = subprocess.run([str(python), "-c", D3RLPY_SCRIPT, str(arrays), str(updates)],
+    done = subprocess.run([str(python), "-c", D3RLPY_SCRIPT, str(arrays), str(updates), algorithm],
                           capture_output=True, text=True, check=True, cwd=directory,
                           env=start_environ())  # fmt: skip
     return {**json.loads(done.stdout.strip().splitlines()[-1]),
             "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
+
+
+LEARNERS = ("bc", "marwil", "cql", "iql", "d3rlpy_cql", "d3rlpy_iql")
+"""``--pendulum``'s learners: ours by their registry names, d3rlpy's as ``d3rlpy_<name>``."""
 
 
 def pendulum_run(args) -> dict:
@@ -179,8 +185,13 @@ def pendulum_run(args) -> dict:
         recording = record_pendulum(directory, 100_000, args.seed)
         print(json.dumps(recording), file=sys.stderr, flush=True)
         scores = {}
-        for name in ("bc", "marwil", "cql"):
+        for name in args.learners:
             start = time.perf_counter()
+            if name.startswith("d3rlpy_"):
+                scores[name] = d3rlpy_run(args.venv, directory, args.updates,
+                                          name.removeprefix("d3rlpy_").upper())  # fmt: skip
+                print(json.dumps({name: scores[name]}), file=sys.stderr, flush=True)
+                continue
             per_iteration = 1000
             algo, _ = hrl_tasks.train(name, "Pendulum-v1",
                                       experience_input=f"{directory}/*/*.parquet",
@@ -192,13 +203,19 @@ def pendulum_run(args) -> dict:
             scores[name] = {"return": result["evaluation_return_mean"],
                             "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
             print(json.dumps({name: scores[name]}), file=sys.stderr, flush=True)
-        scores["d3rlpy_cql"] = d3rlpy_cql(args.venv, directory, args.updates)
-    cql, bc, reference = (scores[k]["return"] for k in ("cql", "bc", "d3rlpy_cql"))
+    targets = {}
+    for name in ("cql", "iql"):  # each >= BC + 100 and >= d3rlpy's less 10% of its magnitude
+        if name in scores and "bc" in scores:
+            targets[f"{name}_minus_bc"] = round(scores[name]["return"] - scores["bc"]["return"], 1)
+        if name in scores and f"d3rlpy_{name}" in scores:
+            reference = scores[f"d3rlpy_{name}"]["return"]
+            targets[f"{name}_vs_d3rlpy_within_10_percent"] = scores[name][
+                "return"
+            ] >= reference - 0.1 * abs(reference)
+    if "marwil" in scores and "bc" in scores:
+        targets["marwil_minus_bc"] = round(scores["marwil"]["return"] - scores["bc"]["return"], 1)
     return {"bench": "offline_pendulum", "date": time.strftime("%Y-%m-%d"), "commit": args.commit,
-            "updates": args.updates, **recording, "scores": scores,
-            "cql_minus_bc": round(cql - bc, 1),
-            "cql_vs_d3rlpy_within_10_percent": cql >= reference - 0.1 * abs(reference),
-            "marwil_minus_bc": round(scores["marwil"]["return"] - bc, 1)}  # fmt: skip
+            "updates": args.updates, **recording, "scores": scores, **targets}  # fmt: skip
 
 
 def write_scale_data(directory: Path, files: int, rows: int, seed: int) -> None:
@@ -373,6 +390,8 @@ def main() -> None:
     parser.add_argument("--scale", action="store_true")
     parser.add_argument("--pendulum", action="store_true")
     parser.add_argument("--updates", type=int, default=20_000, help="--pendulum: per learner")
+    parser.add_argument("--learners", nargs="+", choices=LEARNERS, default=list(LEARNERS),
+                        help="--pendulum: which to train (d3rlpy_*: d3rlpy's, in --venv)")  # fmt: skip
     parser.add_argument("--venv", type=Path, default=Path("/tmp/d3rlpy-venv"))
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--data", type=Path, default=Path("/tmp/offline-10m"))

@@ -30,6 +30,7 @@ ALGORITHM_PATHS: dict[str, str] = {
     "bc": "hrl_tasks.algorithms.marwil:BC",
     "marwil": "hrl_tasks.algorithms.marwil:MARWIL",
     "cql": "hrl_tasks.algorithms.cql:CQL",
+    "iql": "hrl_tasks.algorithms.iql:IQL",
 }
 """Algorithm name -> ``module:Class``."""
 
@@ -50,6 +51,7 @@ CONFIG_PATHS: dict[str, str] = {
     "bc": "hrl_tasks.algorithms.marwil.config:BCConfig",
     "marwil": "hrl_tasks.algorithms.marwil.config:MARWILConfig",
     "cql": "hrl_tasks.algorithms.cql.config:CQLConfig",
+    "iql": "hrl_tasks.algorithms.iql.config:IQLConfig",
 }
 """Algorithm name -> ``module:Class`` of its config (each algorithm's ``config_class``):
 most import no torch, so a config is checked before the plan is imported."""

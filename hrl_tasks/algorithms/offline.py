@@ -10,6 +10,7 @@ import numpy as np
 from hrl_tasks.algorithms.algorithm import Algorithm
 from hrl_tasks.algorithms.config import ConfigError
 from hrl_tasks.algorithms.offline_config import ESTIMATOR_NAMES
+from hrl_tasks.algorithms.sac.plan import UpdateTargets
 from hrl_tasks.data import SampleBatch
 from hrl_tasks.data.experience import experience_files, read_file
 from hrl_tasks.flow import StandardMetricsReporting, TrainOneStep
@@ -37,6 +38,9 @@ class OfflineAlgorithm(Algorithm):
 
     columns: ClassVar[tuple[str, ...]] = ("obs", "actions", "rewards", "terminateds", "truncateds")
     """The recorded columns the learner reads."""
+    moves_targets: ClassVar[bool] = False
+    """Whether each gradient step is followed by the policy's target update when due
+    (CQL's and IQL's critics)."""
 
     def num_rollout_workers(self) -> int:
         return 0  # the worker processes read the experience; the driver evaluates
@@ -60,8 +64,12 @@ class OfflineAlgorithm(Algorithm):
         return None
 
     def learn_op(self, workers, ctx):
-        """One gradient step on a batch (plans add target updates)."""
-        return TrainOneStep(workers, ctx, sync_weights=False)
+        """One gradient step on a batch, and the targets moved (`moves_targets`)."""
+        train = TrainOneStep(workers, ctx, sync_weights=False)
+        if not self.moves_targets:
+            return train
+        targets = UpdateTargets(workers, ctx)
+        return lambda batch: targets(train(batch))
 
     def build_plan(self, workers, ctx):
         cfg = self.config

@@ -331,6 +331,47 @@ class CQLPolicyConfig(SACPolicyConfig):
 
 
 @dataclass
+class IQLPolicyConfig:
+    """Config of `IQLPolicy`; the defaults are the IQL paper's for locomotion (Kostrikov
+    et al. 2021) and d3rlpy's ``IQLConfig``."""
+
+    lr: float = 3e-4
+    """Adam learning rate of the actor, the critics and the value."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak step of the target critics after each update."""
+    expectile: float = 0.7
+    """The expectile of Q over the recorded actions that V learns: 0.5 is their mean
+    (SARSA's value of the data's policy), toward 1 the best of them."""
+    beta: float = 3.0
+    """Inverse temperature of the actor's weights ``exp(beta * (Q - V))``: 0 imitates every
+    recorded action alike (behaviour cloning)."""
+    max_weight: float = 100.0
+    """The actor's weights are clipped to this."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden widths of the actor, of each critic and of the value."""
+    grad_clip: float | None = None
+    """Max global gradient norm; None disables clipping."""
+    normalize_observations: bool = False
+    """Standardize observations by running statistics, kept in the weights and checkpoints."""
+    seed: int | None = None
+    """Seed of the initial weights and of sampling; None draws one."""
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "lr": "> 0",
+        "gamma": "[0, 1]",
+        "tau": "(0, 1]",
+        "expectile": "(0, 1)",
+        "beta": ">= 0",
+        "max_weight": "> 0",
+        "hidden": ">= 1",
+        "grad_clip": "> 0",
+        "seed": "[0, 2**63)",
+    }
+
+
+@dataclass
 class MARWILPolicyConfig:
     """Config of `MARWILPolicy`; the defaults are RLlib's MARWIL."""
 

@@ -53,6 +53,26 @@ def cql_penalty(q_sampled: torch.Tensor, q_data: torch.Tensor, temperature: floa
     return (lse - q_data).mean()
 
 
+def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
+    """IQL's value loss (Kostrikov et al. 2021): the asymmetric squared error
+    ``mean(|tau - 1(u < 0)| * u^2)`` of ``u = Q(s, a) - V(s)``. Minimized over ``V``, it
+    makes ``V(s)`` the ``tau``-expectile of Q over the recorded actions: 0.5 is the mean,
+    toward 1 the best of them, without ever evaluating an action the data lacks.
+
+    Args:
+        diff: ``[B]``: ``Q(s, a) - V(s)`` (the gradient flows into ``V`` only).
+        expectile: ``tau`` in (0, 1).
+    """
+    weight = torch.where(diff < 0, 1.0 - expectile, expectile)
+    return (weight * diff.pow(2)).mean()
+
+
+def advantage_weights(advantages: torch.Tensor, beta: float, max_weight: float) -> torch.Tensor:
+    """IQL's (and AWR's) weights of the recorded actions in the actor's loss:
+    ``min(exp(beta * A), max_weight)``. Pass ``advantages`` detached."""
+    return torch.exp(beta * advantages).clamp(max=max_weight)
+
+
 def marwil_weights(advantages: torch.Tensor, norm_sq: torch.Tensor, beta: float) -> torch.Tensor:
     """MARWIL's weights of the imitated actions: ``exp(beta * A / sqrt(norm_sq))``.
 

@@ -22,7 +22,7 @@ SMALL = {
 }  # fmt: skip
 
 
-OFFLINE = {"bc", "marwil", "cql"}
+OFFLINE = {"bc", "marwil", "cql", "iql"}
 """Learn from a recording (`recording`), not from rollout workers."""
 
 

@@ -1,5 +1,7 @@
-"""Recording experience from a run, and learning from it offline (BC, MARWIL)."""
+"""Recording experience from a run, and learning from it offline (BC, MARWIL, IQL)."""
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 
 import hrl_tasks
-from hrl_tasks.algorithms import BC, MARWIL, PPO, ConfigError
+from hrl_tasks.algorithms import BC, IQL, MARWIL, PPO, ConfigError
 
 pytest.importorskip("pyarrow")
 
@@ -165,6 +167,62 @@ def test_marwil_learns_from_mixed_demonstrations_and_checkpoints(tmp_path):
     loaded = hrl_tasks.load(path)
     action = loaded.compute_single_action(np.zeros(4, np.float32))
     assert action in (0, 1)
+
+
+def test_iql_learns_from_mixed_demonstrations_estimates_itself_and_checkpoints(tmp_path):
+    data = write_demonstrations(tmp_path / "mixed", episodes=30, seed=1, random_share=0.3)
+    with hrl_tasks.Engine.local(n_workers=1, threads_per_worker=1) as engine:
+        algo = IQL({"experience_input": str(data), "seed": 0, "updates_per_iteration": 150,
+                    "hidden": (64, 64), "lr": 1e-3, "evaluation_episodes": 5,
+                    "off_policy_estimators": ["is", "wis", "dr"]}, engine=engine)  # fmt: skip
+        try:
+            results = [algo.train() for _ in range(3)]
+            path = algo.save(tmp_path / "iql.hrl")
+        finally:
+            algo.stop()
+    # 30% of the recorded actions are random: imitating all of them alike would fall over
+    assert results[-1]["episode_return_mean"] >= 400, [r["episode_return_mean"] for r in results]
+    info = results[-1]["info"]
+    assert info["weight_mean"] > 0 and np.isfinite(info["loss_value"]), info
+    for name in ("is", "wis", "dr"):  # the learned policy's return, estimated
+        assert np.isfinite(info[f"estimate/{name}"]), info
+    loaded = hrl_tasks.load(path)
+    assert loaded.compute_single_action(np.zeros(4, np.float32)) in (0, 1)
+
+
+def iql_after_a_kill(data, kill: bool):
+    """IQL's learned weights, last result and the engine's stats after 3 iterations
+    reading ``data`` on two worker processes; with ``kill``, one of them killed
+    (SIGKILL) after the first iteration, while the reads it had been given were kept
+    there or running."""
+    with hrl_tasks.Engine.local(n_workers=2, threads_per_worker=1) as engine:
+        algo = IQL({"experience_input": str(data), "seed": 0, "updates_per_iteration": 40,
+                    "hidden": (32, 32), "evaluation_interval": 0, "num_workers": 2,
+                    "learner_threads": 1, "shuffle_window": 2}, engine=engine)  # fmt: skip
+        try:
+            algo.train()
+            if kill:
+                pids = engine.client.run(os.getpid)
+                os.kill(sorted(pids.values())[0], signal.SIGKILL)
+            results = [algo.train() for _ in range(2)]
+        finally:
+            weights = algo.workers.learner.get_weights()
+            algo.stop()
+        return weights, results[-1], engine.stats()
+
+
+def test_a_reading_worker_killed_mid_run_costs_only_time(tmp_path):
+    data = write_demonstrations(tmp_path / "demos", episodes=24, seed=2, random_share=0.3)
+    calm, calm_result, calm_stats = iql_after_a_kill(data, kill=False)
+    killed, killed_result, killed_stats = iql_after_a_kill(data, kill=True)
+    assert calm_stats["workers_lost"] == 0 and killed_stats["workers_lost"] == 1
+    # what the worker held was read again: the same rows in the same order, so the same
+    # weights as the calm run's
+    assert killed_stats["recomputed"] + killed_stats["retried"] >= 1, killed_stats
+    assert killed_result["env_steps_trained"] == calm_result["env_steps_trained"] == 3 * 40 * 256
+    assert killed_result["experience_rows_read"] == calm_result["experience_rows_read"]
+    for name, value in calm.items():
+        np.testing.assert_array_equal(killed[name], value, err_msg=name)
 
 
 def test_the_estimates_cover_box_actions_doubly_robust_included(tmp_path):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from hrl_tasks.algorithms.cql.config import CQLConfig
 from hrl_tasks.algorithms.offline import OfflineAlgorithm
-from hrl_tasks.algorithms.sac.plan import UpdateTargets
-from hrl_tasks.flow import TrainOneStep
 from hrl_tasks.policies.configs import CQLPolicyConfig
 from hrl_tasks.policies.cql import CQLPolicy
 
@@ -20,7 +18,4 @@ class CQL(OfflineAlgorithm):
     policy_config_class = CQLPolicyConfig
     config_class = CQLConfig
     columns = ("obs", "actions", "rewards", "terminateds", "truncateds", "next_obs")
-
-    def learn_op(self, workers, ctx):
-        train, targets = TrainOneStep(workers, ctx, sync_weights=False), UpdateTargets(workers, ctx)
-        return lambda batch: targets(train(batch))
+    moves_targets = True
