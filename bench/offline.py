@@ -134,10 +134,15 @@ import d3rlpy, gymnasium as gym, numpy as np
 rows = np.load(sys.argv[1])
 dataset = d3rlpy.dataset.MDPDataset(rows["obs"], rows["actions"], rows["rewards"],
                                     rows["terminateds"], timeouts=rows["timeouts"])
-algo = getattr(d3rlpy.algos, sys.argv[3] + "Config")().create(device="cpu:0")
+env = gym.make("Pendulum-v1")
+# Its policies act in [-1, 1]; Pendulum's torques span [-2, 2] (ours scale inside)
+scaler = d3rlpy.preprocessing.MinMaxActionScaler(minimum=env.action_space.low,
+                                                 maximum=env.action_space.high)
+config = getattr(d3rlpy.algos, sys.argv[3] + "Config")
+algo = config(action_scaler=scaler).create(device="cpu:0")
 algo.fit(dataset, n_steps=int(sys.argv[2]), n_steps_per_epoch=int(sys.argv[2]),
          show_progress=False, save_interval=10**9)
-env, returns = gym.make("Pendulum-v1"), []
+returns = []
 for episode in range(10):
     obs, _ = env.reset(seed=10_000 + episode)
     total, done = 0.0, False

@@ -141,7 +141,7 @@ class CallRoute:
         address = launch.workers[0]
         try:
             await self._created(launch, address)
-            await self._inputs_done(launch, arguments)
+            inputs = await self._inputs_done(launch, arguments)
         except WorkerLostError as exc:
             self.carrier.feed(ev.AttemptDone(launch.key, "error", exc, worker_lost=True))
             return None
@@ -150,8 +150,10 @@ class CallRoute:
             return None
         # A frozen worker takes what is sent and answers nothing: a shared value goes
         # to it whole, and the other workers fetch it from one that reports.
+        if inputs:  # most calls take values only: nothing to replace
+            arguments = finished_inputs(arguments)
         (args, kwargs), values = direct_arguments(
-            finished_inputs(arguments), address, may_hold=address not in self.carrier.state.silent
+            arguments, address, may_hold=address not in self.carrier.state.silent
         )
         if shared_at is not None:
             relay, keys = shared_at
@@ -206,10 +208,10 @@ class CallRoute:
                 f"{launch.name}: the stateful worker on {address} failed to start"
             ) from exc
 
-    async def _inputs_done(self, launch: ev.Launch, arguments) -> None:
-        """Wait for the direct calls among ``arguments`` that have not finished; if one
-        failed, this call will never run: its turn on the worker is skipped and the
-        input's error raised (`InputFailedError`)."""
+    async def _inputs_done(self, launch: ev.Launch, arguments) -> list[TaskRef]:
+        """Wait for the direct calls among ``arguments`` that have not finished, and
+        return them all; if one failed, this call will never run: its turn on the worker
+        is skipped and the input's error raised (`InputFailedError`)."""
         found: list[TaskRef] = []
         collect_refs(arguments, found)
         for ref in found:
@@ -223,6 +225,7 @@ class CallRoute:
                         f"{launch.name}: its input {ref.name!r} was lost with its worker"
                     ) from error
                 raise InputFailedError(f"{launch.name}: its input {ref.name!r} failed") from error
+        return found
 
     def _answer(self, via: str, key: str, status, value, elapsed) -> list:
         """The events of a direct call's answer (on the stream to its worker, or to its
