@@ -148,10 +148,10 @@ class CallRoute:
         except Exception as exc:  # the object did not start, or an input failed
             self.carrier.feed(ev.AttemptDone(launch.key, "error", exc))
             return None
-        # A frozen worker takes what is sent and answers nothing: a shared value goes
-        # to it whole, and the other workers fetch it from one that reports.
         if inputs:  # most calls take values only: nothing to replace
             arguments = finished_inputs(arguments)
+        # A frozen worker takes what is sent and answers nothing: a shared value goes
+        # to it whole, and the other workers fetch it from one that reports.
         (args, kwargs), values = direct_arguments(
             arguments, address, may_hold=address not in self.carrier.state.silent
         )
