@@ -25,7 +25,7 @@ from hrl_tasks.scheduler.routes import CONNECTED, method_of, send_each, spec
 from hrl_tasks.scheduler.runtime import run_task
 from hrl_tasks.scheduler.shared import direct_arguments, fetched_from, inline, rebuilt
 from hrl_tasks.scheduler.task_service import KeptInput
-from hrl_tasks.scheduler.taskref import Kept, Local, TaskRef, collect_refs
+from hrl_tasks.scheduler.taskref import Kept, Local, TaskRef
 from hrl_tasks.scheduler.worker_objects import skip_calls
 
 if TYPE_CHECKING:
@@ -67,6 +67,8 @@ class CallRoute:
 
     def launch(self, launches: list[ev.Launch]) -> list[ev.AttemptDone]:
         """Send each call to its worker, or a host's round of them through its relay."""
+        if len(launches) < 2:  # one call: no round to make of it
+            return send_each(self._send, launches)
         singles, rounds = relay_rounds(launches, _address_of, self._relayable)
         failed = send_each(self._send, singles)
         for relay, members in rounds:
@@ -75,11 +77,10 @@ class CallRoute:
 
     def _relayable(self, launch: ev.Launch) -> bool:
         """A call that asked for a relay (`WorkerHandle.call`), to a reporting worker."""
-        return (
-            launch.kind == "call"
-            and self.records.relays(launch.args_of or launch.task_id)
-            and launch.workers[0] not in self.carrier.state.silent
-        )
+        if launch.kind != "call" or launch.workers[0] in self.carrier.state.silent:
+            return False
+        record = self.records.task_of(launch.args_of or launch.task_id)
+        return record is not None and record.relay
 
     def cancel(self, keys: tuple[str, ...]) -> None:
         """Nothing: a stateful call is not taken back once sent (it may have run); its
@@ -107,47 +108,63 @@ class CallRoute:
         )
         fire_and_forget(future)
 
-    def _told(self, launch: ev.Launch, via: str) -> tuple[dict, str, tuple]:
-        """What the worker is told of a call, its method and arguments; the call is
-        tracked as sent on the stream to ``via`` (its worker, or its host's relay)."""
+    def _told(self, launch: ev.Launch, via: str) -> tuple[dict, str, tuple, tuple]:
+        """What the worker is told of a call, its method, its arguments and the direct
+        calls among them it waits for; the call is tracked as sent on the stream to
+        ``via`` (its worker, or its host's relay)."""
         records = self.records
         topic = records.recipe_of(launch.obj_id)[3]
-        method, margs, mkwargs = method_of(launch, records)
+        method, margs, mkwargs, record = method_of(launch, records)
         told = spec(launch.key, launch.name, launch.attempt, {}, topic, launch.internal)
-        told["keep"] = records.keeps(launch.args_of or launch.task_id)
+        told["keep"] = record is not None and record.keep
         # Not followed by speculation: the call's time comes with its reply, and no
         # start or end report travels through the scheduler. Such a call does not
         # count as busy on its worker: it runs in its object's threads, not Dask's.
         told["quiet"] = not launch.watched
         records.track(launch.key, self.name, via)
-        return told, method, (margs, mkwargs)
+        return told, method, (margs, mkwargs), () if record is None else record.inputs
 
     def _send(self, launch: ev.Launch) -> None:
         address = launch.workers[0]
-        told, method, arguments = self._told(launch, address)
-        self.carrier.start(self._direct, launch, address, told, method, arguments)
+        told = self._told(launch, address)
+        if told[3] or not self._made(launch.obj_id):
+            self.carrier.start(self._direct, launch, address, *told)
+        else:  # most calls: nothing to wait for, so it goes now
+            self.streams.channel(address).call(launch.key, *self._call(launch, *told, address))
 
-    async def _direct(self, launch: ev.Launch, address: str, told: dict, method, arguments):
+    def _made(self, obj_id: str) -> bool:
+        """Whether the object was built (or is not known here): nothing to wait for."""
+        creation = self.records.creation_of(obj_id)
+        return creation is None or (
+            creation.done() and not creation.cancelled() and creation.exception() is None
+        )
+
+    async def _direct(self, launch: ev.Launch, address: str, told, method, arguments, inputs):
         """Send a direct call on the stream to its object's worker once the object
         exists and the direct calls it takes as inputs have finished."""
-        ready = await self._ready(launch, told, method, arguments, address)
+        ready = await self._ready(launch, told, method, arguments, inputs, address)
         if ready is not None:
             self.streams.channel(address).call(launch.key, *ready)
 
-    async def _ready(self, launch, told, method, arguments, via: str, shared_at=None):
-        """``(told, call)`` as sent, once its object exists and its inputs finished,
-        tracked as sent on the stream to ``via``; None if it failed meanwhile (fed as such).
-        ``shared_at``: ``(relay, keys)``, the shared values to fetch from the relay."""
-        address = launch.workers[0]
+    async def _ready(self, launch, told, method, arguments, inputs, via: str, shared_at=None):
+        """`_call`'s ``(told, call)``, once its object exists and its inputs finished;
+        None if it failed meanwhile (fed as such)."""
         try:
-            await self._created(launch, address)
-            inputs = await self._inputs_done(launch, arguments)
+            await self._created(launch, launch.workers[0])
+            await self._inputs_done(launch, inputs)
         except WorkerLostError as exc:
             self.carrier.feed(ev.AttemptDone(launch.key, "error", exc, worker_lost=True))
             return None
         except Exception as exc:  # the object did not start, or an input failed
             self.carrier.feed(ev.AttemptDone(launch.key, "error", exc))
             return None
+        return self._call(launch, told, method, arguments, inputs, via, shared_at)
+
+    def _call(self, launch, told, method, arguments, inputs, via: str, shared_at=None):
+        """``(told, call)`` as sent, its ``inputs`` finished, tracked as sent on the
+        stream to ``via``. ``shared_at``: ``(relay, keys)``, the shared values to fetch
+        from the relay."""
+        address = launch.workers[0]
         if inputs:  # most calls take values only: nothing to replace
             arguments = finished_inputs(arguments)
         # A frozen worker takes what is sent and answers nothing: a shared value goes
@@ -183,8 +200,8 @@ class CallRoute:
         """Send a round once each call is ready (the relay's own first: the shared
         values it carries or fetches, its host-mates fetch from it)."""
         items, shared_at = [], (relay, set())
-        for launch, told, method, arguments in prepared:
-            ready = await self._ready(launch, told, method, arguments, relay, shared_at)
+        for launch, *told in prepared:
+            ready = await self._ready(launch, *told, relay, shared_at)
             if ready is not None:
                 items.append((launch.workers[0], launch.key, *ready))
                 # Kept open, idle: a recall goes on it, and so do the worker's calls when it
@@ -208,13 +225,11 @@ class CallRoute:
                 f"{launch.name}: the stateful worker on {address} failed to start"
             ) from exc
 
-    async def _inputs_done(self, launch: ev.Launch, arguments) -> list[TaskRef]:
-        """Wait for the direct calls among ``arguments`` that have not finished, and
-        return them all; if one failed, this call will never run: its turn on the worker
-        is skipped and the input's error raised (`InputFailedError`)."""
-        found: list[TaskRef] = []
-        collect_refs(arguments, found)
-        for ref in found:
+    async def _inputs_done(self, launch: ev.Launch, inputs: tuple) -> None:
+        """Wait for the direct calls among its ``inputs`` that have not finished; if one
+        failed, this call will never run: its turn on the worker is skipped and the
+        input's error raised (`InputFailedError`)."""
+        for ref in inputs:
             if not ref.outcome.done():
                 await asyncio.wait([asyncio.wrap_future(ref.outcome)])
             error = ref.outcome.exception()
@@ -225,7 +240,6 @@ class CallRoute:
                         f"{launch.name}: its input {ref.name!r} was lost with its worker"
                     ) from error
                 raise InputFailedError(f"{launch.name}: its input {ref.name!r} failed") from error
-        return found
 
     def _answer(self, via: str, key: str, status, value, elapsed) -> list:
         """The events of a direct call's answer (on the stream to its worker, or to its

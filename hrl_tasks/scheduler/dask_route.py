@@ -156,7 +156,7 @@ class DaskRoute:
             )
         if launch.kind == "destroy":
             return destroy_object, (launch.obj_id, launch.seq), {}, topic
-        method, margs, mkwargs = method_of(launch, records)
+        method, margs, mkwargs, _ = method_of(launch, records)
         margs, mkwargs = resolve_inputs((margs, mkwargs), launch.inputs, records.result_of)
         return call_object, (launch.obj_id, launch.seq, method, margs, mkwargs), {}, topic
 

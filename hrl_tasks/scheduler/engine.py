@@ -380,9 +380,11 @@ class Engine(StatefulWorkers, ClusterFacts):
         keep: bool = False,
         recorded: bool = True,
         relay: bool = False,
+        inputs: tuple = (),
     ) -> TaskRef:
-        """A TaskRef whose outcome and arguments the backend records (unless not
-        ``recorded``: a put's outcome is settled here, at once)."""
+        """A TaskRef whose outcome and arguments (``inputs``: a direct call's TaskRefs
+        among them) the backend records (unless not ``recorded``: a put's outcome is
+        settled here, at once)."""
         ref = TaskRef(self, self.state.new_key(name), name, direct_call, pinned)
         parent = current_task()  # nested tasks report their durations to the root engine
         topic = self.topic if parent is None else parent.topic
@@ -391,7 +393,7 @@ class Engine(StatefulWorkers, ClusterFacts):
             if not ref.pinned:  # a plain task can run again if its result is lost
                 ref.recipe = payload
         if recorded:
-            self.backend.add_task(ref.task_id, ref.outcome, payload, keep, relay)
+            self.backend.add_task(ref.task_id, ref.outcome, payload, keep, relay, inputs)
         return ref
 
     def put(self, value, broadcast: bool = False) -> TaskRef:

@@ -156,9 +156,15 @@ class StatefulWorkers:
                     )
             deps: list[TaskRef] = []
         else:
-            deps = self._inputs(args, kwargs)
+            found, deps = [], self._inputs(args, kwargs)
         ref = self._new_ref(
-            name, (method, args, kwargs), direct, pinned=True, keep=keep, relay=relay and not keep
+            name,
+            (method, args, kwargs),
+            direct,
+            pinned=True,
+            keep=keep,
+            relay=relay and not keep,
+            inputs=tuple(found),
         )
         ref.deps = tuple(d.task_id for d in deps)
         call = ev.CallObject(

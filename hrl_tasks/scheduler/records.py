@@ -20,12 +20,14 @@ class TaskRecord:
     """What the driver holds of one task until it settles: its ref's outcome, how to
     run it (``(fn or method, args, kwargs, topic)``; None for a creation, a kill or a
     put) and, for a direct call, whether its result stays on the worker (``keep``)
-    and whether it may go through a host-mate's relay (``relay``, `relay`)."""
+    and whether it may go through a host-mate's relay (``relay``, `relay`), and the
+    TaskRefs among its arguments (``inputs``: direct calls it waits for)."""
 
     outcome: cf.Future
     payload: tuple | None = None
     keep: bool = False
     relay: bool = False
+    inputs: tuple = ()
 
 
 @dataclass(slots=True)
@@ -80,24 +82,14 @@ class BackendRecords:
         payload: tuple | None = None,
         keep: bool = False,
         relay: bool = False,
+        inputs: tuple = (),
     ) -> None:
         """Task ``task_id``: ``outcome`` settles when it does (see :class:`TaskRecord`)."""
-        self.tasks[task_id] = TaskRecord(outcome, payload, keep, relay)
+        self.tasks[task_id] = TaskRecord(outcome, payload, keep, relay, inputs)
 
-    def payload_of(self, task_id: str) -> tuple | None:
-        """``(fn or method, args, kwargs, topic)`` of an unsettled task, or None."""
-        record = self.tasks.get(task_id)
-        return None if record is None else record.payload
-
-    def keeps(self, task_id: str) -> bool:
-        """Whether the direct call ``task_id``'s result stays on its worker."""
-        record = self.tasks.get(task_id)
-        return record is not None and record.keep
-
-    def relays(self, task_id: str) -> bool:
-        """Whether the direct call ``task_id`` may go through its host's relay."""
-        record = self.tasks.get(task_id)
-        return record is not None and record.relay
+    def task_of(self, task_id: str) -> TaskRecord | None:
+        """The record of an unsettled task, or None."""
+        return self.tasks.get(task_id)
 
     def settle(self, task_id: str, value=None, error: BaseException | None = None) -> None:
         """Resolve task ``task_id``'s outcome with ``value`` or ``error`` (once)."""

@@ -137,13 +137,15 @@ def spec(key, name, attempt, resources, topic, internal) -> dict:
 
 
 def method_of(launch: ev.Launch, records: BackendRecords) -> tuple:
-    """``(method, args, kwargs)`` of a call or snapshot of a stateful object."""
+    """``(method, args, kwargs, record)`` of a call or snapshot of a stateful object:
+    ``record``, the call's `TaskRecord` (None for a snapshot)."""
     if launch.kind == "snapshot":
-        return "get_state", (), {}
-    payload = records.payload_of(launch.args_of or launch.task_id)
-    if payload is None:
+        return "get_state", (), {}, None
+    record = records.task_of(launch.args_of or launch.task_id)
+    if record is None or record.payload is None:
         raise KeyError(f"the arguments of {launch.name} are gone")
-    return payload[:3]
+    method, args, kwargs, _ = record.payload
+    return method, args, kwargs, record
 
 
 def resolve_inputs(obj, inputs: dict, result_of, sent: dict | None = None):

@@ -9,10 +9,12 @@ from hrl_tasks.scheduler.records import BackendRecords
 def test_a_task_s_record_goes_when_it_settles():
     records = BackendRecords()
     outcome = cf.Future()
-    records.add_task("t", outcome, ("fn", (1,), {}, "topic"), keep=True)
-    assert records.payload_of("t") == ("fn", (1,), {}, "topic") and records.keeps("t")
+    records.add_task("t", outcome, ("fn", (1,), {}, "topic"), keep=True, inputs=("ref",))
+    record = records.task_of("t")
+    assert record.payload == ("fn", (1,), {}, "topic") and record.keep
+    assert record.inputs == ("ref",) and not record.relay
     records.settle("t", value=5)
-    assert outcome.result() == 5 and records.payload_of("t") is None and not records.keeps("t")
+    assert outcome.result() == 5 and records.task_of("t") is None
     records.settle("t", value=6)  # once
     assert outcome.result() == 5
 
