@@ -52,6 +52,10 @@ RUNS = {
         algorithm="dqn", env="CartPole-v1", threshold=450.0, budget=150_000,
         config={**CARTPOLE},  # defaults: rl-zoo's rounds, lr 5e-4, double Q, dueling
     ),
+    "rainbow-cartpole": dict(
+        algorithm="rainbow", env="CartPole-v1", threshold=450.0, budget=150_000,
+        config={**CARTPOLE},  # defaults: DQN's rounds with every part of Rainbow on
+    ),
     "apex-cartpole": dict(
         algorithm="apex", env="CartPole-v1", threshold=450.0, budget=600_000,
         config={**CARTPOLE, "training_intensity": 4.0},  # 2 replay shards, 3-step targets, 16

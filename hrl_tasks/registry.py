@@ -31,6 +31,7 @@ ALGORITHM_PATHS: dict[str, str] = {
     "marwil": "hrl_tasks.algorithms.marwil:MARWIL",
     "cql": "hrl_tasks.algorithms.cql:CQL",
     "iql": "hrl_tasks.algorithms.iql:IQL",
+    "rainbow": "hrl_tasks.algorithms.rainbow:Rainbow",
 }
 """Algorithm name -> ``module:Class``."""
 
@@ -52,6 +53,7 @@ CONFIG_PATHS: dict[str, str] = {
     "marwil": "hrl_tasks.algorithms.marwil.config:MARWILConfig",
     "cql": "hrl_tasks.algorithms.cql.config:CQLConfig",
     "iql": "hrl_tasks.algorithms.iql.config:IQLConfig",
+    "rainbow": "hrl_tasks.algorithms.rainbow.config:RainbowConfig",
 }
 """Algorithm name -> ``module:Class`` of its config (each algorithm's ``config_class``):
 most import no torch, so a config is checked before the plan is imported."""

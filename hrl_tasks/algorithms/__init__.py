@@ -38,6 +38,7 @@ __getattr__, __dir__ = lazy_names(
         "mpc": ("MPC", "MPCConfig"),
         "pg": ("A2C", "A2CConfig"),
         "ppo": ("PPO", "PPOConfig"),
+        "rainbow": ("Rainbow", "RainbowConfig"),
         "sac": ("SAC", "SACConfig"),
         "td3": ("TD3", "TD3Config"),
     },

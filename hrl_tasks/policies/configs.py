@@ -206,6 +206,19 @@ class DQNPolicyConfig:
     """Max global gradient norm; None disables clipping."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden widths after the encoder."""
+    num_atoms: int = 1
+    """Atoms of C51's return distribution per action (Bellemare et al. 2017); 1 is the
+    scalar Q of DQN. With more, the loss is the cross-entropy to the projected n-step
+    target distribution (and a row's priority that loss)."""
+    v_min: float = -10.0
+    """The lowest return of the distribution's support (with ``num_atoms > 1``)."""
+    v_max: float = 10.0
+    """The highest: the support spans what the discounted return can be."""
+    noisy: bool = False
+    """Noisy layers after the encoder (Fortunato et al. 2018), exploring by their noise
+    in place of epsilon-greedy: ``epsilon`` and its schedule are then not used."""
+    sigma0: float = 0.5
+    """The noisy layers' initial noise scale (the paper's 0.5)."""
     seed: int | None = None
     """Seed of the initial weights and of exploration; None draws one."""
 
@@ -218,6 +231,10 @@ class DQNPolicyConfig:
         "epsilon": "[0, 1]",
         "grad_clip": "> 0",
         "hidden": ">= 1",
+        "num_atoms": "[1, 1001]",
+        "v_min": "[-1e6, 1e6]",  # returns past a million want rewards scaled down
+        "v_max": "[-1e6, 1e6]",
+        "sigma0": ">= 0",
         "seed": "[0, 2**63)",
     }
     """Each numeric key's range (None, where a key allows it, is always valid), checked

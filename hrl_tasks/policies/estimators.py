@@ -295,6 +295,53 @@ def td_target_dqn(
     return r + np.asarray(gamma) * ~term * next_v
 
 
+def categorical_projection(
+    next_probs: ArrayLike,
+    rewards: ArrayLike,
+    terminateds: ArrayLike,
+    gamma: float | ArrayLike,
+    support: ArrayLike,
+) -> np.ndarray:
+    """C51's target distribution (Bellemare et al. 2017, https://arxiv.org/abs/1707.06887,
+    algorithm 1): each atom ``z_j`` of the next state's distribution ``next_probs``
+    moved to ``r + gamma (1 - term) z_j``, clipped to the support, and its probability
+    split between the two atoms around it in proportion to their nearness.
+
+    Args:
+        next_probs: The next state's probabilities over ``support`` for the action
+            chosen there, shape ``[B, N]``.
+        rewards: ``r``, shape ``[B]`` (n-step: ``R_t``).
+        terminateds: Bool, shape ``[B]``.
+        gamma: Discount, a scalar or shape ``[B]`` (n-step: ``D_t``).
+        support: The ``N`` evenly spaced atoms, ``v_min`` to ``v_max``.
+
+    Returns:
+        The target probabilities ``[B, N]`` (each row sums to 1).
+
+    Raises:
+        ValueError: If the shapes do not match.
+    """
+    probs, r, z = _as_float(next_probs, rewards, support)
+    term = np.asarray(terminateds, bool)
+    if probs.ndim != 2 or r.shape != (probs.shape[0],) or z.shape != (probs.shape[1],):
+        raise ValueError(
+            f"need next_probs [B, N], rewards [B] and support [N], got {probs.shape}, "
+            f"{r.shape}, {z.shape}"
+        )
+    n, v_min, v_max = z.shape[0], z[0], z[-1]
+    discount = np.broadcast_to(np.asarray(gamma, np.float64), r.shape) * ~term
+    moved = np.clip(r[:, None] + discount[:, None] * z[None, :], v_min, v_max)
+    position = (moved - v_min) / ((v_max - v_min) / (n - 1))
+    lower = np.floor(position).astype(np.int64)
+    upper = np.minimum(lower + 1, n - 1)
+    upper_share = position - lower  # 0 where an atom lands on one exactly
+    target = np.zeros_like(probs)
+    rows = np.repeat(np.arange(probs.shape[0]), n)
+    np.add.at(target, (rows, lower.ravel()), (probs * (1.0 - upper_share)).ravel())
+    np.add.at(target, (rows, upper.ravel()), (probs * upper_share).ravel())
+    return target
+
+
 def _as_float(*arrays: ArrayLike) -> list[np.ndarray]:
     dtype = np.result_type(*(np.asarray(a) for a in arrays), np.float32)
     return [np.asarray(a, dtype=dtype) for a in arrays]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hrl_tasks.policies.distributions import ActionDistribution
@@ -246,11 +247,64 @@ class ActorCritic(nn.Module):
         return self.critic(self.trunk(self.encoder(self.obs_normalizer(obs)))).squeeze(-1)
 
 
+class NoisyLinear(nn.Module):
+    """A linear layer with learned, factorized Gaussian noise on its weights (Fortunato
+    et al. 2018, https://arxiv.org/abs/1706.10295, section 3.2): ``y = (mu_w + sigma_w *
+    eps_w) x + mu_b + sigma_b * eps_b`` with ``eps_w = f(eps_out) f(eps_in)^T``,
+    ``f(x) = sign(x) sqrt(|x|)``, the means uniform in ``+-1/sqrt(in)`` and the sigmas
+    ``sigma0 / sqrt(in)`` at the start, as in the paper.
+
+    The noise is drawn afresh at each forward pass while ``noisy`` is True (from
+    ``generator``, when set), and left out when it is False (the means alone: greedy
+    evaluation). Exploration then comes from the weights, with no epsilon.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, sigma0: float = 0.5) -> None:
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_dim)
+        self.weight_mu = nn.Parameter(torch.empty(out_dim, in_dim).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_dim, in_dim), sigma0 * bound))
+        self.bias_mu = nn.Parameter(torch.empty(out_dim).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_dim,), sigma0 * bound))
+        self.noisy = True
+        self.generator: torch.Generator | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.noisy:
+            return F.linear(x, self.weight_mu, self.bias_mu)
+        out_dim, in_dim = self.weight_mu.shape
+        eps_in = _scaled_noise(in_dim, self.generator)
+        eps_out = _scaled_noise(out_dim, self.generator)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(eps_out, eps_in)
+        return F.linear(x, weight, self.bias_mu + self.bias_sigma * eps_out)
+
+
+def _scaled_noise(size: int, generator: torch.Generator | None) -> torch.Tensor:
+    noise = torch.randn(size, generator=generator)
+    return noise.sign() * noise.abs().sqrt()
+
+
+def set_noise(module: nn.Module, noisy: bool, generator: torch.Generator | None = None) -> None:
+    """Turn the noise of every `NoisyLinear` in ``module`` on or off (and give it
+    ``generator`` to draw from, when one is given)."""
+    for layer in module.modules():
+        if isinstance(layer, NoisyLinear):
+            layer.noisy = noisy
+            if generator is not None:
+                layer.generator = generator
+
+
 class QNetwork(nn.Module):
-    """Q-values for discrete actions, optionally with a dueling head.
+    """Q-values for discrete actions, optionally with a dueling head, a distribution
+    over returns per action (C51) and noisy layers: DQN's network and Rainbow's.
 
     Dueling (Wang et al. 2016, https://arxiv.org/abs/1511.06581, eq. 9):
-    ``Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')``.
+    ``Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')``. Distributional (Bellemare et al.
+    2017, https://arxiv.org/abs/1707.06887): with ``num_atoms > 1`` the heads give
+    ``num_atoms`` logits per action over the evenly spaced returns ``support`` from
+    ``v_min`` to ``v_max`` (dueling adds V's logits to A's, less their mean over
+    actions, as in Rainbow, Hessel et al. 2018), and ``Q(s, a)`` is the mean of that
+    distribution. ``noisy``: every layer after the encoder is a `NoisyLinear`.
 
     Args:
         encoder: Maps observations to ``feature_dim`` features.
@@ -260,6 +314,11 @@ class QNetwork(nn.Module):
         activation: Activation factory.
         dueling: Use separate value and advantage heads.
         mask_size: As for `ActorCritic`: illegal actions' Q-values become `MASKED`.
+        num_atoms: Atoms of the return distribution; 1 is the scalar Q of DQN.
+        v_min: The lowest return of the support (``num_atoms > 1``).
+        v_max: The highest.
+        noisy: Noisy layers after the encoder.
+        sigma0: `NoisyLinear`'s initial noise scale.
     """
 
     def __init__(
@@ -271,30 +330,62 @@ class QNetwork(nn.Module):
         activation: Callable[[], nn.Module] = nn.ReLU,
         dueling: bool = True,
         mask_size: int = 0,
+        num_atoms: int = 1,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+        noisy: bool = False,
+        sigma0: float = 0.5,
     ) -> None:
         super().__init__()
         self.encoder = encoder
         self.mask_size = int(mask_size)
         self.dueling = dueling
-        if hidden:
-            self.trunk: nn.Module = nn.Sequential(
-                MLP(feature_dim, hidden[-1], hidden[:-1], activation, HIDDEN_GAIN), activation()
-            )
-            feature_dim = hidden[-1]
+        self.num_actions, self.num_atoms = int(num_actions), int(num_atoms)
+        if noisy:
+            layers: list[nn.Module] = []
+            for width in hidden:
+                layers += [NoisyLinear(feature_dim, width, sigma0), activation()]
+                feature_dim = width
+            self.trunk: nn.Module = nn.Sequential(*layers) if layers else nn.Identity()
+
+            def head(n: int) -> nn.Module:
+                return NoisyLinear(feature_dim, n, sigma0)
+
         else:
-            self.trunk = nn.Identity()
-        self.advantage = layer_init(nn.Linear(feature_dim, num_actions), 1.0)
-        self.value = layer_init(nn.Linear(feature_dim, 1), 1.0) if dueling else None
+            if hidden:
+                self.trunk = nn.Sequential(
+                    MLP(feature_dim, hidden[-1], hidden[:-1], activation, HIDDEN_GAIN),
+                    activation(),
+                )
+                feature_dim = hidden[-1]
+            else:
+                self.trunk = nn.Identity()
+
+            def head(n: int) -> nn.Module:
+                return layer_init(nn.Linear(feature_dim, n), 1.0)
+
+        self.advantage = head(self.num_actions * self.num_atoms)
+        self.value = head(self.num_atoms) if dueling else None
+        support = torch.linspace(v_min, v_max, self.num_atoms)
+        self.register_buffer("support", support, persistent=False)  # from the config
+
+    def logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """The return distribution's logits, ``batch_shape + [num_actions, num_atoms]``
+        (unmasked)."""
+        features = self.trunk(self.encoder(obs))
+        shape = (*features.shape[:-1], self.num_actions, self.num_atoms)
+        adv = self.advantage(features).reshape(shape)
+        if self.value is None:
+            return adv
+        value = self.value(features).reshape(*shape[:-2], 1, self.num_atoms)
+        return value + adv - adv.mean(dim=-2, keepdim=True)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Returns Q-values shaped ``batch_shape + [num_actions]``."""
-        features = self.trunk(self.encoder(obs))
-        adv = self.advantage(features)
-        q = (
-            adv
-            if self.value is None
-            else self.value(features) + adv - adv.mean(dim=-1, keepdim=True)
-        )
+        if self.num_atoms == 1:
+            q = self.logits(obs).squeeze(-1)
+        else:
+            q = (self.logits(obs).softmax(dim=-1) * self.support).sum(dim=-1)
         return apply_mask(q, obs, self.mask_size)
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hrl_tasks
-from hrl_tasks.algorithms import A2C, A3C, DQN, PPO, SAC, TD3, ApeX
+from hrl_tasks.algorithms import A2C, A3C, DQN, PPO, SAC, TD3, ApeX, Rainbow
 
 pytestmark = pytest.mark.cluster
 
@@ -60,6 +60,29 @@ SMALL_REPLAY = {"learning_starts": 64, "min_steps_per_report": 64, "hidden": (32
                 "train_batch_size": 32,
                 "replay_batches_per_call": 2,
                 "training_intensity": 1.0,
+            },
+        ),
+        (
+            Rainbow,
+            {
+                "learning_starts": 64,
+                "train_steps_per_round": 2,
+                "min_steps_per_report": 64,
+                "hidden": (32, 32),
+                "num_atoms": 11,
+            },
+        ),
+        (
+            ApeX,  # distributed Rainbow: the same keys
+            {
+                "learning_starts": 64,
+                "min_steps_per_report": 64,
+                "hidden": (32, 32),
+                "train_batch_size": 32,
+                "num_atoms": 11,
+                "v_min": 0.0,
+                "v_max": 100.0,
+                "noisy": True,
             },
         ),
         (SAC, {"env": "Pendulum-v1", **SMALL_REPLAY}),

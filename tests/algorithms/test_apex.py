@@ -38,7 +38,7 @@ IN_DRIVER = {**TINY, "num_learners": 0}
 def test_config_refuses_a_learner_group_and_a_learner_without_direct_calls():
     with pytest.raises(ConfigError, match="num_learners must be 0 .* or 1"):
         ApeX.config_class.from_dict({"num_learners": 2})
-    with pytest.raises(ConfigError, match="needs direct_calls=True"):
+    with pytest.raises(ConfigError, match="direct_calls must be True with num_learners=1"):
         ApeX.config_class.from_dict({"direct_calls": False})  # num_learners=1 by default
 
 

@@ -50,6 +50,7 @@ class ApeXConfig(DQNConfig, ShardedReplayConfig):
     def check(self) -> None:
         AlgorithmConfig.check(self)  # not DQN's: train_steps_per_round is not Ape-X's pace
         self.check_shards()
+        self.check_support()
         if self.num_learners > 1:
             raise ConfigError(
                 "ApeXConfig.num_learners must be 0 (the driver learns) or 1 (a learner "
@@ -58,7 +59,7 @@ class ApeXConfig(DQNConfig, ShardedReplayConfig):
             )
         if self.num_learners == 1 and not self.direct_calls:
             raise ConfigError(
-                "ApeXConfig.num_learners=1 (the default) needs direct_calls=True: replayed "
-                "batches go from the shards to the learner only on direct calls; with "
-                "direct_calls=False set num_learners=0 (the driver learns)"
+                "ApeXConfig.direct_calls must be True with num_learners=1 (the default): "
+                "replayed batches go from the shards to the learner only on direct calls; "
+                "with direct_calls=False set num_learners=0 (the driver learns)"
             )

@@ -5,6 +5,7 @@ from typing import ClassVar
 
 from hrl_tasks.algorithms.config import AlgorithmConfig
 from hrl_tasks.algorithms.replay_learning import ReplayConfig
+from hrl_tasks.errors import ConfigError
 from hrl_tasks.policies.configs import DQNPolicyConfig
 
 
@@ -41,3 +42,12 @@ class DQNConfig(AlgorithmConfig, ReplayConfig, DQNPolicyConfig):
         super().check()
         self.check_buffer()
         self.check_replay()
+        self.check_support()
+
+    def check_support(self) -> None:
+        """A distributional head (``num_atoms > 1``) needs ``v_min < v_max``."""
+        if self.num_atoms > 1 and not self.v_min < self.v_max:
+            raise ConfigError(
+                f"v_min={self.v_min:g} must be below v_max={self.v_max:g}: they bound the "
+                f"returns that num_atoms={self.num_atoms} atoms cover (e.g. --set v_min=-10 --set v_max=10)"
+            )
