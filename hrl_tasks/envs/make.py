@@ -6,7 +6,8 @@ An env argument is one of (the one env-spec rule, for every algorithm and the CL
   module that registers it first); an Atari id (``"ALE/Breakout-v5"``, any
   ``ALE/`` id of ale-py) gets the standard Atari wrappers of
   `hrl_tasks.envs.atari.make_atari` (uint8 observations ``(4, 84, 84)``), and
-  ale-py is imported only for these ids;
+  ale-py is imported only for these ids; a MinAtar id (``"MinAtar/Breakout-v1"``)
+  gets `hrl_tasks.envs.minatar.make_minatar` (uint8 observations ``(C, 10, 10)``);
 * a name registered with `register_env` (kept in gymnasium's own registry,
   so ``gymnasium.make(name)`` works too);
 * a PettingZoo env by name (``"tictactoe_v3"``, ``"connect_four_v3"``: looked
@@ -63,6 +64,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector.utils import concatenate, iterate
 
 from hrl_tasks.envs.atari import INSTALL_HINT, is_ale_id, make_atari, register_ale
+from hrl_tasks.envs.minatar import is_minatar_id, make_minatar, register_minatar
 from hrl_tasks.errors import ConfigError
 
 PETTINGZOO_FAMILIES = ("classic", "butterfly", "sisl", "atari")
@@ -252,7 +254,9 @@ def resolve_env(env: EnvLike) -> EnvLike:
         module, _, env_id = env.partition(":")
         importlib.import_module(module)
     elif is_ale_id(env_id):
-        _register_ale()
+        _registered(register_ale)
+    elif is_minatar_id(env_id):
+        _registered(register_minatar)
     elif env_id not in gym.registry:
         found = find_pettingzoo(env_id)
         if found is not None:
@@ -266,6 +270,11 @@ def resolve_env(env: EnvLike) -> EnvLike:
                 f"unknown env {env_id!r}{hint} (not an id of the installed ale-py; ALE ids "
                 f"and their ROMs come with it: {INSTALL_HINT})"
             )
+        if is_minatar_id(env_id):
+            raise UnknownEnvError(
+                f"unknown env {env_id!r}{hint} (not an id of the installed minatar: "
+                "Asterix, Breakout, Freeway, Seaquest or SpaceInvaders, -v0 or -v1)"
+            )
         raise UnknownEnvError(
             f"unknown env {env_id!r}{hint} (a gymnasium id, a PettingZoo env such as "
             "'tictactoe_v3', or register your own with hrl_tasks.rollout.register_env(name, "
@@ -275,10 +284,10 @@ def resolve_env(env: EnvLike) -> EnvLike:
     return spec if callable(spec.entry_point) else env
 
 
-def _register_ale() -> None:
-    """`register_ale`, with a missing package as an `UnknownEnvError` (one line in the CLI)."""
+def _registered(register: Callable[[], None]) -> None:
+    """``register()``, a missing package raised as an `UnknownEnvError` (one line in the CLI)."""
     try:
-        register_ale()
+        register()
     except ModuleNotFoundError as exc:
         raise UnknownEnvError(str(exc)) from exc
 
@@ -350,6 +359,8 @@ def env_creator(env: EnvLike, env_config: Mapping[str, Any] | None = None) -> Ca
         )
     if is_ale_id(env):
         return functools.partial(make_atari, env, **config)
+    if is_minatar_id(env):
+        return functools.partial(make_minatar, env, **config)
     if isinstance(env, str | EnvSpec):
         return functools.partial(gym_make, env, **config)
     return functools.partial(_call_creator, env, config)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hrl_tasks.policies.distributions import ActionDistribution
-from hrl_tasks.policies.spaces import MASKED, UnsupportedSpaceError
+from hrl_tasks.policies.spaces import MASKED, PlanesBox, UnsupportedSpaceError
 
 HIDDEN_GAIN = math.sqrt(2.0)
 
@@ -118,13 +118,37 @@ class CNN(nn.Module):
         return self.fc(self.convs(x)).reshape(*lead, self.out_dim)
 
 
+class SmallCNN(nn.Module):
+    """The network of the MinAtar paper's DQN (Young and Tian 2019), before its hidden
+    layer: one conv 16x3x3 stride 1 and a ReLU on channels-first planes ``[..., C, H,
+    W]`` of 0 and 1 (`hrl_tasks.envs.minatar`), flattened (16 x 8 x 8 = 1,024 features
+    for 10x10).
+
+    Args:
+        obs_shape: ``(C, H, W)``.
+        filters: Conv filters.
+    """
+
+    def __init__(self, obs_shape: Sequence[int], filters: int = 16) -> None:
+        super().__init__()
+        channels, height, width = obs_shape
+        self.obs_shape = tuple(obs_shape)
+        self.conv = nn.Sequential(layer_init(nn.Conv2d(channels, filters, 3)), nn.ReLU())
+        self.out_dim = filters * (height - 2) * (width - 2)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-3]
+        x = obs.reshape(-1, *self.obs_shape).float()
+        return self.conv(x).reshape(*lead, self.out_dim)
+
+
 def make_encoder(observation_space: gym.Space) -> tuple[nn.Module, int]:
     """The feature extractor for an observation space.
 
-    A uint8 3-D Box gets a `CNN` (512 features): channels first when the
-    first axis is the shortest (``(4, 84, 84)``, stacked Atari frames), else
-    channels last (``(H, W, C)``); any other Box is flattened over its own
-    dimensions.
+    A `PlanesBox` (MinAtar's ``(C, 10, 10)`` planes) gets a `SmallCNN`; a uint8 3-D Box a
+    `CNN` (512 features): channels first when the first axis is the shortest (``(4, 84,
+    84)``, stacked Atari frames), else channels last (``(H, W, C)``); any other Box is
+    flattened over its own dimensions.
 
     Args:
         observation_space: A gymnasium observation space.
@@ -140,6 +164,9 @@ def make_encoder(observation_space: gym.Space) -> tuple[nn.Module, int]:
             f"unsupported observation space {observation_space!r}; supported: gymnasium.spaces.Box"
         )
     shape = observation_space.shape
+    if isinstance(observation_space, PlanesBox):
+        small = SmallCNN(shape)
+        return small, small.out_dim
     if len(shape) == 3 and observation_space.dtype == np.uint8:
         cnn = CNN(shape, channels_first=shape[0] < min(shape[1:]))
         return cnn, cnn.out_dim

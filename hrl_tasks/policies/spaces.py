@@ -28,6 +28,18 @@ class MaskedBox(gym.spaces.Box):
         return f"MaskedBox({self.shape[0] - self.mask_size} observation + {self.mask_size} mask)"
 
 
+class PlanesBox(gym.spaces.Box):
+    """Channels-first planes ``(C, H, W)`` of 0s and 1s on a small grid (MinAtar's 10x10,
+    `hrl_tasks.envs.minatar`), which the models read with a small CNN
+    (`hrl_tasks.policies.models.SmallCNN`)."""
+
+    def __init__(self, shape: tuple[int, int, int]) -> None:
+        super().__init__(0, 1, shape, np.uint8)
+
+    def __repr__(self) -> str:
+        return f"PlanesBox({self.shape[0]} planes of {self.shape[1]}x{self.shape[2]})"
+
+
 class StateBox(gym.spaces.Box):
     """A flat Box: an agent's own observation (the first ``own_size`` entries), then
     the global state. Actor-critic policies act on the own part only and value the
