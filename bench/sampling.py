@@ -24,8 +24,15 @@ they sample to Parquet (``record_experience``, in a temporary directory), altern
 over 3 rounds; ``recording_ratio`` is the median with over the median without.
 CartPole is the hardest case for it: its steps cost the least to sample.
 
+With ``--envpool``, the two backends of the rollout workers side by side, alternating
+over 2 rounds: a single-process loop on gymnasium's vector env and on EnvPool's
+(``num_threads=1``), and 2 remote rollout workers on each (``env_backend``);
+``envpool_loop_ratio`` and ``envpool_workers_ratio`` are EnvPool's medians over
+gymnasium's.
+
     python bench/sampling.py [--seconds 8] [--fragment 1024] [--small-fragment 256] [--numpy]
     python bench/sampling.py --numpy --small-fragment 256 --recording
+    python bench/sampling.py --numpy --small-fragment 256 --envpool
 """
 
 import argparse
@@ -57,11 +64,16 @@ def make_policy(numpy: bool = False):
     return policy.inference_copy() if numpy else policy
 
 
-def plain_loop(seconds: float, numpy: bool = False, policy=None) -> float:
+def plain_loop(seconds: float, numpy: bool = False, policy=None, backend="gymnasium") -> float:
     """env.step with the policy's actions, nothing else: the baseline (``policy``
-    default: `make_policy`)."""
+    default: `make_policy`); with ``backend="envpool"`` EnvPool's vector env at one thread."""
     policy = make_policy(numpy) if policy is None else policy
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(ENVS)])
+    if backend == "envpool":
+        import envpool
+
+        envs = envpool.make_gymnasium("CartPole-v1", num_envs=ENVS, num_threads=1, seed=0)
+    else:
+        envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(ENVS)])
     obs, _ = envs.reset(seed=0)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -85,12 +97,17 @@ def local_worker(seconds: float, fragment: int, numpy: bool = False) -> tuple[fl
 
 
 def worker_set(
-    n: int, seconds: float, fragment: int, numpy: bool = False, record: str | None = None
+    n: int,
+    seconds: float,
+    fragment: int,
+    numpy: bool = False,
+    record: str | None = None,
+    backend: str = "gymnasium",
 ) -> float:
     with hrl.Engine.local(n_workers=n, threads_per_worker=1) as engine:
         workers = WorkerSet(
             engine, "CartPole-v1", make_policy(numpy), n, ENVS, fragment, seed=0,
-            direct_calls=numpy, record_experience=record,
+            direct_calls=numpy, record_experience=record, env_backend=backend,
         )  # fmt: skip
         ctx = FlowContext()
         batches = ParallelRollouts(workers, ctx, mode="async", num_async=2)
@@ -128,10 +145,17 @@ def main():
         "--recording", action="store_true",
         help="measure 2 workers with and without recording to Parquet, and only that",
     )  # fmt: skip
+    parser.add_argument(
+        "--envpool", action="store_true",
+        help="measure the loop and 2 workers on gymnasium's and EnvPool's envs, and only that",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)  # as rollout processes do (DESIGN.md): the faster baseline
     if args.recording:
         print(json.dumps(recording_overhead(args)))
+        return
+    if args.envpool:
+        print(json.dumps(backends(args)))
         return
     plain_before = plain_loop(args.seconds, args.numpy)
     local, bytes_per_step = local_worker(args.seconds, args.fragment, args.numpy)
@@ -165,6 +189,33 @@ def main():
             }
         )
     )
+
+
+def backends(args) -> dict:
+    """The plain loop and 2 workers on each backend, alternating over 2 rounds."""
+    import statistics
+
+    loop: dict[str, list[float]] = {"gymnasium": [], "envpool": []}
+    workers: dict[str, list[float]] = {"gymnasium": [], "envpool": []}
+    for k in range(2):
+        for backend in ("gymnasium", "envpool") if k == 0 else ("envpool", "gymnasium"):
+            loop[backend].append(plain_loop(args.seconds, args.numpy, backend=backend))
+            workers[backend].append(
+                worker_set(2, args.seconds, args.small_fragment, args.numpy, backend=backend)
+            )
+
+    def ratio(rates: dict) -> float:
+        return round(statistics.median(rates["envpool"]) / statistics.median(rates["gymnasium"]), 3)
+
+    return {
+        "bench": "sampling_backends", "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "policy": "numpy copy, direct calls" if args.numpy else "torch",
+        "envs": ENVS, "steps_per_call": ENVS * args.small_fragment,
+        "loop_steps_per_s": {b: [round(r) for r in v] for b, v in loop.items()},
+        "workers_2_steps_per_s": {b: [round(r) for r in v] for b, v in workers.items()},
+        "envpool_loop_ratio": ratio(loop), "envpool_workers_ratio": ratio(workers),
+    }  # fmt: skip
 
 
 def recording_overhead(args) -> dict:

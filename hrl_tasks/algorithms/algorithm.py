@@ -106,6 +106,7 @@ class Algorithm(abc.ABC):
                 if isinstance(policy, PolicyMap)
                 else RolloutWorker,
                 record_experience=self.config.record_experience,
+                env_backend=self.config.env_backend,
             )
             self.workers.learner_group = self.build_learner(policy)
             self.ctx = FlowContext(history=self.config.metrics_smoothing_episodes)
@@ -285,6 +286,11 @@ class Algorithm(abc.ABC):
         )
         return policy, config, cls
 
+    def make_env(self):
+        """One env of the config's, on its backend, built here (for spaces and evaluation)."""
+        config = self.config
+        return make_env(config.env, 1, env_config=config.env_config, backend=config.env_backend)
+
     def env_spaces(self) -> tuple:
         """The env's (observation space, action space), from one env built here.
 
@@ -292,8 +298,9 @@ class Algorithm(abc.ABC):
             MultiAgentEnvError: for a PettingZoo env (single-agent algorithms).
             UnknownEnvError: for an env spec that names no env.
         """
-        require_single_agent(self.config.env, self.name)
-        probe = make_env(self.config.env, num_envs=1, env_config=self.config.env_config)
+        if self.config.env_backend == "gymnasium":  # EnvPool's ids are single-agent
+            require_single_agent(self.config.env, self.name)
+        probe = self.make_env()
         spaces = (probe.single_observation_space, probe.single_action_space)
         probe.close()
         return spaces
@@ -410,7 +417,7 @@ class Algorithm(abc.ABC):
         episodes = episodes or self.config.evaluation_episodes
         if not self.acting_only:
             self.workers.pull_learner_weights()
-        env = make_env(self.config.env, num_envs=1, env_config=self.config.env_config)
+        env = self.make_env()
         seed = None if self.config.seed is None else self.config.seed + 10_000
         obs, _ = env.reset(seed=seed)
         returns, total, length, lengths = [], 0.0, 0, []

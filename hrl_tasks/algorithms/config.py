@@ -56,6 +56,11 @@ class AlgorithmConfig:
     function that creates the env (see hrl_tasks.envs.make)."""
     env_config: dict = field(default_factory=dict)
     """Keyword arguments for the env's constructor."""
+    env_backend: str = "gymnasium"
+    """What steps the rollout workers' envs: ``"gymnasium"`` (its envs, in a vector env
+    of this project's) or ``"envpool"`` (EnvPool's C++ envs of the id ``env``, e.g.
+    ``CartPole-v1`` or Atari's ``Breakout-v5``; ``env_config`` for
+    ``envpool.make_gymnasium``; `hrl_tasks.envs.envpool_backend`)."""
     num_workers: int = 2
     """Remote rollout workers (0 samples in the driver)."""
     num_envs_per_worker: int = 4
@@ -169,6 +174,33 @@ class AlgorithmConfig:
             "threads_per_worker": self.embedded_threads_per_worker,
         }
 
+    def check_env_backend(self) -> None:
+        """``env_backend`` is a backend, and EnvPool's knows ``env``.
+
+        Raises:
+            ConfigError: naming what would be right.
+        """
+        from hrl_tasks.envs.envpool_backend import BACKENDS, envpool_ids
+
+        owner = f"{type(self).__name__}.env_backend"
+        if self.env_backend not in BACKENDS:
+            raise ConfigError(f"{owner} must be one of {BACKENDS}, got {self.env_backend!r}")
+        if self.env_backend == "gymnasium":
+            return
+        try:
+            known = envpool_ids()
+        except ModuleNotFoundError as exc:
+            raise ConfigError(f"{owner}='envpool': {exc}") from None
+        if not isinstance(self.env, str) or self.env not in known:
+            import difflib
+
+            close = difflib.get_close_matches(str(self.env), known, n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise ConfigError(
+                f"{owner}='envpool' needs env to be an EnvPool id, got {self.env!r}{hint} "
+                "(envpool.list_all_envs())"
+            )
+
     def check(self) -> None:
         """Checks between keys (each key's own range is in ``BOUNDS``); configs add theirs.
 
@@ -179,6 +211,7 @@ class AlgorithmConfig:
             type(self).__name__, "rollout_worker_resources", self.rollout_worker_resources
         )
         check_resources(type(self).__name__, "learner_resources", self.learner_resources)
+        self.check_env_backend()
         if self.record_experience is not None and not self.samples_with_rollout_workers:
             raise ConfigError(
                 f"{type(self).__name__}.record_experience must be None: no rollout worker "

@@ -63,6 +63,7 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector.utils import concatenate, iterate
 
+from hrl_tasks.data.rng import generator_from_state, generator_state
 from hrl_tasks.envs.atari import INSTALL_HINT, is_ale_id, make_atari, register_ale
 from hrl_tasks.envs.minatar import is_minatar_id, make_minatar, register_minatar
 from hrl_tasks.errors import ConfigError
@@ -396,8 +397,12 @@ def make_env(
     *,
     catch_errors: bool = False,
     max_errors_in_a_row: int = 3,
+    backend: str = "gymnasium",
 ) -> gym.vector.VectorEnv:
-    """Builds a `SameStepVectorEnv` (a ``SyncVectorEnv``) of ``num_envs`` copies.
+    """Builds a `SameStepVectorEnv` (a ``SyncVectorEnv``) of ``num_envs`` copies, or
+    with ``backend="envpool"`` an `~hrl_tasks.envs.envpool_backend.EnvPoolVectorEnv`
+    of EnvPool's env of that id (same-step autoreset too; ``env_config`` for
+    ``envpool.make_gymnasium``; ``catch_errors`` does not apply).
 
     Args:
         env: A gymnasium id, a registered name, an ``EnvSpec`` or a callable.
@@ -420,6 +425,15 @@ def make_env(
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if backend == "envpool":
+        from hrl_tasks.envs.envpool_backend import EnvPoolVectorEnv
+
+        if not isinstance(env, str):
+            raise TypeError(f"env_backend='envpool' makes envs by id, got {env!r}")
+        vector = EnvPoolVectorEnv(env, num_envs, env_config=dict(env_config or {}))
+        if seed is not None:
+            vector.reset(seed=seed)
+        return vector
     create = env_creator(env, env_config)
     if catch_errors:
         create = functools.partial(_guarded, create, env_name(env), max_errors_in_a_row)
@@ -550,6 +564,21 @@ class SameStepVectorEnv(gym.vector.SyncVectorEnv):
 
     def __init__(self, env_fns: list[Callable[[], gym.Env]], copy: bool = True) -> None:
         super().__init__(env_fns, copy=copy, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+    # What the rollout workers read of their vector env (EnvPool's has them too) ------
+
+    def errors_of(self, i: int) -> int:
+        """The errors sub-env ``i`` raised so far (`CatchEnvErrors`; 0 without it)."""
+        return getattr(self.envs[i], "num_errors", 0)
+
+    def rng_states(self) -> list:
+        """Each sub-env's random-number generator state, as plain data."""
+        return [generator_state(env.unwrapped.np_random) for env in self.envs]
+
+    def set_rng_states(self, states: list) -> None:
+        """Restores `rng_states` (as many sub-envs as both have)."""
+        for env, state in zip(self.envs, states, strict=False):
+            env.unwrapped.np_random = generator_from_state(state)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Steps every sub-env once; one that ends an episode is reset at once."""

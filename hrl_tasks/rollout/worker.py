@@ -42,7 +42,6 @@ import gymnasium as gym
 import numpy as np
 
 from hrl_tasks.data import SampleBatch
-from hrl_tasks.data.rng import generator_from_state, generator_state
 from hrl_tasks.data.running_stats import RunningStats
 from hrl_tasks.envs.make import EnvError, EnvLike, env_name, make_env
 from hrl_tasks.policies import Policy
@@ -147,6 +146,8 @@ class RolloutWorker(WorkerCalls):
         record_experience: A directory (local path or fsspec URL) where the
             worker writes what it samples as Parquet, whole episodes in parts
             (`hrl_tasks.data.experience`); written out when the worker closes.
+        env_backend: ``"gymnasium"`` (`SameStepVectorEnv`) or ``"envpool"`` (EnvPool's
+            C++ envs of the id ``env``, `hrl_tasks.envs.envpool_backend`).
     """
 
     def __init__(
@@ -163,6 +164,7 @@ class RolloutWorker(WorkerCalls):
         max_env_errors: int = 3,
         weights: dict[str, np.ndarray] | None = None,
         record_experience: str | None = None,
+        env_backend: str = "gymnasium",
     ) -> None:
         if single_thread:  # before the policy is built, and again after: it may load torch
             torch_single_thread()
@@ -181,6 +183,7 @@ class RolloutWorker(WorkerCalls):
             env_config=env_config,
             catch_errors=True,
             max_errors_in_a_row=max_env_errors,
+            backend=env_backend,
         )
         self.policy = self._make_policy(policy_factory_or_policy)
         if single_thread:
@@ -194,7 +197,7 @@ class RolloutWorker(WorkerCalls):
         self._eps_id = np.array([self._new_eps_id() for _ in range(num_envs)], np.int64)
         self._ep_return = np.zeros(num_envs, np.float64)
         self._ep_len = np.zeros(num_envs, np.int64)
-        self._error_counts = [env.num_errors for env in self.env.envs]
+        self._error_counts = [self.env.errors_of(i) for i in range(num_envs)]
         self._errors_seen = 0
         self._totals = {"env_steps": 0, "episodes": 0, "env_errors": 0}
         self._unreported: dict[str, list] = {"episode_returns": [], "episode_lengths": []}
@@ -389,7 +392,7 @@ class RolloutWorker(WorkerCalls):
 
         Looked at when its episode ends: a step that raises ends the episode,
         and the env is only reset (which may raise too) after an end."""
-        errors = self.env.envs[i].num_errors
+        errors = self.env.errors_of(i)
         new = errors - self._error_counts[i]
         if new:
             self._error_counts[i] = errors
@@ -419,15 +422,14 @@ class RolloutWorker(WorkerCalls):
         Episodes in progress are not included (a resumed worker starts new ones)."""
         return {
             "policy": self.policy.get_rng_state(),
-            "envs": [generator_state(env.unwrapped.np_random) for env in self.env.envs],
+            "envs": self.env.rng_states(),
             "next_episode_id": self._next_eps,
         }
 
     def set_rng_state(self, state: dict[str, Any]) -> None:
         """Restores a `get_rng_state` result (of a worker with the same index)."""
         self.policy.set_rng_state(state["policy"])
-        for env, env_state in zip(self.env.envs, state["envs"], strict=False):
-            env.unwrapped.np_random = generator_from_state(env_state)
+        self.env.set_rng_states(state["envs"])
         self._next_eps = int(state["next_episode_id"])
 
     def close(self) -> None:

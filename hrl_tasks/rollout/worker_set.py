@@ -110,6 +110,8 @@ class WorkerSet:
         record_experience: A directory (a path or fsspec URL) where every worker
             writes what it samples as Parquet (`RolloutWorker`); written out as the
             workers stop.
+        env_backend: What steps the workers' envs: ``"gymnasium"`` or ``"envpool"``
+            (`RolloutWorker`; single-agent envs only).
 
     Attributes:
         resyncs: How often weights were re-sent to a re-created remote worker.
@@ -136,10 +138,12 @@ class WorkerSet:
         max_env_errors: int = 3,
         worker_class: type = RolloutWorker,
         record_experience: str | None = None,
+        env_backend: str = "gymnasium",
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        env = resolve_env(env)
+        if env_backend == "gymnasium":
+            env = resolve_env(env)
         self.engine = engine
         self.direct_calls = bool(direct_calls) and num_workers > 0 and engine.reaches_workers()
         policy = policy_factory_or_policy
@@ -150,6 +154,13 @@ class WorkerSet:
         }
         if record_experience is not None:  # every worker writes what it samples
             config["record_experience"] = str(record_experience)
+        if env_backend != "gymnasium":
+            if worker_class is not RolloutWorker:
+                raise ValueError(
+                    f"env_backend={env_backend!r} is for single-agent envs; a multi-agent "
+                    "env steps on gymnasium's backend (env_backend='gymnasium')"
+                )
+            config["env_backend"] = env_backend
         local_args = (env, policy, num_envs_per_worker, rollout_fragment_length)
         self._local = worker_class(*local_args, **config, worker_index=0, single_thread=False)
         remote = policy if remote_policy is None else remote_policy
