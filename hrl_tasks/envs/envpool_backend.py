@@ -107,11 +107,12 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
             drawn = int(np.random.SeedSequence(seed).generate_state(1)[0] >> 1)
             self.pool = envpool.make_gymnasium(self.env_id, seed=drawn, **self.options)
         obs, _ = self.pool.reset()
-        return obs, {}
+        return np.array(obs), {}
 
     def step(self, actions):
         """Step every env; one whose episode ended is reset in the same step."""
         obs, rewards, terminateds, truncateds, _ = self.pool.step(np.asarray(actions))
+        obs = np.array(obs)  # EnvPool's arrays may be views of buffers it fills again
         infos: dict[str, Any] = {}
         ended = np.flatnonzero(terminateds | truncateds)
         if len(ended):
@@ -121,10 +122,9 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
                 final_obs[i] = obs[i].copy()
             final_mask[ended] = True
             first, info = self.pool.reset(env_id=ended)
-            obs = obs.copy()
             obs[np.asarray(info["env_id"])] = first
             infos.update(final_obs=final_obs, _final_obs=final_mask)
-        return obs, rewards.astype(np.float64), terminateds, truncateds, infos
+        return obs, rewards.astype(np.float64), np.array(terminateds), np.array(truncateds), infos
 
     # The protocol of `SameStepVectorEnv` the rollout workers read --------------------
 

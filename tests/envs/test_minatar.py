@@ -71,12 +71,9 @@ def test_a_missing_minatar_names_what_to_install(monkeypatch):
 
 @pytest.mark.cluster
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("algorithm", ["dqn", "rainbow"])
-def test_a_replay_learner_trains_on_minatar_by_name_and_its_checkpoint_acts(
-    engine, algorithm, tmp_path
-):
+def test_rainbow_trains_on_minatar_by_name_and_its_checkpoint_acts(engine, tmp_path):
     algo, result = hrl_tasks.train(
-        algorithm,
+        "rainbow",
         env=BREAKOUT,
         stop={"iteration": 2},
         engine=engine,
