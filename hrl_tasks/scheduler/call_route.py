@@ -126,11 +126,12 @@ class CallRoute:
 
     def _send(self, launch: ev.Launch) -> None:
         address = launch.workers[0]
-        told = self._told(launch, address)
-        if told[3] or not self._made(launch.obj_id):
-            self.carrier.start(self._direct, launch, address, *told)
+        told, method, arguments, inputs = self._told(launch, address)
+        if inputs or not self._made(launch.obj_id):
+            self.carrier.start(self._direct, launch, address, told, method, arguments, inputs)
         else:  # most calls: nothing to wait for, so it goes now
-            self.streams.channel(address).call(launch.key, *self._call(launch, *told, address))
+            sent = self._call(launch, told, method, arguments, inputs, address)
+            self.streams.channel(address).call(launch.key, *sent)
 
     def _made(self, obj_id: str) -> bool:
         """Whether the object was built (or is not known here): nothing to wait for."""
@@ -200,8 +201,8 @@ class CallRoute:
         """Send a round once each call is ready (the relay's own first: the shared
         values it carries or fetches, its host-mates fetch from it)."""
         items, shared_at = [], (relay, set())
-        for launch, *told in prepared:
-            ready = await self._ready(launch, *told, relay, shared_at)
+        for launch, *call in prepared:  # (told, method, arguments, inputs)
+            ready = await self._ready(launch, *call, relay, shared_at)
             if ready is not None:
                 items.append((launch.workers[0], launch.key, *ready))
                 # Kept open, idle: a recall goes on it, and so do the worker's calls when it

@@ -11,6 +11,7 @@ import logging
 
 import dask
 
+from hrl_tasks.scheduler.errors import ResourceError
 from hrl_tasks.scheduler.page import EnginePage
 from hrl_tasks.scheduler.resources import check_satisfiable
 from hrl_tasks.scheduler.runtime import local_resources
@@ -112,8 +113,13 @@ class ClusterFacts:
             return
         with self.backend.lock:
             capacity = dict(self.state.ledger.capacity)
-        if not capacity:  # perhaps not looked at yet
-            capacity = {w: declared for w, (_, declared) in self.backend.read_workers().items()}
+        if capacity:
+            try:
+                check_satisfiable(request, capacity)
+                return
+            except ResourceError:  # the engine's view may lag (a worker that just joined)
+                pass
+        capacity = {w: declared for w, (_, declared) in self.backend.read_workers().items()}
         check_satisfiable(request, capacity)
 
     def resources(self) -> dict:

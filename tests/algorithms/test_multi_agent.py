@@ -124,10 +124,8 @@ def test_multi_agent_configs_that_cannot_work_fail_before_any_cluster_starts():
         PPO({"env": "CartPole-v1", "policies": two})
     with pytest.raises(ConfigError, match="composition needs policies"):
         Composition({"env": "tictactoe_v3"})
-    with pytest.raises(ConfigError, match="unknown algorithm 'rainbow'"):
-        Composition(
-            composition_config(policies={"x": PolicySpec("rainbow")}, policy_mapping_fn=to_x)
-        )
+    with pytest.raises(ConfigError, match="unknown algorithm 'r2d2'"):
+        Composition(composition_config(policies={"x": PolicySpec("r2d2")}, policy_mapping_fn=to_x))
     with pytest.raises(ConfigError, match="no key 'buffer_sise' .*did you mean 'buffer_size'"):
         Composition(
             composition_config(policies={"x": PolicySpec("dqn", {"buffer_sise": 10})},
