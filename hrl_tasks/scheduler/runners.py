@@ -276,6 +276,8 @@ def slurm_runner(
     scheduler_file = run_dir / f"scheduler-{job}-{os.environ.get('SLURM_STEP_ID', '0')}.json"
     if rank == SCHEDULER_RANK:
         scheduler_file.unlink(missing_ok=True)  # a file of an earlier step: not this one's
+    else:
+        whole_json(scheduler_file, DECISION_WAIT_S)
     runner = SLURMRunner(
         scheduler_file=str(scheduler_file),
         scheduler_options={
@@ -298,6 +300,22 @@ def slurm_runner(
         runner.close()
 
     return Allocation("slurm", runner.scheduler_address, size - 2, close)
+
+
+def whole_json(path: Path, wait_s: float) -> None:
+    """Wait until ``path`` holds a whole JSON document, for at most ``wait_s``: Dask's
+    scheduler writes its file in place, and a rank that read it half-written ended the
+    run with "Expecting value" (dask-jobqueue's runner reads it as soon as it exists)."""
+    import json
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            json.loads(path.read_text())
+            return
+        except (OSError, ValueError):  # not there yet, or half-written
+            time.sleep(0.1)
 
 
 def end_run(address: str, security=None, shutdown: bool = True) -> None:
