@@ -756,7 +756,7 @@ def take_run_dir(setup: TrainSetup, args) -> TrainSetup:
     """
     if args.resume is not None and setup.out == args.resume:
         return setup
-    default = Path("runs") / f"{setup.algorithm}-{env_label(setup.config)}"
+    default = Path("runs") / f"{setup.algorithm}-{env_label({'env': setup.checked.env})}"
     return setup._replace(out=claim_run_dir(args, setup.out, default))
 
 
