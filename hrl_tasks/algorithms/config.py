@@ -180,7 +180,7 @@ class AlgorithmConfig:
         Raises:
             ConfigError: naming what would be right.
         """
-        from hrl_tasks.envs.envpool_backend import BACKENDS, envpool_ids
+        from hrl_tasks.envs.envpool_backend import BACKENDS, envpool_ids, nearest
 
         owner = f"{type(self).__name__}.env_backend"
         if self.env_backend not in BACKENDS:
@@ -192,13 +192,9 @@ class AlgorithmConfig:
         except ModuleNotFoundError as exc:
             raise ConfigError(f"{owner}='envpool': {exc}") from None
         if not isinstance(self.env, str) or self.env not in known:
-            import difflib
-
-            close = difflib.get_close_matches(str(self.env), known, n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             raise ConfigError(
-                f"{owner}='envpool' needs env to be an EnvPool id, got {self.env!r}{hint} "
-                "(envpool.list_all_envs())"
+                f"{owner}='envpool' needs env to be an EnvPool id, got {self.env!r}"
+                f"{nearest(self.env, known)}"
             )
 
     def check(self) -> None:

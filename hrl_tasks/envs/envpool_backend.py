@@ -53,6 +53,15 @@ def envpool_ids() -> list[str]:
     return list(import_envpool().list_all_envs())
 
 
+def nearest(env_id: str, known: list[str]) -> str:
+    """The end of a message for an id EnvPool does not know: its nearest ids. Pure."""
+    import difflib
+
+    close = difflib.get_close_matches(str(env_id), known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"{hint} (envpool.list_all_envs())"
+
+
 class EnvPoolVectorEnv(gym.vector.VectorEnv):
     """``num_envs`` envs of EnvPool id ``env_id``, with same-step autoreset (see the
     module), for `hrl_tasks.envs.make.make_env`.
@@ -78,11 +87,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         envpool = import_envpool()
         known = envpool.list_all_envs()
         if env_id not in known:
-            import difflib
-
-            close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            raise ValueError(f"EnvPool has no env {env_id!r}{hint} (envpool.list_all_envs())")
+            raise ValueError(f"EnvPool has no env {env_id!r}{nearest(env_id, known)}")
         self.env_id, self.num_envs = env_id, int(num_envs)
         self.options = dict(
             num_envs=self.num_envs, num_threads=int(num_threads), **(env_config or {})
