@@ -185,6 +185,13 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         "falls to it with <=, e.g. --stop 'loss_rate/minimax<=0' (repeatable; any condition "
         "ends the run)",
     )
+    command.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print the engine's settings before the run, each with where it came from "
+        "(the hrl-tasks section of Dask's configuration: ~/.config/dask/*.yaml, "
+        "DASK_HRL_TASKS__* variables, or the shipped defaults)",
+    )
     where = command.add_mutually_exclusive_group()
     where.add_argument(
         "--address", help="scheduler address of an existing Dask cluster (default: start one here)"
@@ -397,6 +404,15 @@ def check_cluster_options(args) -> None:
     pairs(args.gateway_opt, "--gateway-opt")
 
 
+def print_settings() -> None:
+    """``--verbose``: the engine's settings, each with where it came from."""
+    from hrl_tasks.scheduler.settings import report
+
+    print("engine settings (dask.config's hrl-tasks section):")
+    for key, value, origin in report():
+        print(f"  {key}: {'null' if value is None else value}  ({origin})")
+
+
 def engine_from_args(args, embedded: dict | None, workers: int = 2, run_dir: Path | None = None):
     """The engine that ``--address``, ``--cluster``, ``--gateway`` or ``--runner`` name;
     else an embedded cluster started with ``Engine.local(**embedded)``, or None when
@@ -406,6 +422,8 @@ def engine_from_args(args, embedded: dict | None, workers: int = 2, run_dir: Pat
     from hrl_tasks.scheduler import Engine
 
     check_cluster_options(args)
+    if args.verbose:
+        print_settings()
     if args.gateway is not None:
         return gateway_engine(args, workers)
     if args.runner is not None:

@@ -15,9 +15,10 @@ import pytest
 from distributed import get_worker
 
 import hrl_tasks as hrl
-from hrl_tasks.scheduler import dask_compat
-from hrl_tasks.scheduler.task_service import KEEP_FROM_BYTES
+from hrl_tasks.scheduler import dask_compat, settings
 from tests.scheduler import tasks
+
+KEEP_FROM_BYTES = settings.value("keep-from")  # results this large stay on their worker
 
 NAMES = sorted(dask_compat.PARTS)
 

@@ -11,8 +11,9 @@ import time
 import pytest
 
 import hrl_tasks as hrl
+from hrl_tasks.scheduler import settings
 from hrl_tasks.scheduler.task_channel import FUNCTIONS_KEPT, FunctionCache
-from hrl_tasks.scheduler.task_service import KEEP_FROM_BYTES, may_wait
+from hrl_tasks.scheduler.task_service import may_wait
 
 # --- pure decisions ----------------------------------------------------------------
 
@@ -185,7 +186,7 @@ time.sleep(600)
 def test_results_kept_for_a_driver_that_crashed_are_let_go_after_the_grace():
     from distributed import Client, LocalCluster
 
-    n = KEEP_FROM_BYTES  # float64: 8x the threshold, kept on its worker
+    n = settings.value("keep-from")  # float64: 8x the threshold, kept on its worker
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
 

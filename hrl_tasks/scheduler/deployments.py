@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 
+from dask.typing import no_default
 from distributed import Client
 from distributed.security import Security
 
@@ -34,7 +35,7 @@ def local(
     threads_per_worker: int | None = None,
     resources: dict | list[dict] | None = None,
     validate: bool | None = None,
-    stall_warning_s: float | None = 60.0,
+    stall_warning_s: float | None = no_default,
     route: str | None = None,
     **cluster_kwargs,
 ):

@@ -37,9 +37,10 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 
+from dask.typing import no_default
 from distributed import Client, get_client
 
-from hrl_tasks.scheduler import dask_compat, deployments, worker_events
+from hrl_tasks.scheduler import dask_compat, deployments, settings, worker_events
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.backend import DaskBackend
 from hrl_tasks.scheduler.clusters import HeldSettings
@@ -50,14 +51,14 @@ from hrl_tasks.scheduler.errors import EngineError, ResultsLost
 from hrl_tasks.scheduler.page import EnginePage
 from hrl_tasks.scheduler.resources import normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
-from hrl_tasks.scheduler.routes import ROUTES, default_route
+from hrl_tasks.scheduler.routes import default_route
 from hrl_tasks.scheduler.runtime import WorkerRuntime
+from hrl_tasks.scheduler.settings import validating
 from hrl_tasks.scheduler.shared import Shared
 from hrl_tasks.scheduler.speculation import SpeculationPolicy
 from hrl_tasks.scheduler.state import EngineState
 from hrl_tasks.scheduler.task_service import TaskRoute
 from hrl_tasks.scheduler.taskref import TaskRef, collect_refs
-from hrl_tasks.scheduler.validate import validating
 from hrl_tasks.scheduler.watch import WaitWatch
 
 logger = logging.getLogger(__name__)
@@ -132,19 +133,20 @@ class Engine(StatefulWorkers, ClusterFacts):
         lost_worker_timeout: a stateful worker whose worker died waits up to
             three times this for a new home before its calls fail.
         send_interval_s: how long the client may hold messages to the
-            scheduler to batch them. Dask's client waits up to 10 ms; RL loops
-            make one short round trip after another, and 1 ms took the
-            round-trip latency here from 10.6 ms to 6.0 ms.
+            scheduler to batch them; None: Dask's own. Dask's client waits up to
+            10 ms; RL loops make one short round trip after another, and 1 ms took
+            the round-trip latency here from 10.6 ms to 6.0 ms.
         validate: check the state machine's invariants after every event (slow;
-            for tests). Default: on when the environment sets ``HRL_TASKS_VALIDATE=1``.
-            A broken invariant is raised by the next wait.
+            for tests). A broken invariant is raised by the next wait.
         stall_warning_s: a wait that sees no progress in the engine (no attempt
             started or ended, no worker came or went) for this long logs the
             story of what it waits for (:meth:`story`); None: never.
         route: how plain tasks reach the workers by default (``submit(route=...)``):
-            ``"direct"`` (the default; ``HRL_TASKS_ROUTE`` in the environment sets
-            another) placed by the engine and sent on a stream of its own to each
-            worker, or ``"dask"`` through Dask's scheduler.
+            ``"direct"`` placed by the engine and sent on a stream of its own to
+            each worker, or ``"dask"`` through Dask's scheduler.
+
+    The last five default to dask.config's ``hrl-tasks`` section (`settings`; set
+    as any Dask setting: ~/.config/dask/, ``DASK_HRL_TASKS__*`` variables).
     """
 
     def __init__(
@@ -154,13 +156,16 @@ class Engine(StatefulWorkers, ClusterFacts):
         cluster=None,
         owns_client: bool = True,
         retries: RetryPolicy | int | None = None,
-        lost_worker_timeout: float = 10.0,
-        send_interval_s: float | None = 0.001,
+        lost_worker_timeout: float = no_default,
+        send_interval_s: float | None = no_default,
         validate: bool | None = None,
-        stall_warning_s: float | None = 60.0,
+        stall_warning_s: float | None = no_default,
         route: str | None = None,
     ):
         route = default_route(route)
+        lost_worker_timeout = settings.value("lost-worker-timeout", lost_worker_timeout)
+        send_interval_s = settings.value("send-interval", send_interval_s)
+        stall_warning_s = settings.value("stall-warning", stall_warning_s)
         self.missing = dask_compat.missing_at_start()  # private parts of Dask gone, told once
         if send_interval_s is not None:
             dask_compat.set_send_interval(client, send_interval_s)
@@ -341,8 +346,8 @@ class Engine(StatefulWorkers, ClusterFacts):
         if route is None:  # a nested task's children go the way it came
             parent = current_task() if self.nested else None
             route = self.route if parent is None else parent.route
-        if route not in ROUTES:
-            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+        if route not in settings.ROUTES:
+            raise ValueError(f"route must be one of {settings.ROUTES}, got {route!r}")
         if not self.has_workers:  # in-process: every route is the same call
             route = "dask"
         elif route == "direct" and not self._route_ready:

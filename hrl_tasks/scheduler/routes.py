@@ -24,10 +24,11 @@ import neither it nor each other.
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import TYPE_CHECKING, Protocol
 
-from hrl_tasks.scheduler import dask_compat
+from dask.typing import no_default
+
+from hrl_tasks.scheduler import dask_compat, settings
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.errors import EngineError
 from hrl_tasks.scheduler.shared import Shared, rebuilt
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
     from hrl_tasks.scheduler.state import EngineState
 
 CONNECTED = ("running", "newly-created")  # Client.status values with a scheduler
-ROUTES = ("dask", "direct")  # how plain tasks reach the workers (Engine(route=...))
-ROUTE_VARIABLE = "HRL_TASKS_ROUTE"
 
 
 class Carrier(Protocol):
@@ -92,17 +91,15 @@ class Route(Protocol):
 
 
 def default_route(route: str | None) -> str:
-    """How plain tasks reach the workers: ``route``, or if None the environment's
-    ``HRL_TASKS_ROUTE``, else ``"direct"`` (``"dask"`` on a distributed without the
-    private part the task stream needs, see `dask_compat.PARTS`); a clear error for
-    anything else."""
-    if route is None:
+    """How plain tasks reach the workers: ``route``, or if None the ``hrl-tasks.route``
+    setting (`settings`: ``HRL_TASKS_ROUTE``, then ``dask.config``); where that is null
+    too, ``"direct"`` (``"dask"`` on a distributed without the private part the task
+    stream needs, see `dask_compat.PARTS`). A clear error for anything else."""
+    chosen = settings.value("route", no_default if route is None else route)
+    if chosen is None:
         # The task stream's threads are the worker's only through a private name.
-        usual = "direct" if dask_compat.engine_threads_know_their_worker() else "dask"
-        route = os.environ.get(ROUTE_VARIABLE) or usual
-    if route not in ROUTES:
-        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
-    return route
+        return "direct" if dask_compat.engine_threads_know_their_worker() else "dask"
+    return chosen
 
 
 def route_of(launch: ev.Launch) -> str:

@@ -7,7 +7,7 @@ written in batches as messages come, and read until it closes. The stream
 carries other routes' messages too (a direct call to a stateful object goes on
 its worker's stream: :mod:`~hrl_tasks.scheduler.call_route`); their answers go to
 the route that sent them (:meth:`StreamRoute.carry`). A result of
-``KEEP_FROM_BYTES`` or more stays on its worker (:class:`~hrl_tasks.scheduler.taskref.Kept`)
+``hrl-tasks.keep-from`` bytes or more stays on its worker (:class:`~hrl_tasks.scheduler.taskref.Kept`)
 until its last ref goes, and is fetched from there (:meth:`StreamRoute.fetch`).
 Everything here runs on the engine's event loop.
 """

@@ -19,11 +19,12 @@ import time
 
 from hrl_tasks.scheduler import events as ev
 from hrl_tasks.scheduler.context import TaskContext, enter_task, leave_task
-from hrl_tasks.scheduler.engine import Engine, validating
+from hrl_tasks.scheduler.engine import Engine
 from hrl_tasks.scheduler.errors import ObjectStartError
 from hrl_tasks.scheduler.handles import WorkerHandle
 from hrl_tasks.scheduler.records import BackendRecords
 from hrl_tasks.scheduler.retry import RetryPolicy
+from hrl_tasks.scheduler.settings import validating
 from hrl_tasks.scheduler.shared import Shared, rebuilt
 from hrl_tasks.scheduler.state import EngineState
 from hrl_tasks.scheduler.taskref import Local, TaskRef

@@ -37,9 +37,9 @@ says ``watched`` (speculation follows it) starts; ``("waiting", key, ...)`` and
 when it goes on (a waiting task is not busy: the engine may send more); and
 ``("done", key, status,
 value, elapsed)`` when a task ends: status ``"OK"``
-with the value, ``"kept"`` with the result's size (a result of
-``KEEP_FROM_BYTES`` or more stays here, and peers or the engine fetch it with
-the ``hrl_tasks_result`` handler), ``"error"`` with the exception, or
+with the value, ``"kept"`` with the result's size (a result of the worker's
+``hrl-tasks.keep-from`` setting or more stays here, and peers or the engine fetch it
+with the ``hrl_tasks_result`` handler), ``"error"`` with the exception, or
 ``"cancelled"``, or ``"input-lost"`` (a kept input could not be fetched; the
 task did not run).
 
@@ -64,9 +64,10 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 from distributed.sizeof import sizeof
 
-from hrl_tasks.scheduler import dask_compat, wire
+from hrl_tasks.scheduler import dask_compat, settings, wire
 from hrl_tasks.scheduler.context import TaskContext
 from hrl_tasks.scheduler.relay import HostRelay
+from hrl_tasks.scheduler.settings import validating
 from hrl_tasks.scheduler.shared import InputLostError, ask_peer_for, rebuilt
 from hrl_tasks.scheduler.stream_state import (
     Cancel,
@@ -102,7 +103,6 @@ from hrl_tasks.scheduler.stream_state import (
     Waits,
     has_kept,
 )
-from hrl_tasks.scheduler.validate import validating
 from hrl_tasks.scheduler.wire import TASKS_HANDLER, write_batches
 
 RESULT_HANDLER = "hrl_tasks_result"
@@ -110,7 +110,6 @@ STORY_HANDLER = "hrl_tasks_story"
 STORY_KEPT = 10_000
 """The worker's half of its tasks' stories: its last entries, for every stream (as
 distributed's ``Worker.stimulus_log``, bounded by count, not by time)."""
-KEEP_FROM_BYTES = 100_000  # results this large stay on their worker (measured: docs/engine.md)
 PICKLED_MAX_BYTES = 1_000_000  # kept results up to this size go to a peer as one pickle
 # While more of a stream's tasks wait to run, answers wait up to this long to go together
 # (one message per task cost most of a short task's time); a last task's answer goes at once.
@@ -498,11 +497,13 @@ def received(message: tuple):
 class TaskService:
     """The direct route on one worker: its slots, its streams and the results kept here."""
 
-    def __init__(self, runtime, keep_from: int = KEEP_FROM_BYTES):
+    def __init__(self, runtime):
         self.runtime = runtime
         self.slots = Slots(runtime.worker.state.nthreads)
         self.kept: dict[str, Any] = {}
-        self.keep_from = keep_from
+        # Results this large stay here: the worker's own ``hrl-tasks.keep-from`` setting
+        # (100 kB by default, measured: docs/engine.md).
+        self.keep_from = settings.value("keep-from")
         self.streams: list[TaskStream] = []
         # Direct calls' runner, `worker_objects.run_call`, set when an object is made here.
         self.run_call = None

@@ -26,7 +26,6 @@ The rules:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -62,18 +61,6 @@ class StateView(Protocol):
     room: Any
     unplaced: Mapping[str, None]
     waiters: Mapping[str, set]
-
-
-VALIDATE_VARIABLE = "HRL_TASKS_VALIDATE"
-
-
-def validating(validate: bool | None = None) -> bool:
-    """Whether a state checks its rules after every event: ``validate``, or if None
-    the environment's ``HRL_TASKS_VALIDATE`` (``1`` for on; worker processes read it
-    too, for the worker's half of the task stream)."""
-    if validate is not None:
-        return bool(validate)
-    return os.environ.get(VALIDATE_VARIABLE, "") == "1"
 
 
 class InvalidState(AssertionError):

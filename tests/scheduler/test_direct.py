@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hrl_tasks as hrl
-from hrl_tasks.scheduler.engine import validating
+from hrl_tasks.scheduler.settings import validating
 from hrl_tasks.scheduler.shared import Shared, SharedRef, SharedValue, direct_arguments, inline
 from hrl_tasks.scheduler.worker_objects import DIRECT_THREADS
 from tests.scheduler import tasks

@@ -9,10 +9,11 @@ import time
 import pytest
 
 import hrl_tasks as hrl
-from hrl_tasks.scheduler import clear_faults, inject_faults, wire
-from hrl_tasks.scheduler.task_service import KEEP_FROM_BYTES
+from hrl_tasks.scheduler import clear_faults, inject_faults, settings, wire
 from tests.scheduler import tasks
 from tests.scheduler.conformance import EngineConformance
+
+KEEP_FROM_BYTES = settings.value("keep-from")  # results this large stay on their worker
 
 pytestmark = pytest.mark.cluster
 

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import hrl_tasks as hrl
-from hrl_tasks.scheduler import clear_faults, inject_faults
-from hrl_tasks.scheduler.task_service import KEEP_FROM_BYTES
+from hrl_tasks.scheduler import clear_faults, inject_faults, settings
 from hrl_tasks.scheduler.taskref import Kept
 from tests.scheduler import tasks
+
+KEEP_FROM_BYTES = settings.value("keep-from")  # results this large stay on their worker
 
 pytestmark = pytest.mark.cluster
 
