@@ -253,7 +253,7 @@ def from_gateway(
                 "hrl_tasks cannot start: the gateway's workers need its environment)"
             ) from None
         check_versions(engine.client)
-        engine.upkeep = ClusterUpkeep(engine, cluster, bounds, start, scale_down_after_s)
+        engine.helpers.append(ClusterUpkeep(engine, cluster, bounds, start, scale_down_after_s))
     except BaseException:
         engine.close()
         raise

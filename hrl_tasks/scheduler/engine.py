@@ -48,6 +48,7 @@ from hrl_tasks.scheduler.context import current_task, in_worker_task, task_wait
 from hrl_tasks.scheduler.engine_cluster import ClusterFacts
 from hrl_tasks.scheduler.engine_objects import StatefulWorkers
 from hrl_tasks.scheduler.errors import EngineError, ResultsLost
+from hrl_tasks.scheduler.metrics import MetricsReporter
 from hrl_tasks.scheduler.page import EnginePage
 from hrl_tasks.scheduler.resources import normalize_request
 from hrl_tasks.scheduler.retry import RetryPolicy
@@ -186,19 +187,13 @@ class Engine(StatefulWorkers, ClusterFacts):
             validate=validating(validate),
         )
         backend = DaskBackend(client, state, self.topic)
-        self._start(
-            state,
-            backend,
-            retries,
-            lost_worker_timeout,
-            activate=not nested,
-            stall_warning_s=stall_warning_s,
-        )
+        self._start(state, backend, retries, lost_worker_timeout, not nested, stall_warning_s)
         self.route, self.nested, self.has_workers = route, nested, True
         self._reaches_workers: bool | None = None  # see reaches_workers(); None: not asked
         client.subscribe_topic(self.topic, backend.on_reports)
         if not nested:  # a nested engine's scheduler has it: the root engine put it there
             worker_events.register(client)
+            self.helpers.append(MetricsReporter.start(self))  # nested engines: the root counts
         client.subscribe_topic(worker_events.TOPIC, backend.on_cluster_event)  # nested too
         if route == "direct":  # now, while the workers are those just seen
             self._ready_route()
@@ -236,7 +231,8 @@ class Engine(StatefulWorkers, ClusterFacts):
         self.route, self.nested, self.has_workers = "dask", False, False
         self._route_ready = False  # the workers take task streams (the direct route)
         self._page: EnginePage | None = None
-        self.upkeep = None  # a ClusterUpkeep (adaptive.py) on a gateway's cluster
+        # Threads that end with the engine: its MetricsReporter, a ClusterUpkeep (adaptive.py)
+        self.helpers: list = []
         self.runner: str | None = None  # the launcher of this run's processes (--runner)
         self._active_token = _Active.engine.set(self) if activate else None
 
@@ -257,8 +253,8 @@ class Engine(StatefulWorkers, ClusterFacts):
         if self.closed:
             return
         self.closed = True
-        if self.upkeep is not None:
-            self.upkeep.close()
+        for helper in self.helpers:
+            helper.close()
         self.watch.close()
         self.backend.close()
         handlers = {

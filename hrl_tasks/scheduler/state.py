@@ -977,6 +977,7 @@ class EngineState:
             )
             return
         obj.restarts += 1
+        self.stats.count("objects_recreated")
         restored = "from its last snapshot" if obj.has_state else "afresh from its factory"
         lost = WorkerLostError(
             f"a call to {obj.name!r} was running or had run when its worker {dead} died; the "

@@ -21,6 +21,7 @@ COUNTERS = (
     "backup_won",
     "original_won",
     "time_saved_s",
+    "objects_recreated",
 )
 NAMES_KEPT = 1_000  # task names with durations; a name not seen for longest goes first
 
@@ -32,10 +33,12 @@ class DurationWindow:
     size: int = 1000
     values: deque = field(default_factory=deque)
     count: int = 0
+    total_s: float = 0.0  # of every duration added, not only the window's
 
     def add(self, seconds: float) -> None:
         self.values.append(seconds)
         self.count += 1
+        self.total_s += seconds
         while len(self.values) > self.size:
             self.values.popleft()
 
@@ -46,11 +49,12 @@ class DurationWindow:
 
     def summary(self) -> dict:
         if not self.values:
-            return {"count": self.count}
+            return {"count": self.count, "total_s": self.total_s}
         arr = np.fromiter(self.values, float)
         p50, p90, p99 = np.quantile(arr, [0.5, 0.9, 0.99])
         return {
             "count": self.count,
+            "total_s": self.total_s,
             "mean": float(arr.mean()),
             "p50": float(p50),
             "p90": float(p90),

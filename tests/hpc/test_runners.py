@@ -188,7 +188,13 @@ def test_two_mpiruns_and_an_embedded_run_at_once_collide_in_nothing_and_leave_no
         argv = command("--stop-iters", "2", "--out", str(out))
         if way == "mpi":
             argv = [*MPIRUN, *argv, "--runner", "mpi"]
-        proc = subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, "HRL_RUN_TAG": tag},
+        env = {**os.environ, "HRL_RUN_TAG": tag}
+        # Open MPI's own session directory, one per mpirun: two started at once race to
+        # create the shared /tmp/ompi.<host>.<uid> ("orte_init failed ... File exists").
+        session = tmp_path / f"ompi-{len(runs)}"
+        session.mkdir()
+        env["OMPI_MCA_orte_tmpdir_base"] = env["PRTE_MCA_prte_tmpdir_base"] = str(session)
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         runs.append((tag, out, proc))
     for tag, out, proc in runs:

@@ -28,4 +28,4 @@ def test_summary_quantiles_match_numpy():
 
 def test_empty_window():
     assert DurationWindow().quantile(0.5) is None
-    assert DurationWindow().summary() == {"count": 0}
+    assert DurationWindow().summary() == {"count": 0, "total_s": 0.0}
